@@ -1,0 +1,78 @@
+/* ggml declarations used by pyllama90a (cffi cdef; API mode checks them against ggml.h). */
+
+enum ggml_type {
+    GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+    GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_BF16, GGML_TYPE_COUNT, ...
+};
+
+enum ggml_log_level {
+    GGML_LOG_LEVEL_NONE, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO, GGML_LOG_LEVEL_WARN,
+    GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT, ...
+};
+
+typedef void (*ggml_log_callback)(enum ggml_log_level level, const char * text, void * user_data);
+typedef bool (*ggml_abort_callback)(void * data);
+
+struct ggml_context;
+struct ggml_cgraph;
+
+struct ggml_init_params {
+    size_t mem_size;
+    void * mem_buffer;
+    bool   no_alloc;
+};
+
+struct ggml_tensor {
+    enum ggml_type type;
+    int64_t ne[4];
+    size_t  nb[4];
+    void *  data;
+    ...;
+};
+
+typedef void (*ggml_to_float_t)(const void * x, float * y, int64_t k);
+struct ggml_type_traits {
+    const char * type_name;
+    int64_t      blck_size;
+    bool         is_quantized;
+    ggml_to_float_t to_float;
+    ...;
+};
+
+const char * ggml_type_name(enum ggml_type type);
+int64_t      ggml_blck_size(enum ggml_type type);
+size_t       ggml_type_size(enum ggml_type type);
+size_t       ggml_row_size(enum ggml_type type, int64_t ne);
+bool         ggml_is_quantized(enum ggml_type type);
+const struct ggml_type_traits * ggml_get_type_traits(enum ggml_type type);
+size_t ggml_quantize_chunk(enum ggml_type type, const float * src, void * dst, int64_t start,
+                           int64_t nrows, int64_t n_per_row, const float * imatrix);
+
+/* graph building, for the op-level tests of the attention branch */
+struct ggml_context * ggml_init(struct ggml_init_params params);
+void   ggml_free(struct ggml_context * ctx);
+size_t ggml_nbytes(const struct ggml_tensor * tensor);
+struct ggml_tensor * ggml_new_tensor_4d(struct ggml_context * ctx, enum ggml_type type,
+                                        int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+struct ggml_tensor * ggml_view_4d(struct ggml_context * ctx, struct ggml_tensor * a,
+                                  int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
+                                  size_t nb1, size_t nb2, size_t nb3, size_t offset);
+struct ggml_tensor * ggml_permute(struct ggml_context * ctx, struct ggml_tensor * a,
+                                  int axis0, int axis1, int axis2, int axis3);
+struct ggml_tensor * ggml_transpose(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_cont(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_cast(struct ggml_context * ctx, struct ggml_tensor * a, enum ggml_type type);
+struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
+void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
+enum ggml_status { GGML_STATUS_SUCCESS, ... };
+enum ggml_status ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads);
+
+/* backends, to report where attention runs */
+typedef struct ggml_backend_device * ggml_backend_dev_t;
+enum ggml_backend_dev_type { GGML_BACKEND_DEVICE_TYPE_CPU, GGML_BACKEND_DEVICE_TYPE_GPU, ... };
+size_t       ggml_backend_dev_count(void);
+ggml_backend_dev_t ggml_backend_dev_get(size_t index);
+const char * ggml_backend_dev_name(ggml_backend_dev_t device);
+const char * ggml_backend_dev_description(ggml_backend_dev_t device);
+enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
