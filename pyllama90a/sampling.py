@@ -1,0 +1,72 @@
+"""Sampling settings, validated in Python and turned into a llama.cpp sampler chain."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._ffi import ffi, lib
+from .errors import InvalidArgumentError, LlamaError, check
+
+RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: draw a random seed
+
+
+def _number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> float:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        raise InvalidArgumentError(f"{name} must be a finite {'integer' if integer else 'number'}, got {value!r}")
+    if not lo <= value <= hi:
+        raise InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _number("temperature", self.temperature, 0.0, 100.0)
+        _number("top_k", self.top_k, 0, 1 << 30, integer=True)
+        _number("top_p", self.top_p, 0.0, 1.0)
+        _number("min_p", self.min_p, 0.0, 1.0)
+        _number("repeat_penalty", self.repeat_penalty, 0.0, 100.0)
+        if self.repeat_penalty == 0.0:
+            raise InvalidArgumentError("repeat_penalty must be > 0 (1.0 disables it)")
+        if self.seed is not None:
+            _number("seed", self.seed, 0, RANDOM_SEED - 1, integer=True)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class SamplerChain:
+    """A llama.cpp sampler chain; freed by close() or when garbage collected."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+        chain = check(lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params()),
+                      LlamaError, "could not create a sampler chain")
+        self._ptr = ffi.gc(chain, lib.llama_sampler_free)
+        if params.repeat_penalty != 1.0:
+            self._add(lib.llama_sampler_init_penalties(n_vocab, 64, params.repeat_penalty, 0.0, 0.0))
+        if params.greedy:
+            self._add(lib.llama_sampler_init_greedy())
+            return
+        if params.top_k > 0:
+            self._add(lib.llama_sampler_init_top_k(params.top_k))
+        self._add(lib.llama_sampler_init_top_p(params.top_p, 1))
+        self._add(lib.llama_sampler_init_min_p(params.min_p, 1))
+        self._add(lib.llama_sampler_init_temp(params.temperature))
+        self._add(lib.llama_sampler_init_dist(RANDOM_SEED if params.seed is None else params.seed))
+
+    def _add(self, sampler) -> None:  # noqa: ANN001 - a cdata pointer
+        # the chain takes ownership of each sampler added to it
+        lib.llama_sampler_chain_add(self._ptr, check(sampler, LlamaError, "could not create a sampler"))
+
+    def sample(self, ctx) -> int:  # noqa: ANN001 - a cdata pointer
+        """Sample from the last output's logits (llama_sampler_sample also accepts the token)."""
+        return lib.llama_sampler_sample(self._ptr, ctx, -1)
