@@ -320,6 +320,46 @@ class Model:
                               _log.recent_native_log())
         self._kv_tokens.extend(tokens)
 
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
+        ctx = self._live()
+        tokens = list(tokens)
+        if not tokens:
+            raise InvalidArgumentError("tokens is empty")
+        self._token_array(tokens)  # validates ids
+        n_ctx = lib.llama_n_ctx(ctx)
+        if len(tokens) > n_ctx:
+            raise ContextOverflowError(f"{len(tokens)} tokens do not fit n_ctx={n_ctx}")
+        with self._lock:
+            if self._busy:
+                raise LlamaError("a generation stream is running on this Model")
+            lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+            self._kv_tokens = []
+            n_batch = lib.llama_n_batch(ctx)
+            out = np.empty((len(tokens), self._n_vocab), dtype=np.float32)
+            batch = lib.llama_batch_init(n_batch, 0, 1)
+            try:
+                for start in range(0, len(tokens), n_batch):
+                    chunk = tokens[start:start + n_batch]
+                    batch.n_tokens = len(chunk)
+                    for i, tok in enumerate(chunk):
+                        batch.token[i] = tok
+                        batch.pos[i] = start + i
+                        batch.n_seq_id[i] = 1
+                        batch.seq_id[i][0] = 0
+                        batch.logits[i] = 1
+                    _log.clear_recent()
+                    rc = lib.llama_decode(ctx, batch)
+                    if rc != 0:
+                        raise DecodeError(f"llama_decode failed with code {rc}", _log.recent_native_log())
+                    self._kv_tokens.extend(chunk)
+                    for i in range(len(chunk)):
+                        row = lib.llama_get_logits_ith(ctx, i)
+                        out[start + i] = np.frombuffer(ffi.buffer(row, 4 * self._n_vocab), dtype=np.float32)
+            finally:
+                lib.llama_batch_free(batch)
+        return out
+
     # -- generation ----------------------------------------------------------------------------------
 
     def generate(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,

@@ -1,0 +1,82 @@
+"""Op level: the non-FA attention branch of patch 0001 for a quantized, untransposed V cache.
+
+llama.cpp builds, per layer, kqv = mul_mat(cont(transpose(cast(V, F32))), softmax(kq)) where V is a
+strided view of the cache (head_dim x n_head_kv x n_kv, blocks along head_dim). Here the same ggml ops
+run on the CPU backend and are compared with numpy on V dequantized by ggml's own row converter, for
+all six quantized types, several GQA ratios, odd n_kv and more than one query token.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyllama90a._ffi import ffi, lib
+from pyllama90a.kv_types import QUANTIZED_KV_TYPES, ggml_type
+
+HEAD_DIM = 64
+
+
+def _tensor_array(t, shape: tuple[int, ...]) -> np.ndarray:
+    """A contiguous F32 ggml tensor as numpy, shape in numpy order (outermost first)."""
+    n = int(np.prod(shape))
+    return np.frombuffer(ffi.buffer(t.data, 4 * n), dtype=np.float32).reshape(shape).copy()
+
+
+def _dequantize(qtype: int, raw: bytes, n: int) -> np.ndarray:
+    out = np.empty(n, dtype=np.float32)
+    lib.ggml_get_type_traits(qtype).to_float(ffi.from_buffer(raw), ffi.cast("float *", out.ctypes.data), n)
+    return out
+
+
+@pytest.mark.parametrize("kv_type", QUANTIZED_KV_TYPES)
+@pytest.mark.parametrize("n_head,n_head_kv,n_kv,n_tokens", [
+    (6, 2, 37, 1),     # GQA 3, decode, odd n_kv
+    (8, 2, 301, 3),    # GQA 4, small prefill
+    (4, 4, 259, 1),    # no GQA, n_kv not a multiple of 256
+    (8, 1, 64, 2),     # MQA
+])
+def test_dequantized_v_branch_matches_reference(kv_type: str, n_head: int, n_head_kv: int, n_kv: int,
+                                                n_tokens: int) -> None:
+    rng = np.random.default_rng(n_kv * 31 + n_head)
+    qtype = ggml_type(kv_type)
+    n_embd_v_gqa = HEAD_DIM * n_head_kv
+    ctx = lib.ggml_init({"mem_size": 64 << 20, "mem_buffer": ffi.NULL, "no_alloc": False})
+    assert ctx != ffi.NULL
+    try:
+        # the V cache: one row of n_embd_v_gqa values per KV cell, quantized along the row
+        v_f32 = rng.standard_normal((n_kv, n_embd_v_gqa), dtype=np.float32)
+        cache = lib.ggml_new_tensor_4d(ctx, qtype, n_embd_v_gqa, n_kv, 1, 1)
+        written = lib.ggml_quantize_chunk(qtype, ffi.cast("float *", v_f32.ctypes.data), cache.data,
+                                          0, n_kv, n_embd_v_gqa, ffi.NULL)
+        assert written == lib.ggml_nbytes(cache)
+        v_ref = _dequantize(qtype, ffi.buffer(cache.data, written)[:], n_kv * n_embd_v_gqa)
+        v_ref = v_ref.reshape(n_kv, n_head_kv, HEAD_DIM)
+        # quantization really happened (the reference is not the float input)
+        assert not np.array_equal(v_ref.reshape(n_kv, -1), v_f32)
+
+        # the view llama_kv_cache::get_v returns for an untransposed V, then build_attn_mha's permute
+        v = lib.ggml_view_4d(ctx, cache, HEAD_DIM, n_head_kv, n_kv, 1,
+                             lib.ggml_row_size(qtype, HEAD_DIM), lib.ggml_row_size(qtype, n_embd_v_gqa),
+                             lib.ggml_row_size(qtype, n_embd_v_gqa * n_kv), 0)
+        v = lib.ggml_permute(ctx, v, 0, 2, 1, 3)
+        # patch 0001's branch
+        v = lib.ggml_cont(ctx, lib.ggml_transpose(ctx, lib.ggml_cast(ctx, v, lib.GGML_TYPE_F32)))
+
+        # softmax output: probabilities over KV cells per (head, token)
+        p = rng.random((n_head, n_tokens, n_kv), dtype=np.float32)
+        p /= p.sum(axis=-1, keepdims=True)
+        kq = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n_kv, n_tokens, n_head, 1)
+        ffi.memmove(kq.data, p.tobytes(), p.nbytes)
+
+        kqv = lib.ggml_mul_mat(ctx, v, kq)
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, kqv)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
+
+        assert tuple(kqv.ne) == (HEAD_DIM, n_tokens, n_head, 1)
+        got = _tensor_array(kqv, (n_head, n_tokens, HEAD_DIM))
+        group = n_head // n_head_kv
+        want = np.einsum("htk,khd->htd", p, v_ref[:, np.arange(n_head) // group, :].astype(np.float64))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        lib.ggml_free(ctx)
