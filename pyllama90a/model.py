@@ -454,7 +454,6 @@ class Model:
         emitted = 0        # how much of `text` was yielded
         hold = max((len(s) for s in stops), default=1) - 1  # a stop string may still be forming
         finish: FinishReason = "length"
-        stopped_by_string = False
         pending: list[int] = []
         while len(generated) < max_tokens:
             token = sampler.sample(self._ctx)
@@ -468,7 +467,6 @@ class Model:
             if cut >= 0:
                 text = text[:cut]
                 finish = "stop"
-                stopped_by_string = True
                 break
             safe = len(text) - hold if stops else len(text)
             if safe > emitted:
@@ -477,8 +475,7 @@ class Model:
             if len(generated) >= max_tokens or len(self._kv_tokens) + 1 >= n_ctx:
                 break
             self._decode([token])
-        if not stopped_by_string:
-            text += decoder.decode(b"", final=True)  # an unfinished UTF-8 sequence becomes U+FFFD
+        # a character cut off by max_tokens is dropped, not shown as U+FFFD (its tokens stay in `tokens`)
         t2 = time.perf_counter()
         completion = Completion(
             text=text, tokens=generated, finish_reason=finish,

@@ -1,0 +1,164 @@
+"""The user API on the real default model: tokens, generation, streaming, chat, embeddings, state, lifetime."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import pyllama90a as pl
+
+
+def test_tokenize_detokenize_round_trip(model) -> None:
+    text = "Hello, world! Ünïcödé and emoji 🦙 survive."
+    tokens = model.tokenize(text, add_special=False)
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    assert model.detokenize(tokens) == text
+
+
+def test_greedy_generation_is_deterministic_and_reports_usage(model) -> None:
+    a = model.generate("The capital of France is", max_tokens=8, temperature=0)
+    b = model.generate("The capital of France is", max_tokens=8, temperature=0)
+    assert a.text == b.text and a.tokens == b.tokens
+    assert "Paris" in a.text
+    assert a.finish_reason == "length" and len(a.tokens) == 8
+    assert a.usage.prompt_tokens == len(model.tokenize("The capital of France is"))
+    assert a.usage.completion_tokens == 8 and a.usage.total_tokens == a.usage.prompt_tokens + 8
+    assert a.timings.generate_ms > 0 and a.timings.generate_tokens_per_s > 0
+
+
+def test_seeded_sampling_repeats_and_differs_from_other_seeds(model) -> None:
+    kw = dict(max_tokens=24, temperature=1.2, top_k=0, top_p=1.0, min_p=0.0)
+    a = model.generate("Once upon a time", seed=7, **kw)
+    b = model.generate("Once upon a time", seed=7, **kw)
+    others = {tuple(model.generate("Once upon a time", seed=s, **kw).tokens) for s in (8, 9, 10)}
+    assert a.tokens == b.tokens
+    assert others - {tuple(a.tokens)}
+
+
+def test_stream_pieces_join_to_the_same_text(model) -> None:
+    whole = model.generate("List three fruits:", max_tokens=24, temperature=0)
+    pieces = list(model.generate("List three fruits:", max_tokens=24, temperature=0, stream=True))
+    assert all(isinstance(p, pl.Piece) for p in pieces)
+    assert "".join(p.text for p in pieces) == whole.text
+    assert [p.finish_reason for p in pieces[:-1]] == [None] * (len(pieces) - 1)
+    assert pieces[-1].finish_reason == "length"
+    assert sum((p.tokens for p in pieces), []) == whole.tokens
+
+
+def test_stream_never_splits_utf8(model) -> None:
+    # emoji are several tokens each in this vocabulary: incomplete bytes must be held back
+    prompt = "Repeat exactly: 🦙🦙🦙 ünïcödé 🦙🦙🦙\nRepeat exactly:"
+    pieces = list(model.generate(prompt, max_tokens=40, temperature=0, stream=True))
+    text = "".join(p.text for p in pieces)
+    assert "\ufffd" not in text
+    emoji_tokens = model.tokenize("🦙", add_special=False)
+    assert len(emoji_tokens) > 1  # otherwise this test would prove nothing
+    for p in pieces:
+        p.text.encode("utf-8")  # every piece is whole characters
+
+
+def test_stop_strings_cut_the_text(model) -> None:
+    full = model.generate("Count: 1, 2, 3,", max_tokens=16, temperature=0)
+    assert "5" in full.text
+    cut = model.generate("Count: 1, 2, 3,", max_tokens=16, temperature=0, stop=["5"])
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index("5")]
+    streamed = "".join(p.text for p in model.generate("Count: 1, 2, 3,", max_tokens=16, temperature=0,
+                                                       stop="5", stream=True))
+    assert streamed == cut.text
+
+
+def test_chat_uses_the_models_template(model) -> None:
+    prompt = model.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert "<|im_start|>user\nhi<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
+    reply = model.chat([{"role": "user", "content": "What is the capital of France?"}],
+                       max_tokens=32, temperature=0)
+    assert "Paris" in reply.text
+    assert reply.finish_reason in ("stop", "length")
+    streamed = "".join(p.text for p in model.chat([{"role": "user", "content": "What is the capital of France?"}],
+                                                  max_tokens=32, temperature=0, stream=True))
+    assert streamed == reply.text
+
+
+def test_embeddings_are_normalized_and_meaningful(model_path) -> None:
+    with pl.Model(model_path, embedding=True, n_ctx=512) as m:
+        one = m.embed("a cat sat on the mat")
+        many = m.embed(["a cat sat on the mat", "a kitten sat on a rug", "stock markets fell sharply today"])
+    assert one.shape == (576,) and one.dtype == np.float32
+    assert many.shape == (3, 576)
+    np.testing.assert_allclose(np.linalg.norm(many, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(many[0], one, rtol=1e-4, atol=1e-5)
+    assert many[0] @ many[1] > many[0] @ many[2]
+
+
+def test_kv_cache_reports_real_sizes(model_path) -> None:
+    with pl.Model(model_path, ctk="q8_0", ctv="q4_0", flash_attn="off", n_ctx=512) as m:
+        info = m.kv_cache
+    # 30 layers x 512 cells x 3 KV heads x 64 dims; q8_0: 34 bytes / 32 values, q4_0: 18 / 32
+    values = 30 * 512 * 3 * 64
+    assert (info.type_k, info.type_v, info.n_ctx) == ("q8_0", "q4_0", 512)
+    assert info.k_bytes == values * 34 // 32
+    assert info.v_bytes == values * 18 // 32
+    assert info.total_bytes == info.k_bytes + info.v_bytes
+
+
+@pytest.mark.parametrize("ctv", ["f16", "q4_0"])
+def test_state_round_trip_continues_identically(model_path, tmp_path, ctv: str) -> None:
+    prompt = "The three primary colors are"
+    state = tmp_path / "s.bin"
+    with pl.Model(model_path, ctk=ctv, ctv=ctv, flash_attn="off", n_ctx=256) as m:
+        first = m.generate(prompt, max_tokens=12, temperature=0)
+        m.save_state(state)
+    with pl.Model(model_path, ctk=ctv, ctv=ctv, flash_attn="off", n_ctx=256) as m2:
+        m2.load_state(state)
+        again = m2.generate(prompt, max_tokens=12, temperature=0)
+        # only the last prompt token was decoded: the rest came from the file
+        assert again.timings.prompt_tokens_evaluated == 1
+    assert again.text == first.text
+
+
+def test_state_file_shrinks_with_quantized_kv(model_path, tmp_path) -> None:
+    sizes = {}
+    for kv in ("f16", "q4_0"):
+        with pl.Model(model_path, ctk=kv, ctv=kv, flash_attn="off", n_ctx=256) as m:
+            m.generate("A long enough prompt to fill some of the cache with keys and values.", max_tokens=8,
+                       temperature=0)
+            m.save_state(tmp_path / kv)
+            sizes[kv] = (tmp_path / kv).stat().st_size
+    assert sizes["q4_0"] < 0.45 * sizes["f16"]
+
+
+def test_close_is_idempotent_and_closed_model_raises(model_path) -> None:
+    m = pl.Model(model_path, n_ctx=128)
+    assert not m.closed
+    m.close()
+    m.close()
+    assert m.closed
+    with pytest.raises(pl.ClosedError):
+        m.generate("hi")
+    with pytest.raises(pl.ClosedError):
+        _ = m.kv_cache
+
+
+def test_garbage_collected_model_is_freed(model_path) -> None:
+    import psutil
+
+    proc = psutil.Process()
+    pl.Model(model_path, n_ctx=128).close()
+    gc.collect()
+    before = proc.memory_info().rss
+    for _ in range(5):
+        pl.Model(model_path, n_ctx=2048)  # dropped at once: the finalizer frees context and model
+        gc.collect()
+    growth = proc.memory_info().rss - before
+    assert growth < 60 * 1024 * 1024  # one model plus its 45 MB cache would be more than this
+
+
+def test_a_running_stream_blocks_other_generations(model) -> None:
+    stream = model.generate("Hello", max_tokens=4, temperature=0, stream=True)
+    next(stream)
+    with pytest.raises(pl.LlamaError, match="another generation"):
+        model.generate("Hello", max_tokens=4)
+    list(stream)
+    assert model.generate("Hello", max_tokens=2, temperature=0).usage.completion_tokens == 2
