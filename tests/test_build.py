@@ -1,0 +1,59 @@
+"""vendor/prepare_source.py: where the llama.cpp source comes from, and how it fails."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PREPARE = Path(__file__).resolve().parents[1] / "vendor" / "prepare_source.py"
+
+
+def _prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYLLAMA90A_CACHE": str(tmp_path / "cache"), **env}
+    return subprocess.run([sys.executable, str(PREPARE)], capture_output=True, text=True, env=full, timeout=600)
+
+
+def test_offline_fetch_fails_fast_with_instructions(tmp_path) -> None:
+    start = time.monotonic()
+    out = _prepare(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple",
+                   PIP_FIND_LINKS="", PIP_EXTRA_INDEX_URL="")
+    assert out.returncode == 1
+    assert time.monotonic() - start < 60
+    assert "could not fetch the llama.cpp source" in out.stderr
+    assert "PYLLAMA90A_LLAMA_CPP_SRC" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_wrong_sdist_is_refused(tmp_path) -> None:
+    fake = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    fake.write_bytes(b"not the real thing")
+    out = _prepare(tmp_path, PYLLAMA90A_LLAMA_CPP_SRC=str(fake))
+    assert out.returncode == 1
+    assert "has sha256" in out.stderr and "refusing" in out.stderr
+
+
+def test_missing_local_source(tmp_path) -> None:
+    out = _prepare(tmp_path, PYLLAMA90A_LLAMA_CPP_SRC=str(tmp_path / "nowhere"))
+    assert out.returncode == 1 and "does not exist" in out.stderr
+
+
+def test_a_patch_that_does_not_apply_is_named(tmp_path) -> None:
+    # the tree the build prepared is already patched: patching it again must fail, by name
+    prepared = subprocess.run([sys.executable, str(PREPARE)], capture_output=True, text=True, timeout=600)
+    if prepared.returncode != 0:
+        pytest.skip("no prepared llama.cpp source in the default cache")
+    out = _prepare(tmp_path, PYLLAMA90A_LLAMA_CPP_SRC=prepared.stdout.strip())
+    assert out.returncode == 1
+    assert "0001-quantized-v-without-flash-attn.patch does not apply" in out.stderr
+
+
+def test_prepared_tree_carries_our_patches() -> None:
+    out = subprocess.run([sys.executable, str(PREPARE)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    tree = Path(out.stdout.strip())
+    assert "llama_kv_cache_bytes" in (tree / "include" / "llama.h").read_text()
+    assert "quantized V cache requires flash_attn" not in (tree / "src" / "llama-context.cpp").read_text()
