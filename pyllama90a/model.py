@@ -362,15 +362,23 @@ class Model:
 
     # -- generation ----------------------------------------------------------------------------------
 
-    def generate(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                  stop: str | Sequence[str] = (), stream: bool = False) -> Completion | Iterator[Piece]:
-        """Continue `prompt`. temperature=0 is greedy. With stream=True, an iterator of Pieces."""
-        if not isinstance(prompt, str):
-            raise InvalidArgumentError(f"prompt must be a str, got {type(prompt).__name__}")
-        if not prompt:
+        """Continue `prompt` (text, or token ids used as they are). temperature=0 is greedy.
+
+        With stream=True, an iterator of Pieces.
+        """
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+            self._live()
+            self._token_array(prompt)  # validates the ids
+            tokens = list(prompt)
+        elif not isinstance(prompt, str):
+            raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+        elif not prompt:
             raise InvalidArgumentError("prompt is empty")
-        tokens = self.tokenize(prompt, add_special=True, parse_special=False)
+        else:
+            tokens = self.tokenize(prompt, add_special=True, parse_special=False)
         return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
                            min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
 

@@ -111,8 +111,8 @@ def test_generation_stops_at_the_end_of_the_context(model_path) -> None:
 def test_empty_and_non_str_prompts(model) -> None:
     with pytest.raises(pl.InvalidArgumentError, match="empty"):
         model.generate("")
-    for bad in (None, 42, b"bytes", ["list"]):
-        with pytest.raises(pl.InvalidArgumentError, match="must be a str"):
+    for bad in (None, 42, b"bytes", ["list"], [], [1.5]):
+        with pytest.raises(pl.InvalidArgumentError, match="must be a str or a list of token ids"):
             model.generate(bad)
 
 

@@ -162,3 +162,11 @@ def test_a_running_stream_blocks_other_generations(model) -> None:
         model.generate("Hello", max_tokens=4)
     list(stream)
     assert model.generate("Hello", max_tokens=2, temperature=0).usage.completion_tokens == 2
+
+
+def test_generate_from_token_ids_equals_generate_from_text(model) -> None:
+    text = model.generate("The capital of France is", max_tokens=6, temperature=0)
+    ids = model.generate(model.tokenize("The capital of France is"), max_tokens=6, temperature=0)
+    assert ids.tokens == text.tokens
+    with pytest.raises(pl.InvalidArgumentError):
+        model.generate([10**9])

@@ -136,14 +136,26 @@ def copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, ignore=ignore, symlinks=True)
 
 
+def _patch_command(tree: Path, patch: Path) -> tuple[list[str], list[str]]:
+    """(dry run, apply) commands: GNU patch, or git apply where patch is not installed."""
+    if shutil.which("patch"):
+        base = ["patch", "-p1", "--forward", "--batch", "--silent", "-d", str(tree), "-i", str(patch)]
+        return base + ["--dry-run"], base
+    if shutil.which("git"):
+        # --unsafe-paths/--directory are not needed: run inside the tree, which is no git repository
+        base = ["git", "-C", str(tree), "apply", "-p1", str(patch)]
+        return base + ["--check"], base
+    raise PrepareError("neither `patch` nor `git` is installed: one is needed to apply vendor/patches")
+
+
 def apply_patches(tree: Path) -> None:
     for patch in PATCHES:
-        base = ["patch", "-p1", "--forward", "--batch", "--silent", "-d", str(tree), "-i", str(patch)]
-        dry = subprocess.run(base + ["--dry-run"], capture_output=True, text=True)
+        dry_run, apply = _patch_command(tree, patch)
+        dry = subprocess.run(dry_run, capture_output=True, text=True)
         if dry.returncode != 0:
             raise PrepareError(f"patch {patch.name} does not apply to this llama.cpp source:\n"
                                f"{(dry.stdout + dry.stderr).strip()}")
-        subprocess.run(base, check=True, capture_output=True)
+        subprocess.run(apply, check=True, capture_output=True)
         log(f"applied {patch.name}")
 
 
