@@ -26,19 +26,10 @@ for i in range(lib.ggml_backend_dev_count()):
 PY
 REPO=$OLDPWD
 export PYTHONFAULTHANDLER=1
-timeout 200 python3 -m pytest -v -p no:cacheprovider "$REPO/tests/test_attention_ops.py" "$REPO/tests/test_synthetic.py" \
-    > "$OUT/pytest_ops.log" 2>&1; echo "ops+synthetic tests rc=$?"; tail -3 "$OUT/pytest_ops.log"
-# the backend tests one by one, so that a crash in one does not hide the others
-python3 -m pytest --collect-only -q -p no:cacheprovider "$REPO/tests/test_quantized_v_backend.py" | grep :: > /tmp/ids
-: > "$OUT/pytest_backend.log"
-while read -r id; do
-    timeout 120 python3 -m pytest -q -p no:cacheprovider "$REPO/$id" >> "$OUT/pytest_backend.log" 2>&1
-    echo "rc=$? $id"
-done < /tmp/ids
+# the image's pytest plugins load other C++ runtimes (torch, jax) into the process; llama.cpp's
+# iostream use then crashed in llama_model::print_info (seen 2026-11-29): run our tests without them
+export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+timeout 400 python3 -m pytest -v -p no:cacheprovider "$REPO/tests/test_quantized_v_backend.py" \
+    "$REPO/tests/test_attention_ops.py" "$REPO/tests/test_synthetic.py" > "$OUT/pytest.log" 2>&1
+echo "backend tests rc=$?"; grep -E "PASSED|FAILED|ERROR|Fatal" "$OUT/pytest.log" | sed 's/.*:://' | tail -80; tail -3 "$OUT/pytest.log"
 if [ "${PROBE:-1}" = 1 ]; then timeout 240 python3 "$REPO/benchmarks/device/depth_probe.py" 2>&1; fi
-if [ "${DEBUG_LOAD:-0}" = 1 ]; then
-    timeout 200 python3 "$REPO/benchmarks/device/debug_load.py"
-    id=$(head -1 /tmp/ids)
-    timeout 120 cuda-gdb -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 -m pytest -q -p no:cacheprovider "$REPO/$id" > "$OUT/gdb.log" 2>&1
-    grep -A30 "SIGSEGV" "$OUT/gdb.log" | head -40
-fi
