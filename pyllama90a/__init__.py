@@ -1,6 +1,27 @@
 """pyllama90a: a patched llama.cpp whose standard attention path reads quantized K and V, through cffi."""
 from __future__ import annotations
 
+
+def _use_installed_native_module() -> None:
+    """Run from a source checkout (e.g. `python -m pyllama90a` in the repository root), the compiled part
+    is not next to these files: take it from the installed copy of the package."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    if any(here.glob("_native.*")):
+        return
+    from importlib import metadata
+
+    try:
+        installed = Path(metadata.distribution("pyllama90a").locate_file("pyllama90a")).resolve()
+    except metadata.PackageNotFoundError:
+        return
+    if installed != here and any(installed.glob("_native.*")):
+        __path__.append(str(installed))
+
+
+_use_installed_native_module()
+
 from ._log import set_native_log_level
 from .default_model import default_model, pull_default_model
 from .errors import (ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,

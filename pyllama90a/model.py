@@ -320,6 +320,51 @@ class Model:
                               _log.recent_native_log())
         self._kv_tokens.extend(tokens)
 
+    @property
+    def n_cached(self) -> int:
+        """How many tokens the KV cache holds (sequence 0)."""
+        self._live()
+        return len(self._kv_tokens)
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Decode `tokens` after the cached ones (positions continue); for manual cache control and benchmarks."""
+        ctx = self._live()
+        tokens = list(tokens)
+        if not tokens:
+            raise InvalidArgumentError("tokens is empty")
+        self._token_array(tokens)
+        n_ctx = lib.llama_n_ctx(ctx)
+        if len(self._kv_tokens) + len(tokens) > n_ctx:
+            raise ContextOverflowError(f"{len(self._kv_tokens)} cached + {len(tokens)} new tokens do not fit "
+                                       f"n_ctx={n_ctx}")
+        with self._lock:
+            if self._busy:
+                raise LlamaError("a generation stream is running on this Model")
+            n_batch = lib.llama_n_batch(ctx)
+            for start in range(0, len(tokens), n_batch):
+                self._decode(tokens[start:start + n_batch])
+            lib.llama_synchronize(ctx)
+
+    def last_logits(self) -> np.ndarray:
+        """A copy of the logits after the last evaluated token, shape (n_vocab,)."""
+        ctx = self._live()
+        if not self._kv_tokens:
+            raise LlamaError("nothing was evaluated yet")
+        row = check(lib.llama_get_logits_ith(ctx, -1), LlamaError, "no logits for the last token")
+        return np.frombuffer(ffi.buffer(row, 4 * self._n_vocab), dtype=np.float32).copy()
+
+    def truncate(self, n_tokens: int) -> None:
+        """Keep only the first `n_tokens` cached tokens."""
+        ctx = self._live()
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or not 0 <= n_tokens:
+            raise InvalidArgumentError(f"n_tokens must be a non-negative integer, got {n_tokens!r}")
+        if n_tokens >= len(self._kv_tokens):
+            return
+        mem = lib.llama_get_memory(ctx)
+        if not lib.llama_memory_seq_rm(mem, 0, n_tokens, -1):  # pragma: no cover - never for a KV cache
+            raise LlamaError("llama.cpp could not truncate the cache")
+        del self._kv_tokens[n_tokens:]
+
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
         ctx = self._live()

@@ -30,3 +30,12 @@ def test_run_reports_errors_without_a_traceback(tmp_path) -> None:
     out = _cli("run", "--model", str(tmp_path / "missing.gguf"), "hi")
     assert out.returncode == 2
     assert "no such file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_module_runs_from_the_source_checkout(model_path) -> None:
+    """README's command runs `python -m pyllama90a` in the repository root, next to the uncompiled sources."""
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "pyllama90a", "run", "--max-tokens", "4", "--n-ctx", "256",
+                          "The capital of France is"], capture_output=True, text=True, timeout=300, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert "Paris" in out.stdout

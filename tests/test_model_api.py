@@ -170,3 +170,20 @@ def test_generate_from_token_ids_equals_generate_from_text(model) -> None:
     assert ids.tokens == text.tokens
     with pytest.raises(pl.InvalidArgumentError):
         model.generate([10**9])
+
+
+def test_eval_and_truncate_manage_the_cache(model_path) -> None:
+    with pl.Model(model_path, n_ctx=256) as m:
+        tokens = m.tokenize("The capital of France is")
+        m.eval(tokens[:3])
+        m.eval(tokens[3:])
+        assert m.n_cached == len(tokens)
+        # what eval left in the cache is what generate would have computed: only the last token is redone
+        out = m.generate(tokens, max_tokens=4, temperature=0)
+        assert out.timings.prompt_tokens_evaluated == 1 and "Paris" in out.text
+        m.truncate(2)
+        assert m.n_cached == 2
+        with pytest.raises(pl.ContextOverflowError):
+            m.eval([5] * 300)
+        with pytest.raises(pl.InvalidArgumentError):
+            m.truncate(-1)

@@ -1,0 +1,248 @@
+"""`python -m pyllama90a.bench`: prefill and decode speed per attention mode at chosen depths.
+
+Every mode runs in this one process, interleaved (for each depth and repetition, each mode in turn) so
+that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}`; the first is the baseline
+of the ratios unless --baseline says otherwise. Quote ratios; absolute times on shared machines drift.
+
+    python -m pyllama90a.bench --depths 0 4096 --modes fa-off:f16/f16 fa-on:q4_0/q4_0 fa-off:q4_0/q4_0
+    python -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 8192 --pp 512 --tg 32
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .kv_types import check_kv_type
+from .model import Model
+
+DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
+
+
+# "+deq" runs a mode with patch 0003's in-place quantized-V decode switched off (the dequantize + mul_mat
+# path of patch 0001), so that both can be compared in one run
+VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0")}
+
+
+@dataclass(frozen=True)
+class Mode:
+    flash_attn: str
+    ctk: str
+    ctv: str
+    variant: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Mode:
+        base, _, variant = text.partition("+")
+        if variant not in VARIANT_ENV:
+            raise InvalidArgumentError(f"mode {text!r}: unknown variant +{variant} (known: +deq)")
+        try:
+            fa, kv = base.split(":")
+            ctk, ctv = kv.split("/")
+            flash_attn = {"fa-on": "on", "fa-off": "off", "fa-auto": "auto"}[fa]
+        except (ValueError, KeyError):
+            raise InvalidArgumentError(f"mode {text!r} is not fa-{{on,off,auto}}:CTK/CTV, e.g. fa-off:q4_0/q4_0")
+        return cls(flash_attn, check_kv_type(ctk, "K"), check_kv_type(ctv, "V"), variant)
+
+    def __str__(self) -> str:
+        return f"fa-{self.flash_attn}:{self.ctk}/{self.ctv}" + (f"+{self.variant}" if self.variant else "")
+
+    def apply_environment(self) -> None:
+        """llama.cpp reads the variant's switch whenever it builds a graph: set it before each use."""
+        for name, value in filter(None, VARIANT_ENV.values()):
+            os.environ.pop(name, None)
+        if VARIANT_ENV[self.variant]:
+            name, value = VARIANT_ENV[self.variant]
+            os.environ[name] = value
+
+
+def machine_name() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
+
+
+def _timed(fn) -> float:  # noqa: ANN001
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def fill(model: Model, tokens: list[int], depth: int) -> None:
+    """Bring the cache to `depth` tokens (untimed); at least one, so that a decode step has a position."""
+    model.truncate(0)
+    model.eval(tokens[:max(depth, 1)])
+
+
+def measure(model: Model, tokens: list[int], pp: int, tg: int) -> dict[str, float]:
+    """Time a prefill of `pp` and a decode of `tg` tokens on top of the filled cache, then restore it."""
+    depth = model.n_cached
+    result = {}
+    if pp:
+        result["pp"] = pp / _timed(lambda: model.eval(tokens[depth:depth + pp]))
+        model.truncate(depth)
+    if tg:
+        def decode_loop() -> None:
+            for tok in tokens[depth:depth + tg]:
+                model.eval([tok])
+
+        result["tg"] = tg / _timed(decode_loop)
+        model.truncate(depth)
+    return result
+
+
+def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int, reps: int,
+        n_threads: int | None, n_gpu_layers: int, progress=sys.stderr) -> dict:  # noqa: ANN001
+    n_ctx = max(depths) + max(pp, tg) + 2  # the cache holds at least one token (fill)
+    models = {}
+    for mode in modes:
+        mode.apply_environment()
+        models[mode] = Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
+                             n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512, n_ubatch=512)
+    try:
+        n_vocab = models[modes[0]]._n_vocab
+        tokens = np.random.default_rng(0).integers(10, n_vocab, size=n_ctx).tolist()
+        samples: dict[tuple[str, int, str], list[float]] = {}
+        total, done = len(depths) * (reps + 1) * len(modes), 0
+        for depth in depths:
+            for mode in modes:
+                mode.apply_environment()
+                print(f"filling {mode} to depth {depth} ...", file=progress, flush=True)
+                fill(models[mode], tokens, depth)
+            for rep in range(-1, reps):  # rep -1 warms caches and is discarded
+                for mode in modes:
+                    mode.apply_environment()
+                    r = measure(models[mode], tokens, pp, tg)
+                    done += 1
+                    if rep >= 0:
+                        for test, tps in r.items():
+                            samples.setdefault((str(mode), depth, test), []).append(tps)
+                    print(f"[{done}/{total}] depth {depth} {mode} {'warm-up' if rep < 0 else f'rep {rep + 1}'}: "
+                          + ", ".join(f"{k} {v:.1f} tok/s" for k, v in r.items()), file=progress, flush=True)
+        kv = {str(mode): models[mode].kv_cache for mode in modes}
+    finally:
+        for m in models.values():
+            m.close()
+    rows = []
+    for (mode, depth, test), values in samples.items():
+        rows.append(dict(mode=mode, depth=depth, test=f"{test}{pp if test == 'pp' else tg}", kind=test,
+                         tok_s_mean=statistics.fmean(values),
+                         tok_s_sd=statistics.stdev(values) if len(values) > 1 else 0.0, samples=values,
+                         kv_k_bytes=kv[mode].k_bytes, kv_v_bytes=kv[mode].v_bytes))
+    return dict(machine=machine_name(), model=str(model_path), n_ctx=n_ctx, n_threads=n_threads, pp=pp, tg=tg,
+                reps=reps, depths=depths, modes=[str(m) for m in modes], rows=rows,
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+
+
+def add_ratios(result: dict, baseline: str) -> None:
+    base = {(r["depth"], r["kind"]): r["tok_s_mean"] for r in result["rows"] if r["mode"] == baseline}
+    result["baseline"] = baseline
+    for r in result["rows"]:
+        b = base.get((r["depth"], r["kind"]))
+        r["ratio_vs_baseline"] = r["tok_s_mean"] / b if b else None
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Machine: {result['machine']}  ",
+             f"Model: `{Path(result['model']).name}`, n_ctx {result['n_ctx']}, threads {result['n_threads']}, "
+             f"{result['reps']} reps (mean ± sd), baseline `{result['baseline']}`, {result['date']}", "",
+             "| mode | depth | test | tok/s | vs baseline | KV MiB (K+V) |", "|---|---:|---|---:|---:|---:|"]
+    for r in sorted(result["rows"], key=lambda r: (r["kind"], r["depth"], result["modes"].index(r["mode"]))):
+        ratio = f"{r['ratio_vs_baseline']:.2f}x" if r["ratio_vs_baseline"] else "-"
+        kv = (r["kv_k_bytes"] + r["kv_v_bytes"]) / 2**20
+        lines.append(f"| {r['mode']} | {r['depth']} | {r['test']} | {r['tok_s_mean']:.1f} ± {r['tok_s_sd']:.1f} "
+                     f"| {ratio} | {kv:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, kind, title in ((axes[0], "pp", f"prefill (pp{result['pp']})"),
+                            (axes[1], "tg", f"decode (tg{result['tg']})")):
+        for mode in result["modes"]:
+            rows = sorted((r for r in result["rows"] if r["mode"] == mode and r["kind"] == kind),
+                          key=lambda r: r["depth"])
+            ax.errorbar([r["depth"] for r in rows], [r["tok_s_mean"] for r in rows],
+                        yerr=[r["tok_s_sd"] for r in rows], marker="o", capsize=3, label=mode)
+        ax.set_title(title)
+        ax.set_xlabel("depth (tokens in the KV cache)")
+        ax.set_ylabel("tok/s")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"{Path(result['model']).name} on {result['machine']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--model", help="GGUF path (default: the default model)")
+    src.add_argument("--synthetic", help="a random-weight model shape from pyllama90a.synthetic (e.g. 1b-hd64)")
+    ap.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES))
+    ap.add_argument("--baseline", help="mode the ratios refer to (default: the first)")
+    ap.add_argument("--depths", nargs="+", type=int, default=[0, 4096])
+    ap.add_argument("--pp", type=int, default=512, help="prefill tokens per measurement (0: skip)")
+    ap.add_argument("--tg", type=int, default=32, help="decoded tokens per measurement (0: skip)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--n-gpu-layers", type=int, default=-1)
+    ap.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: print only)")
+    args = ap.parse_args(argv)
+
+    modes = [Mode.parse(m) for m in args.modes]
+    baseline = str(Mode.parse(args.baseline)) if args.baseline else str(modes[0])
+    if baseline not in map(str, modes):
+        ap.error(f"--baseline {baseline} is not one of --modes")
+    if args.reps < 1 or min(args.depths) < 0 or args.pp < 0 or args.tg < 0:
+        ap.error("--reps must be >= 1 and --depths, --pp, --tg >= 0")
+    if args.synthetic:
+        from .synthetic import synthetic_model
+
+        model_path = synthetic_model(args.synthetic)
+    else:
+        from .default_model import default_model
+
+        model_path = Path(args.model) if args.model else default_model()
+    result = run(model_path, modes, sorted(set(args.depths)), args.pp, args.tg, args.reps, args.threads,
+                 args.n_gpu_layers)
+    add_ratios(result, baseline)
+    table = markdown(result)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps(result, indent=1))
+        (out / "bench.md").write_text(table)
+        if not plot(result, out / "bench.png"):
+            print("matplotlib is not installed: no bench.png (pip install 'pyllama90a[bench]')", file=sys.stderr)
+        print(f"wrote {out}/bench.json, bench.md" + (", bench.png" if (out / "bench.png").exists() else ""),
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
