@@ -133,6 +133,7 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
                     print(f"[{done}/{total}] depth {depth} {mode} {'warm-up' if rep < 0 else f'rep {rep + 1}'}: "
                           + ", ".join(f"{k} {v:.1f} tok/s" for k, v in r.items()), file=progress, flush=True)
         kv = {str(mode): models[mode].kv_cache for mode in modes}
+        compute = {str(mode): models[mode].compute_buffer_bytes for mode in modes}
     finally:
         for m in models.values():
             m.close()
@@ -141,7 +142,8 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
         rows.append(dict(mode=mode, depth=depth, test=f"{test}{pp if test == 'pp' else tg}", kind=test,
                          tok_s_mean=statistics.fmean(values),
                          tok_s_sd=statistics.stdev(values) if len(values) > 1 else 0.0, samples=values,
-                         kv_k_bytes=kv[mode].k_bytes, kv_v_bytes=kv[mode].v_bytes))
+                         kv_k_bytes=kv[mode].k_bytes, kv_v_bytes=kv[mode].v_bytes,
+                         compute_buffer_bytes=compute[mode]))
     return dict(machine=machine_name(), model=str(model_path), n_ctx=n_ctx, n_threads=n_threads, pp=pp, tg=tg,
                 reps=reps, depths=depths, modes=[str(m) for m in modes], rows=rows,
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
@@ -159,12 +161,13 @@ def markdown(result: dict) -> str:
     lines = [f"Machine: {result['machine']}  ",
              f"Model: `{Path(result['model']).name}`, n_ctx {result['n_ctx']}, threads {result['n_threads']}, "
              f"{result['reps']} reps (mean ± sd), baseline `{result['baseline']}`, {result['date']}", "",
-             "| mode | depth | test | tok/s | vs baseline | KV MiB (K+V) |", "|---|---:|---|---:|---:|---:|"]
+             "| mode | depth | test | tok/s | vs baseline | KV MiB (K+V) | compute MiB |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for r in sorted(result["rows"], key=lambda r: (r["kind"], r["depth"], result["modes"].index(r["mode"]))):
         ratio = f"{r['ratio_vs_baseline']:.2f}x" if r["ratio_vs_baseline"] else "-"
         kv = (r["kv_k_bytes"] + r["kv_v_bytes"]) / 2**20
         lines.append(f"| {r['mode']} | {r['depth']} | {r['test']} | {r['tok_s_mean']:.1f} ± {r['tok_s_sd']:.1f} "
-                     f"| {ratio} | {kv:.1f} |")
+                     f"| {ratio} | {kv:.1f} | {r['compute_buffer_bytes'] / 2**20:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -234,6 +234,11 @@ class Model:
         lib.llama_kv_cache_bytes(self._live(), k, v)
         return KVCacheInfo(self.ctk, self.ctv, self.n_ctx, k[0], v[0])
 
+    @property
+    def compute_buffer_bytes(self) -> int:
+        """Bytes of the compute buffers llama.cpp reserved for this context (all backends)."""
+        return lib.llama_compute_buffer_bytes(self._live())
+
     def metadata(self, key: str) -> str | None:
         self._live()
         buf = ffi.new("char[]", 4096)

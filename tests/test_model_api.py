@@ -187,3 +187,12 @@ def test_eval_and_truncate_manage_the_cache(model_path) -> None:
             m.eval([5] * 300)
         with pytest.raises(pl.InvalidArgumentError):
             m.truncate(-1)
+
+
+def test_compute_buffer_is_reported_and_grows_with_the_context(model_path) -> None:
+    sizes = []
+    for n_ctx in (256, 2048):
+        with pl.Model(model_path, n_ctx=n_ctx, flash_attn="off") as m:
+            sizes.append(m.compute_buffer_bytes)
+    # without FA the KQ matrix (n_kv x n_ubatch x n_head floats) grows with the context
+    assert 0 < sizes[0] < sizes[1]
