@@ -104,8 +104,19 @@ def measure(model: Model, tokens: list[int], pp: int, tg: int) -> dict[str, floa
     return result
 
 
+def measure_generate(model: Model, tokens: list[int], tg: int) -> float:
+    """Decode speed through Model.generate (greedy sampling, detokenizing, streaming bookkeeping): the
+    Python API's per-token cost on top of the raw decode loop that `measure` times."""
+    depth = model.n_cached
+    c = model.generate(tokens[:depth + 1], max_tokens=tg, temperature=0)  # reuses the cached prefix
+    model.truncate(depth)
+    # n tokens take n samples but n - 1 decodes (the last token is not fed back): count decode steps
+    return (c.usage.completion_tokens - 1) / (c.timings.generate_ms / 1e3)
+
+
 def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int, reps: int,
-        n_threads: int | None, n_gpu_layers: int, progress=sys.stderr) -> dict:  # noqa: ANN001
+        n_threads: int | None, n_gpu_layers: int, overhead: bool = True,
+        progress=sys.stderr) -> dict:  # noqa: ANN001
     n_ctx = max(depths) + max(pp, tg) + 2  # the cache holds at least one token (fill)
     models = {}
     for mode in modes:
@@ -126,6 +137,8 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
                 for mode in modes:
                     mode.apply_environment()
                     r = measure(models[mode], tokens, pp, tg)
+                    if tg and overhead and mode == modes[0]:
+                        r["gen"] = measure_generate(models[mode], tokens, tg)
                     done += 1
                     if rep >= 0:
                         for test, tps in r.items():
@@ -149,11 +162,29 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
 
 
+def memory_report(model_path: Path, modes: list[Mode], n_ctx: int, baseline: str, n_gpu_layers: int) -> str:
+    """KV and compute-buffer bytes per mode at `n_ctx` (contexts are created one at a time, nothing runs)."""
+    rows = []
+    for mode in modes:
+        mode.apply_environment()
+        with Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
+                   n_batch=512, n_ubatch=512, n_gpu_layers=n_gpu_layers) as m:
+            rows.append((str(mode), m.kv_cache.total_bytes, m.compute_buffer_bytes))
+    base = next(r for r in rows if r[0] == baseline)
+    lines = [f"Machine: {machine_name()}  ", f"Model: `{model_path.name}`, n_ctx {n_ctx}, n_ubatch 512", "",
+             "| mode | KV MiB | vs baseline | compute buffer MiB | vs baseline |", "|---|---:|---:|---:|---:|"]
+    for name, kv, compute in rows:
+        lines.append(f"| {name} | {kv / 2**20:.1f} | {kv / base[1]:.3f}x | {compute / 2**20:.1f} | "
+                     f"{compute / base[2]:.3f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def add_ratios(result: dict, baseline: str) -> None:
     base = {(r["depth"], r["kind"]): r["tok_s_mean"] for r in result["rows"] if r["mode"] == baseline}
     result["baseline"] = baseline
     for r in result["rows"]:
-        b = base.get((r["depth"], r["kind"]))
+        # Model.generate's speed is compared with the raw decode loop of the same mode
+        b = base.get((r["depth"], "tg" if r["kind"] == "gen" else r["kind"]))
         r["ratio_vs_baseline"] = r["tok_s_mean"] / b if b else None
 
 
@@ -213,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--n-gpu-layers", type=int, default=-1)
+    ap.add_argument("--no-overhead", action="store_true",
+                    help="skip the Model.generate vs raw decode loop comparison (gen rows)")
+    ap.add_argument("--memory-only", type=int, metavar="N_CTX",
+                    help="only report KV and compute-buffer bytes per mode at this n_ctx (no timing)")
     ap.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: print only)")
     args = ap.parse_args(argv)
 
@@ -230,8 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         from .default_model import default_model
 
         model_path = Path(args.model) if args.model else default_model()
+    if args.memory_only:
+        table = memory_report(model_path, modes, args.memory_only, baseline, args.n_gpu_layers)
+        print(table)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / f"memory-{args.memory_only}.md").write_text(table)
+        return 0
     result = run(model_path, modes, sorted(set(args.depths)), args.pp, args.tg, args.reps, args.threads,
-                 args.n_gpu_layers)
+                 args.n_gpu_layers, overhead=not args.no_overhead)
     add_ratios(result, baseline)
     table = markdown(result)
     print(table)

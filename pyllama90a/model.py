@@ -17,6 +17,7 @@ from . import _log
 from ._ffi import ffi, lib
 from .errors import (ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
                      LlamaError, ModelFormatError, ModelLoadError, check)
+from .attention_policy import AttentionChoice, choose
 from .gguf_header import read_header
 from .kv_types import block_size, check_kv_type, ggml_type
 from .sampling import SamplerChain, SamplingParams
@@ -150,7 +151,8 @@ class Model:
         cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.type_k = ggml_type(self.ctk)
         cparams.type_v = ggml_type(self.ctv)
-        cparams.flash_attn_type = getattr(lib, FLASH_ATTN[flash_attn])
+        self._attention = choose(flash_attn, self.ctk, self.ctv, n_gpu_layers)
+        cparams.flash_attn_type = getattr(lib, FLASH_ATTN[self._attention.flash_attn])
         cparams.no_perf = False
         if self.embedding:
             cparams.pooling_type = self._pooling_for(header)
@@ -233,6 +235,11 @@ class Model:
         k, v = ffi.new("size_t *"), ffi.new("size_t *")
         lib.llama_kv_cache_bytes(self._live(), k, v)
         return KVCacheInfo(self.ctk, self.ctv, self.n_ctx, k[0], v[0])
+
+    @property
+    def attention(self) -> AttentionChoice:
+        """What flash_attn setting llama.cpp was given, on which device, and why (see attention_policy)."""
+        return self._attention
 
     @property
     def compute_buffer_bytes(self) -> int:

@@ -196,3 +196,14 @@ def test_compute_buffer_is_reported_and_grows_with_the_context(model_path) -> No
             sizes.append(m.compute_buffer_bytes)
     # without FA the KQ matrix (n_kv x n_ubatch x n_head floats) grows with the context
     assert 0 < sizes[0] < sizes[1]
+
+
+def test_flash_attn_auto_follows_the_policy_on_cpu(model_path) -> None:
+    with pl.Model(model_path, ctk="q4_0", ctv="q4_0", n_ctx=256) as m:
+        assert m.flash_attn == "auto"
+        assert (m.attention.flash_attn, m.attention.backend) == ("off", "CPU")
+        assert "quantized V" in m.attention.reason
+    with pl.Model(model_path, n_ctx=256) as m:
+        assert m.attention.flash_attn == "auto"  # f16: llama.cpp's own choice
+    with pl.Model(model_path, ctk="q4_0", ctv="q4_0", flash_attn="on", n_ctx=256) as m:
+        assert m.attention == pl.AttentionChoice("on", "CPU", "requested")

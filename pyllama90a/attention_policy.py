@@ -1,0 +1,71 @@
+"""What flash_attn="auto" means: FA on or off per backend and KV types, from measured results.
+
+| backend            | KV types                        | choice              | evidence                                                |
+|--------------------|---------------------------------|---------------------|---------------------------------------------------------|
+| CPU                | quantized V                     | off                 | benchmarks/results/cpu-smollm2-depth4096 (FA-off with   |
+|                    |                                 |                     | patch 0003 decodes and prefills faster than FA-on)      |
+| CPU                | f16/bf16/f32 V                  | llama.cpp decides   | upstream behaviour                                      |
+| CUDA               | K/V pairs CUDA's FA kernels     | on                  | benchmarks/results/h200-1b-hd64-design-a-probe.json     |
+|                    | have (f16, bf16, q8_0, q4_0)    |                     | (FA-on beats FA-off at 8K and 32K)                      |
+| CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types           |
+| HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
+| HIP, other         | any                             | llama.cpp decides   | no measurement                                          |
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger("pyllama90a")
+
+CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")}
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    flash_attn: str  # what llama.cpp is asked for: "on", "off", or "auto" (llama.cpp decides)
+    backend: str     # the device attention runs on, e.g. "CPU" or "CUDA0 (NVIDIA H200)"
+    reason: str
+
+
+def _attention_device(n_gpu_layers: int) -> tuple[str, str]:
+    """(kind, label) of the first GPU when layers are offloaded, else the CPU."""
+    from ._ffi import ffi, lib
+
+    if n_gpu_layers != 0:
+        for i in range(lib.ggml_backend_dev_count()):
+            dev = lib.ggml_backend_dev_get(i)
+            if lib.ggml_backend_dev_type(dev) != lib.GGML_BACKEND_DEVICE_TYPE_GPU:
+                continue
+            name = ffi.string(lib.ggml_backend_dev_name(dev)).decode()
+            desc = ffi.string(lib.ggml_backend_dev_description(dev)).decode()
+            label = f"{name} ({desc})"
+            if name.startswith("CUDA"):
+                return "cuda", label
+            if name.startswith(("ROCm", "HIP")):
+                return ("gfx90a" if "gfx90a" in desc.lower() or "mi210" in desc.lower() else "hip"), label
+            return "gpu", label
+    return "cpu", "CPU"
+
+
+def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int) -> AttentionChoice:
+    kind, label = _attention_device(n_gpu_layers)
+    if requested != "auto":
+        return AttentionChoice(requested, label, "requested")
+    quantized_v = ctv not in ("f16", "bf16", "f32")
+    if kind == "cpu":
+        if quantized_v:
+            choice = AttentionChoice("off", label, "CPU with quantized V: the non-FA path with patch 0003 is faster")
+        else:
+            choice = AttentionChoice("auto", label, "CPU with unquantized V: llama.cpp decides")
+    elif kind == "cuda":
+        if (ctk, ctv) in CUDA_FA_PAIRS:
+            choice = AttentionChoice("on", label, "CUDA: FA-on is faster at depth for these types (H200)")
+        else:
+            choice = AttentionChoice("off", label, f"CUDA has no FA kernel for K {ctk} / V {ctv}")
+    elif kind == "gfx90a":
+        choice = AttentionChoice("off", label, "gfx90a: FA is 2.6x slower at prefill, 6.7x at decode (MI210)")
+    else:
+        choice = AttentionChoice("auto", label, "no measurement for this backend: llama.cpp decides")
+    logger.info("flash_attn=auto -> %s on %s: %s", choice.flash_attn, choice.backend, choice.reason)
+    return choice

@@ -1,0 +1,66 @@
+"""KV cache sizes from the GGUF header alone, before loading anything big.
+
+`kv_bytes(path, n_ctx, ctk, ctv)` equals what a loaded `Model(path, n_ctx=..., ctk=..., ctv=...).kv_cache`
+reports for models with one full-attention KV cache (llama and its relatives); `max_n_ctx` is its inverse
+for a byte budget. Models with sliding-window or recurrent layers are refused rather than guessed.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError, ModelFormatError
+from .gguf_header import read_header
+from .kv_types import check_kv_type, ggml_type
+
+KV_CELL_PADDING = 256  # llama.cpp rounds the number of KV cells up to a multiple of this
+
+
+@dataclass(frozen=True)
+class KVBytes:
+    n_ctx: int  # KV cells after llama.cpp's rounding
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+def _per_cell_bytes(path: str | os.PathLike, ctk: str, ctv: str) -> tuple[int, int]:
+    from ._ffi import lib
+
+    header = read_header(path)
+    arch = header.architecture
+    get = lambda key, default=None: header.get(f"{arch}.{key}", default)  # noqa: E731
+    if get("attention.sliding_window") is not None or get("ssm.state_size") is not None:
+        raise ModelFormatError(f"{path}: {arch} has sliding-window or recurrent layers; load it and read "
+                               f"Model.kv_cache instead")
+    n_layer, n_embd, n_head = get("block_count"), get("embedding_length"), get("attention.head_count")
+    n_head_kv = get("attention.head_count_kv", n_head)
+    if not all(isinstance(x, int) and x > 0 for x in (n_layer, n_embd, n_head, n_head_kv)):
+        raise ModelFormatError(f"{path}: the header lacks the attention shape ({arch}.block_count, ...)")
+    head_k = get("attention.key_length", n_embd // n_head)
+    head_v = get("attention.value_length", n_embd // n_head)
+    k = n_layer * lib.ggml_row_size(ggml_type(ctk), head_k * n_head_kv)
+    v = n_layer * lib.ggml_row_size(ggml_type(ctv), head_v * n_head_kv)
+    return k, v
+
+
+def kv_bytes(path: str | os.PathLike, n_ctx: int, ctk: str = "f16", ctv: str = "f16") -> KVBytes:
+    """Bytes of K and V for `n_ctx` tokens, as llama.cpp will allocate them."""
+    ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
+        raise InvalidArgumentError(f"n_ctx must be a positive integer, got {n_ctx!r}")
+    k, v = _per_cell_bytes(path, ctk, ctv)
+    cells = -(-n_ctx // KV_CELL_PADDING) * KV_CELL_PADDING
+    return KVBytes(cells, k * cells, v * cells)
+
+
+def max_n_ctx(path: str | os.PathLike, budget_bytes: int, ctk: str = "f16", ctv: str = "f16") -> int:
+    """The largest n_ctx (a multiple of 256) whose K and V fit in `budget_bytes`; 0 if none does."""
+    ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
+        raise InvalidArgumentError(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
+    k, v = _per_cell_bytes(path, ctk, ctv)
+    return budget_bytes // (k + v) // KV_CELL_PADDING * KV_CELL_PADDING
