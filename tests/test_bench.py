@@ -1,0 +1,53 @@
+"""The benchmark tool end to end on a tiny random-weight model (speed is not asserted: benchmarks prove it)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyllama90a.bench import Mode, main
+
+
+def test_mode_parsing() -> None:
+    m = Mode.parse("fa-off:q4_0/q8_0+deq")
+    assert (m.flash_attn, m.ctk, m.ctv, m.variant, str(m)) == ("off", "q4_0", "q8_0", "deq", "fa-off:q4_0/q8_0+deq")
+    for bad in ("fa-maybe:f16/f16", "fa-off:f16", "fa-off:f16/q9", "fa-off:f16/f16+fast"):
+        with pytest.raises(ValueError):
+            Mode.parse(bad)
+
+
+def test_bench_writes_json_and_markdown_with_ratios(tmp_path: Path) -> None:
+    assert main(["--synthetic", "tiny", "--depths", "0", "40", "--pp", "8", "--tg", "3", "--reps", "2",
+                 "--modes", "fa-off:f16/f16", "fa-off:q4_0/q4_0", "fa-off:q4_0/q4_0+deq", "--threads", "2",
+                 "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["baseline"] == "fa-off:f16/f16"
+    kinds = {(r["mode"], r["depth"], r["kind"]) for r in result["rows"]}
+    for mode in result["modes"]:
+        for depth in (0, 40):
+            assert {(mode, depth, "pp"), (mode, depth, "tg")} <= kinds
+    assert ("fa-off:f16/f16", 40, "gen") in kinds  # Model.generate vs the raw loop, baseline mode only
+    for r in result["rows"]:
+        assert len(r["samples"]) == 2 and r["tok_s_mean"] > 0 and r["ratio_vs_baseline"] > 0
+        assert r["compute_buffer_bytes"] > 0
+    q4 = next(r for r in result["rows"] if r["mode"] == "fa-off:q4_0/q4_0")
+    f16 = next(r for r in result["rows"] if r["mode"] == "fa-off:f16/f16")
+    assert q4["kv_v_bytes"] * 64 == f16["kv_v_bytes"] * 18
+    table = (tmp_path / "bench.md").read_text()
+    assert "| fa-off:q4_0/q4_0+deq | 40 | tg3 |" in table
+
+
+def test_memory_only_report(tmp_path: Path) -> None:
+    assert main(["--synthetic", "tiny", "--memory-only", "1024", "--modes", "fa-off:f16/f16", "fa-off:q4_0/q4_0",
+                 "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "memory-1024.md").read_text()
+    assert "| fa-off:q4_0/q4_0 |" in table and "0.281x" in table
+
+
+def test_bench_rejects_bad_arguments() -> None:
+    out = subprocess.run([sys.executable, "-m", "pyllama90a.bench", "--reps", "0", "--synthetic", "tiny"],
+                         capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 2 and "--reps" in out.stderr
