@@ -27,7 +27,6 @@ struct llama_model_params {
     llama_progress_callback progress_callback;
     void * progress_callback_user_data;
     bool vocab_only;
-    bool use_extra_bufts;
     ...;
 };
 
