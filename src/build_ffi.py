@@ -10,7 +10,7 @@ from pathlib import Path
 import cffi
 
 DECL_DIR = Path(__file__).resolve().parent / "decl"
-DECL_ORDER = ("ggml.h", "llama.h", "native_helpers.h")
+DECL_ORDER = ("ggml_decl.h", "llama_decl.h", "native_helpers_decl.h")
 
 
 def make_ffi() -> cffi.FFI:

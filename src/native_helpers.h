@@ -1,5 +1,5 @@
 #pragma once
-/* pyllama90a's own C helpers; their cffi declarations are in decl/native_helpers.h */
+/* pyllama90a's own C helpers; their cffi declarations are in decl/native_helpers_decl.h */
 void pyllama90a_log_attach(int min_level);
 void pyllama90a_log_detach(void);
 /* defined by the generated cffi module (extern "Python+C") */
