@@ -281,9 +281,12 @@ class Model:
             n = lib.llama_detokenize(self._vocab, toks, len(tokens), buf, cap, False, special)
         return ffi.unpack(buf, check(n, LlamaError, "detokenization failed")).decode("utf-8", "replace")
 
-    def _token_array(self, tokens: Sequence[int]):  # noqa: ANN202
+    def _check_tokens(self, tokens: Sequence[int]) -> None:
         if not all(isinstance(t, int) and 0 <= t < self._n_vocab for t in tokens):
             raise InvalidArgumentError(f"tokens must be integers in [0, {self._n_vocab})")
+
+    def _token_array(self, tokens: Sequence[int]):  # noqa: ANN202
+        self._check_tokens(tokens)
         return ffi.new("llama_token[]", list(tokens))
 
     def _piece(self, token: int) -> bytes:
@@ -344,7 +347,7 @@ class Model:
         tokens = list(tokens)
         if not tokens:
             raise InvalidArgumentError("tokens is empty")
-        self._token_array(tokens)
+        self._check_tokens(tokens)
         n_ctx = lib.llama_n_ctx(ctx)
         if len(self._kv_tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(f"{len(self._kv_tokens)} cached + {len(tokens)} new tokens do not fit "
@@ -383,7 +386,7 @@ class Model:
         tokens = list(tokens)
         if not tokens:
             raise InvalidArgumentError("tokens is empty")
-        self._token_array(tokens)  # validates ids
+        self._check_tokens(tokens)
         n_ctx = lib.llama_n_ctx(ctx)
         if len(tokens) > n_ctx:
             raise ContextOverflowError(f"{len(tokens)} tokens do not fit n_ctx={n_ctx}")
@@ -428,7 +431,7 @@ class Model:
         """
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
             self._live()
-            self._token_array(prompt)  # validates the ids
+            self._check_tokens(prompt)
             tokens = list(prompt)
         elif not isinstance(prompt, str):
             raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
