@@ -335,6 +335,21 @@ class Model:
                               _log.recent_native_log())
         self._kv_tokens.extend(tokens)
 
+    def _fitting_tokens(self, tokens: Sequence[int], after: int) -> list[int]:
+        """`tokens` as a list, checked to be valid ids that fit the context after `after` cached ones."""
+        tokens = list(tokens)
+        if not tokens:
+            raise InvalidArgumentError("tokens is empty")
+        self._check_tokens(tokens)
+        n_ctx = lib.llama_n_ctx(self._ctx)
+        if after + len(tokens) > n_ctx:
+            raise ContextOverflowError(f"{after} cached + {len(tokens)} new tokens do not fit n_ctx={n_ctx}")
+        return tokens
+
+    def _ensure_idle(self) -> None:
+        if self._busy:
+            raise LlamaError("a generation stream is running on this Model")
+
     @property
     def n_cached(self) -> int:
         """How many tokens the KV cache holds (sequence 0)."""
@@ -344,17 +359,9 @@ class Model:
     def eval(self, tokens: Sequence[int]) -> None:
         """Decode `tokens` after the cached ones (positions continue); for manual cache control and benchmarks."""
         ctx = self._live()
-        tokens = list(tokens)
-        if not tokens:
-            raise InvalidArgumentError("tokens is empty")
-        self._check_tokens(tokens)
-        n_ctx = lib.llama_n_ctx(ctx)
-        if len(self._kv_tokens) + len(tokens) > n_ctx:
-            raise ContextOverflowError(f"{len(self._kv_tokens)} cached + {len(tokens)} new tokens do not fit "
-                                       f"n_ctx={n_ctx}")
+        tokens = self._fitting_tokens(tokens, len(self._kv_tokens))
         with self._lock:
-            if self._busy:
-                raise LlamaError("a generation stream is running on this Model")
+            self._ensure_idle()
             n_batch = lib.llama_n_batch(ctx)
             for start in range(0, len(tokens), n_batch):
                 self._decode(tokens[start:start + n_batch])
@@ -383,16 +390,9 @@ class Model:
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
         ctx = self._live()
-        tokens = list(tokens)
-        if not tokens:
-            raise InvalidArgumentError("tokens is empty")
-        self._check_tokens(tokens)
-        n_ctx = lib.llama_n_ctx(ctx)
-        if len(tokens) > n_ctx:
-            raise ContextOverflowError(f"{len(tokens)} tokens do not fit n_ctx={n_ctx}")
+        tokens = self._fitting_tokens(tokens, 0)
         with self._lock:
-            if self._busy:
-                raise LlamaError("a generation stream is running on this Model")
+            self._ensure_idle()
             lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
             self._kv_tokens = []
             n_batch = lib.llama_n_batch(ctx)
@@ -566,8 +566,7 @@ class Model:
         n_ubatch = lib.llama_n_batch(ctx)
         out = np.empty((len(texts), n_embd), dtype=np.float32)
         with self._lock:
-            if self._busy:
-                raise LlamaError("a generation stream is running on this Model")
+            self._ensure_idle()
             lib.llama_set_embeddings(ctx, True)
             try:
                 for i, t in enumerate(texts):
