@@ -1,7 +1,6 @@
 """`Model`: one llama.cpp model and its context, with text generation, chat, embeddings and state."""
 from __future__ import annotations
 
-import codecs
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ from .attention_policy import AttentionChoice, choose
 from .gguf_header import read_header
 from .kv_types import block_size, check_kv_type, ggml_type
 from .sampling import SamplerChain, SamplingParams
+from .text_stream import TextStream
 
 FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
               "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
@@ -108,7 +108,7 @@ class Model:
     def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
                  flash_attn: str = "auto", n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_gpu_layers: int = -1, n_threads: int | None = None, seed: int | None = None,
-                 embedding: bool = False) -> None:
+                 embedding: bool = False, n_seq_max: int = 1) -> None:
         self._ctx = self._model = None
         self._lock = threading.RLock()
         self._busy = False
@@ -123,6 +123,8 @@ class Model:
             raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {flash_attn!r}")
         self.flash_attn = flash_attn
         _positive_int("n_ctx", n_ctx)
+        # sequences with a KV stream of n_ctx / n_seq_max cells each (BatchEngine); this Model's own calls use 0
+        _positive_int("n_seq_max", n_seq_max)
         _positive_int("n_batch", n_batch)
         n_ubatch = min(_positive_int("n_ubatch", n_ubatch), n_batch)
         if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int):
@@ -147,7 +149,8 @@ class Model:
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_ubatch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = n_seq_max
+        cparams.kv_unified = False
         cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.type_k = ggml_type(self.ctk)
         cparams.type_v = ggml_type(self.ctv)
@@ -223,6 +226,12 @@ class Model:
     @property
     def n_ctx(self) -> int:
         return lib.llama_n_ctx(self._live())
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Cells one sequence can use: n_ctx, or n_ctx / n_seq_max with several sequences."""
+        ctx = self._live()
+        return lib.llama_n_ctx(ctx) // lib.llama_n_seq_max(ctx)
 
     @property
     def n_ctx_train(self) -> int:
@@ -305,7 +314,7 @@ class Model:
         Returns how many tokens were decoded. The logits of the last token are ready afterwards.
         """
         ctx = self._live()
-        n_ctx = lib.llama_n_ctx(ctx)
+        n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(
                 f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx} "
@@ -341,7 +350,7 @@ class Model:
         if not tokens:
             raise InvalidArgumentError("tokens is empty")
         self._check_tokens(tokens)
-        n_ctx = lib.llama_n_ctx(self._ctx)
+        n_ctx = self.n_ctx_seq
         if after + len(tokens) > n_ctx:
             raise ContextOverflowError(f"{after} cached + {len(tokens)} new tokens do not fit n_ctx={n_ctx}")
         return tokens
@@ -487,7 +496,7 @@ class Model:
             sampling["seed"] = self._sampling_seed
         params = SamplingParams(**sampling)  # type: ignore[arg-type]
         self._live()
-        n_ctx = self.n_ctx
+        n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
         pieces = self._run(tokens, max_tokens, stops, params)
@@ -515,12 +524,9 @@ class Model:
         n_evaluated = self._evaluate(prompt)
         t1 = time.perf_counter()
         sampler = SamplerChain(params, self._n_vocab)
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        n_ctx = lib.llama_n_ctx(self._ctx)
+        stream = TextStream(stops)
+        n_ctx = self.n_ctx_seq
         generated: list[int] = []
-        text = ""          # all text produced so far (stop strings cut from it)
-        emitted = 0        # how much of `text` was yielded
-        hold = max((len(s) for s in stops), default=1) - 1  # a stop string may still be forming
         finish: FinishReason = "length"
         pending: list[int] = []
         while len(generated) < max_tokens:
@@ -530,26 +536,23 @@ class Model:
                 break
             generated.append(token)
             pending.append(token)
-            text += decoder.decode(self._piece(token))
-            cut = min((i for i in (text.find(s, max(0, emitted - hold)) for s in stops) if i >= 0), default=-1)
-            if cut >= 0:
-                text = text[:cut]
+            shown = stream.add(self._piece(token))
+            if stream.stopped:
                 finish = "stop"
                 break
-            safe = len(text) - hold if stops else len(text)
-            if safe > emitted:
-                yield Piece(text[emitted:safe], pending)
-                emitted, pending = safe, []
+            if shown:
+                yield Piece(shown, pending)
+                pending = []
             if len(generated) >= max_tokens or len(self._kv_tokens) + 1 >= n_ctx:
                 break
             self._decode([token])
         # a character cut off by max_tokens is dropped, not shown as U+FFFD (its tokens stay in `tokens`)
         t2 = time.perf_counter()
         completion = Completion(
-            text=text, tokens=generated, finish_reason=finish,
+            text=stream.text, tokens=generated, finish_reason=finish,
             usage=Usage(len(prompt), len(generated)),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(text[emitted:], pending, finish, completion)
+        yield Piece(stream.flush(), pending, finish, completion)
 
     # -- embeddings ----------------------------------------------------------------------------------
 

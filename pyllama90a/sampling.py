@@ -26,6 +26,8 @@ class SamplingParams:
     top_p: float = 0.95
     min_p: float = 0.05
     repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0  # OpenAI's: subtract n * this from the logit of a token seen n times
+    presence_penalty: float = 0.0   # OpenAI's: subtract this from the logit of a token seen at all
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -36,6 +38,8 @@ class SamplingParams:
         _number("repeat_penalty", self.repeat_penalty, 0.0, 100.0)
         if self.repeat_penalty == 0.0:
             raise InvalidArgumentError("repeat_penalty must be > 0 (1.0 disables it)")
+        _number("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        _number("presence_penalty", self.presence_penalty, -2.0, 2.0)
         if self.seed is not None:
             _number("seed", self.seed, 0, RANDOM_SEED - 1, integer=True)
 
@@ -51,8 +55,10 @@ class SamplerChain:
         chain = check(lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params()),
                       LlamaError, "could not create a sampler chain")
         self._ptr = ffi.gc(chain, lib.llama_sampler_free)
-        if params.repeat_penalty != 1.0:
-            self._add(lib.llama_sampler_init_penalties(n_vocab, 64, params.repeat_penalty, 0.0, 0.0))
+        if (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0):
+            # over the last 64 generated tokens
+            self._add(lib.llama_sampler_init_penalties(n_vocab, 64, params.repeat_penalty, params.frequency_penalty,
+                                                       params.presence_penalty))
         if params.greedy:
             self._add(lib.llama_sampler_init_greedy())
             return
@@ -70,3 +76,7 @@ class SamplerChain:
     def sample(self, ctx) -> int:  # noqa: ANN001 - a cdata pointer
         """Sample from the last output's logits (llama_sampler_sample also accepts the token)."""
         return lib.llama_sampler_sample(self._ptr, ctx, -1)
+
+    def sample_at(self, ctx, index: int) -> int:  # noqa: ANN001 - a cdata pointer
+        """Sample from the logits of batch position `index` (a batch that carried several sequences)."""
+        return lib.llama_sampler_sample(self._ptr, ctx, index)

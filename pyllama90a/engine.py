@@ -1,0 +1,401 @@
+"""Continuous batching: many generations share one llama context, one engine thread decodes them all.
+
+Each of `parallel` slots owns a sequence id with its own KV stream of n_ctx / parallel cells. Requests wait in
+a bounded queue and join free slots between decode steps; one llama_decode call per step carries the next
+token of every generating slot plus prompt chunks of the slots still prefilling (at most n_batch tokens).
+A slot keeps its KV cells after a request ends, so a new request that starts with the same tokens (a system
+prompt, a chat history) decodes only the rest.
+
+    with BatchEngine(path, ctk="q4_0", ctv="q4_0", parallel=4) as engine:
+        for chunk in engine.stream("Once upon a time", max_tokens=32):
+            print(chunk.text, end="")
+"""
+from __future__ import annotations
+
+import collections
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from . import _log
+from ._ffi import ffi, lib
+from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError
+from .model import Model, Usage
+from .sampling import SamplerChain, SamplingParams
+from .text_stream import TextStream
+
+MAX_TOP_LOGPROBS = 20
+
+
+class QueueFullError(LlamaError):
+    """Every slot is busy and the waiting queue is full; retry later."""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[int, bytes, float], ...]  # the most likely tokens at this step: (id, bytes, logprob)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A step of one request's output. The last chunk has finish_reason and usage set (or error)."""
+    text: str = ""
+    tokens: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish_reason: str | None = None  # "stop", "length", or "error"
+    usage: Usage | None = None
+    error: Exception | None = None
+
+
+@dataclass
+class _Job:
+    prompt: list[int]
+    max_tokens: int
+    params: SamplingParams
+    stops: list[str]
+    n_logprobs: int | None
+    ignore_eos: bool
+    on_chunk: Callable[[Chunk], None]
+    cancelled: bool = False
+    sampler: SamplerChain | None = None
+    text: TextStream | None = None
+    to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
+    generated: list[int] = field(default_factory=list)
+    submitted_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+
+
+class Handle:
+    """A submitted request: cancel() frees its slot at the next step (e.g. when a client disconnects)."""
+
+    def __init__(self, engine: BatchEngine, job: _Job) -> None:
+        self._engine, self._job = engine, job
+
+    def cancel(self) -> None:
+        self._engine._cancel(self._job)
+
+
+@dataclass
+class _Slot:
+    seq: int
+    cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
+    job: _Job | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    requests_total: int
+    requests_failed: int
+    prompt_tokens_total: int       # prompt tokens of finished and running requests
+    prompt_tokens_decoded: int     # of those, the ones decoded (the rest came from a slot's cache)
+    completion_tokens_total: int
+    queue_depth: int
+    busy_slots: int
+    parallel: int
+    tokens_per_s: float            # generated tokens per second over the last few seconds
+
+
+class BatchEngine:
+    """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
+
+    def __init__(self, path=None, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto",  # noqa: ANN001
+                 n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512, n_gpu_layers: int = -1,
+                 n_threads: int | None = None, queue_size: int = 64) -> None:
+        for name, value in (("parallel", parallel), ("queue_size", queue_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+        self.model = Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
+                           n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel)
+        self.parallel = parallel
+        self.n_gpu_layers, self.n_threads = n_gpu_layers, n_threads
+        self.queue_size = queue_size
+        self.n_ctx_slot = self.model.n_ctx_seq
+        self._ctx = self.model._ctx
+        self._vocab = self.model._vocab
+        self._n_vocab = self.model._n_vocab
+        self._n_batch = lib.llama_n_batch(self._ctx)
+        self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
+        self._slots = [_Slot(seq) for seq in range(parallel)]
+        self._waiting: collections.deque[_Job] = collections.deque()
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._counts = collections.Counter()
+        self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
+        self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
+        self._thread.start()
+
+    # -- public API ------------------------------------------------------------------------------------
+
+    def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        """Text (tokenized with BOS as the model wants) or token ids (checked) to a prompt's tokens."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidArgumentError("prompt is empty")
+            return self.model.tokenize(prompt, add_special=True, parse_special=False)
+        tokens = list(prompt)
+        if not tokens:
+            raise InvalidArgumentError("prompt is empty")
+        self.model._check_tokens(tokens)
+        return tokens
+
+    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+        """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn."""
+        return self.model.tokenize(self.model.apply_chat_template(messages), add_special=True, parse_special=True)
+
+    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
+               stop: str | Sequence[str] = (), logprobs: int | None = None, ignore_eos: bool = False,
+               **sampling: object) -> Handle:
+        """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
+
+        logprobs: None, or how many most likely alternatives to report with each token's log-probability.
+        ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
+
+        Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
+        """
+        tokens = self.tokenize_prompt(prompt)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise InvalidArgumentError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        if not all(isinstance(s, str) and s for s in stops):
+            raise InvalidArgumentError("stop must be a non-empty str or a sequence of them")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise InvalidArgumentError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
+        params = SamplingParams(**sampling)  # type: ignore[arg-type]
+        if len(tokens) >= self.n_ctx_slot:
+            raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
+                                       f"(n_ctx / parallel), and one more is needed to generate")
+        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk)
+        with self._cv:
+            if self._stopping:
+                raise ClosedError("the engine is closed")
+            if len(self._waiting) >= self.queue_size:
+                raise QueueFullError(f"all {self.parallel} slots are busy and {len(self._waiting)} requests wait")
+            self._waiting.append(job)
+            self._counts["requests"] += 1
+            self._cv.notify()
+        return Handle(self, job)
+
+    def stream(self, prompt: str | Sequence[int], **kwargs: object) -> Iterator[Chunk]:
+        """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request."""
+        chunks: queue.Queue[Chunk] = queue.Queue()
+        handle = self.submit(prompt, chunks.put, **kwargs)  # type: ignore[arg-type]
+        try:
+            while True:
+                chunk = chunks.get()
+                if chunk.error is not None:
+                    raise chunk.error
+                yield chunk
+                if chunk.finish_reason is not None:
+                    return
+        finally:
+            handle.cancel()
+
+    def stats(self) -> EngineStats:
+        with self._cv:
+            now = time.perf_counter()
+            self._forget_old_steps(now)
+            span = now - self._recent[0][0] if self._recent else 0.0
+            rate = sum(n for _, n in self._recent) / span if span > 0 else 0.0
+            return EngineStats(self._counts["requests"], self._counts["failed"], self._counts["prompt_tokens"],
+                               self._counts["prompt_decoded"], self._counts["completion_tokens"],
+                               len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
+
+    def close(self) -> None:
+        """Stop the engine thread (requests in flight end with an error chunk) and free the model."""
+        with self._cv:
+            if self._stopping:
+                return
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join()
+        lib.llama_batch_free(self._batch)
+        self.model.close()
+
+    def __enter__(self) -> BatchEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- engine thread ---------------------------------------------------------------------------------
+
+    def _cancel(self, job: _Job) -> None:
+        with self._cv:
+            job.cancelled = True
+            if job in self._waiting:
+                self._waiting.remove(job)
+            self._cv.notify()
+
+    def _forget_old_steps(self, now: float, window: float = 5.0) -> None:
+        while self._recent and now - self._recent[0][0] > window:
+            self._recent.popleft()
+
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        finally:
+            with self._cv:
+                jobs = list(self._waiting) + [s.job for s in self._slots if s.job is not None]
+                self._waiting.clear()
+            for job in jobs:
+                self._emit(job, Chunk(finish_reason="error", error=ClosedError("the engine was closed")))
+
+    def _step(self) -> bool:
+        """Admit waiting requests, decode one batch, sample. False when the engine stops."""
+        with self._cv:
+            while not self._stopping and not self._waiting and all(s.job is None for s in self._slots):
+                self._cv.wait()
+            if self._stopping:
+                return False
+            for slot in self._slots:
+                if slot.job is not None and slot.job.cancelled:
+                    self._counts["completion_tokens"] += len(slot.job.generated)
+                    slot.job = None
+            self._admit()
+        active = [s for s in self._slots if s.job is not None]
+        if not active:
+            return True
+        plan = self._fill_batch(active)
+        _log.clear_recent()
+        rc = lib.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            self._fail([slot for slot, _, _ in plan],
+                       DecodeError(f"llama_decode failed with code {rc}", _log.recent_native_log()))
+            return True
+        now = time.perf_counter()
+        n_sampled = 0
+        for slot, n_tokens, out_index in plan:
+            job = slot.job
+            slot.cached.extend(job.to_decode[:n_tokens])
+            del job.to_decode[:n_tokens]
+            if out_index is not None:
+                n_sampled += self._sample(slot, out_index, now)
+        with self._cv:
+            self._recent.append((now, n_sampled))
+            self._forget_old_steps(now)
+        return True
+
+    def _admit(self) -> None:
+        """Move waiting requests into free slots, each to the free slot whose cache shares most of its prompt."""
+        free = [s for s in self._slots if s.job is None]
+        while self._waiting and free:
+            job = self._waiting.popleft()
+            slot = max(free, key=lambda s: _common_prefix(s.cached, job.prompt))
+            free.remove(slot)
+            # the last prompt token is always decoded: its logits start the generation
+            keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+            mem = lib.llama_get_memory(self._ctx)
+            if not lib.llama_memory_seq_rm(mem, slot.seq, keep, -1):
+                lib.llama_memory_seq_rm(mem, slot.seq, -1, -1)
+                keep = 0
+            del slot.cached[keep:]
+            job.to_decode = job.prompt[keep:]
+            job.sampler = SamplerChain(job.params, self._n_vocab)
+            job.text = TextStream(job.stops)
+            slot.job = job
+            self._counts["prompt_tokens"] += len(job.prompt)
+            self._counts["prompt_decoded"] += len(job.to_decode)
+
+    def _fill_batch(self, active: list[_Slot]) -> list[tuple[_Slot, int, int | None]]:
+        """Generating slots' next tokens first (they wait for each step), then prompt chunks in the room left.
+
+        Returns (slot, tokens it put in the batch, batch index of its logits or None) per slot in the batch.
+        """
+        batch, plan, n = self._batch, [], 0
+        generating = [s for s in active if len(s.job.to_decode) == 1 and s.job.generated]
+        prefilling = [s for s in active if s not in generating]
+        for slot in generating + prefilling:
+            room = self._n_batch - n
+            if room <= 0:
+                break
+            tokens = slot.job.to_decode[:room]
+            wants_logits = len(tokens) == len(slot.job.to_decode)
+            start = len(slot.cached)
+            for i, token in enumerate(tokens):
+                batch.token[n + i] = token
+                batch.pos[n + i] = start + i
+                batch.n_seq_id[n + i] = 1
+                batch.seq_id[n + i][0] = slot.seq
+                batch.logits[n + i] = False
+            n += len(tokens)
+            if wants_logits:
+                batch.logits[n - 1] = True
+            plan.append((slot, len(tokens), n - 1 if wants_logits else None))
+        batch.n_tokens = n
+        return plan
+
+    def _sample(self, slot: _Slot, index: int, now: float) -> int:
+        """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
+        job = slot.job
+        if job.first_token_at is None:
+            job.first_token_at = now
+        token = job.sampler.sample_at(self._ctx, index)
+        if not job.ignore_eos and lib.llama_vocab_is_eog(self._vocab, token):
+            self._finish(slot, "stop")
+            return 0
+        job.generated.append(token)
+        piece = self.model._piece(token)
+        text = job.text.add(piece)
+        logprobs = (self._logprobs(index, token, piece, job.n_logprobs),) if job.n_logprobs is not None else ()
+        if job.text.stopped:
+            self._finish(slot, "stop", (token,), logprobs)
+        elif len(job.generated) >= job.max_tokens or len(slot.cached) + 1 >= self.n_ctx_slot:
+            self._finish(slot, "length", (token,), logprobs, text)
+        else:
+            job.to_decode = [token]
+            if text or logprobs:
+                self._emit(job, Chunk(text, (token,), logprobs))
+        return 1
+
+    def _logprobs(self, index: int, token: int, piece: bytes, n_top: int) -> TokenLogprob:
+        logits = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
+                               dtype=np.float32)
+        shifted = logits - logits.max()
+        logp = shifted - math.log(float(np.exp(shifted).sum()))
+        top = np.argpartition(-logp, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+        top = top[np.argsort(-logp[top])]
+        return TokenLogprob(token, piece, float(logp[token]),
+                            tuple((int(t), self.model._piece(int(t)), float(logp[t])) for t in top))
+
+    def _finish(self, slot: _Slot, reason: str, tokens: tuple[int, ...] = (),
+                logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
+        job = slot.job
+        slot.job = None
+        self._counts["completion_tokens"] += len(job.generated)
+        usage = Usage(len(job.prompt), len(job.generated))
+        self._emit(job, Chunk(text + job.text.flush(), tokens, logprobs, reason, usage))
+
+    def _fail(self, slots: list[_Slot], error: Exception) -> None:
+        """A failed decode: its requests end with the error and their sequences are dropped; others go on."""
+        mem = lib.llama_get_memory(self._ctx)
+        for slot in slots:
+            job, slot.job = slot.job, None
+            lib.llama_memory_seq_rm(mem, slot.seq, -1, -1)
+            slot.cached.clear()
+            self._counts["failed"] += 1
+            self._emit(job, Chunk(finish_reason="error", error=error))
+
+    def _emit(self, job: _Job, chunk: Chunk) -> None:
+        if job.cancelled:
+            return
+        try:
+            job.on_chunk(chunk)
+        except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine for everyone
+            job.cancelled = True
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+__all__ = ["BatchEngine", "Chunk", "EngineStats", "Handle", "QueueFullError", "TokenLogprob"]

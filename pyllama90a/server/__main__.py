@@ -1,0 +1,94 @@
+"""`python -m pyllama90a.server`: settings from flags, or from PYLLAMA90A_* environment variables."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..kv_types import KV_TYPES
+
+ENV = "PYLLAMA90A_"
+
+
+def _env(name: str, default: object) -> object:
+    """The default of flag --name: PYLLAMA90A_NAME when set, else `default` (converted like the flag)."""
+    return os.environ.get(ENV + name.upper().replace("-", "_"), default)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m pyllama90a.server",
+        description="OpenAI-compatible server with continuous batching. Every flag also reads PYLLAMA90A_<FLAG> "
+                    "(e.g. PYLLAMA90A_CTK=q4_0, PYLLAMA90A_API_KEY=...); a flag given wins.")
+    p.add_argument("--model", default=_env("model", None), help="GGUF path (default: the default model, pulled once)")
+    p.add_argument("--model-name", default=_env("model-name", None), help="id in /v1/models (default: file name)")
+    p.add_argument("--ctk", default=_env("ctk", "q8_0"), choices=KV_TYPES, help="K cache type (default q8_0)")
+    p.add_argument("--ctv", default=_env("ctv", "q8_0"), choices=KV_TYPES, help="V cache type (default q8_0)")
+    p.add_argument("--flash-attn", default=_env("flash-attn", "auto"), choices=["auto", "on", "off"])
+    p.add_argument("--n-ctx", type=int, default=_env("n-ctx", 8192), help="KV cells in all, split among slots")
+    p.add_argument("--parallel", type=int, default=_env("parallel", 4), help="slots decoded together (default 4)")
+    p.add_argument("--n-batch", type=int, default=_env("n-batch", 512), help="most tokens per decode step")
+    p.add_argument("--n-gpu-layers", type=int, default=_env("n-gpu-layers", -1), help="-1: all")
+    p.add_argument("--threads", type=int, default=_env("threads", None), help="CPU threads (default: cores)")
+    p.add_argument("--queue-size", type=int, default=_env("queue-size", 64),
+                   help="requests that may wait for a slot; more get 429 (default 64)")
+    p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=_env("port", 8000))
+    p.add_argument("--api-key", default=_env("api-key", None), help="require 'Authorization: Bearer <key>' on /v1/*")
+    p.add_argument("--log-level", default=_env("log-level", "warning"),
+                   choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
+    args = p.parse_args(argv)
+    for name in ("n_ctx", "parallel", "n_batch", "n_gpu_layers", "threads", "queue_size", "port"):
+        value = getattr(args, name)
+        try:
+            setattr(args, name, None if value is None else int(value))
+        except ValueError:
+            p.error(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
+    for name, value in (("ctk", args.ctk), ("ctv", args.ctv)):
+        if value not in KV_TYPES:
+            p.error(f"--{name} must be one of {', '.join(KV_TYPES)}, got {value!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import uvicorn
+    except ImportError:
+        print("the server needs FastAPI and uvicorn: pip install 'pyllama90a[server]'", file=sys.stderr)
+        return 2
+    from ..engine import BatchEngine
+    from ..errors import LlamaError
+    from .app import ServerState, create_app
+
+    try:
+        engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
+                             parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
+                             n_threads=args.threads, queue_size=args.queue_size)
+    except (LlamaError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    name = args.model_name or Path(engine.model.path).name
+    state = ServerState(engine, name, api_key=args.api_key or None)
+    kv, att = engine.model.kv_cache, engine.model.attention
+    print(f"pyllama90a server: {name}\n"
+          f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
+          f"{args.parallel} slots x {engine.n_ctx_slot} tokens\n"
+          f"  attention: flash_attn={att.flash_attn} on {att.backend} ({att.reason})\n"
+          f"  listening on http://{args.host}:{args.port}/v1" + ("  (API key required)" if state.api_key else ""),
+          flush=True)
+    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=3)
+    try:
+        uvicorn.Server(config).run()  # returns after Ctrl-C or SIGTERM
+    finally:
+        engine.close()
+        if state.embedder is not None:
+            state.embedder.close()
+        print("pyllama90a server: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

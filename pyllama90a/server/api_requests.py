@@ -1,0 +1,201 @@
+"""OpenAI request bodies to engine arguments, with OpenAI's 400 errors for anything malformed.
+
+Unknown fields are ignored, as OpenAI does. Known fields of the wrong type or out of range name the field
+in the error's `param`. A few llama.cpp sampling extensions are accepted too: top_k, min_p, repeat_penalty.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _bad(param: str, message: str) -> APIError:
+    return APIError(400, message, param=param)
+
+
+MISSING = object()
+
+
+def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(name, f"'{name}' must be a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
+    return float(value)
+
+
+def _integer(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, f"'{name}' must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
+    return value
+
+
+def _boolean(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(name, f"'{name}' must be a boolean, got {value!r}")
+    return value
+
+
+def _stops(body: dict) -> list[str]:
+    value = body.get("stop")
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or len(stops) > 16 or not all(isinstance(s, str) for s in stops):
+        raise _bad("stop", "'stop' must be a string or a list of at most 16 strings")
+    return [s for s in stops if s]
+
+
+@dataclass
+class Generation:
+    """What both completion routes hand to the engine."""
+    prompt: Any                  # str or list of token ids (completions) / token ids (chat, rendered later)
+    max_tokens: int | None       # None: until the slot is full or the model stops
+    stream: bool
+    include_usage: bool          # stream_options.include_usage: a last chunk with the usage
+    stop: list[str]
+    logprobs: int | None         # alternatives per token, None when not asked
+    sampling: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, str]] | None = None
+    model: str | None = None
+
+
+def _common(body: Any, max_tokens_default: int | None) -> Generation:
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("model", f"'model' must be a string, got {model!r}")
+    n = _integer(body, "n", 1, 1, 128)
+    if n != 1:
+        raise _bad("n", "only n=1 is supported")
+    max_tokens = _integer(body, "max_completion_tokens", None, -(2**31), 2**31)
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens", max_tokens_default, -(2**31), 2**31)
+    if max_tokens is not None and max_tokens <= 0:
+        raise _bad("max_tokens", f"'max_tokens' must be at least 1, got {max_tokens}")
+    stream = _boolean(body, "stream", False)
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _bad("stream_options", "'stream_options' must be an object")
+    include_usage = _boolean(options, "include_usage", False)
+    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+    sampling = {
+        "temperature": temperature,
+        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
+        "top_k": _integer(body, "top_k", 40, 0, 1 << 30),
+        "min_p": _number(body, "min_p", 0.05, 0.0, 1.0),
+        "repeat_penalty": _number(body, "repeat_penalty", 1.0, 1e-6, 100.0),
+        "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        "presence_penalty": _number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        "seed": _integer(body, "seed", None, -(2**63), 2**64 - 1),
+    }
+    if sampling["seed"] is not None:
+        sampling["seed"] %= 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF itself means "random"
+    return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling, model=model)
+
+
+def completion_request(body: Any) -> Generation:
+    """POST /v1/completions. One prompt: a string, token ids, or a list holding one of those."""
+    gen = _common(body, 16)  # OpenAI's default for completions
+    prompt = body.get("prompt", MISSING)
+    if prompt is MISSING or prompt is None:
+        raise _bad("prompt", "'prompt' is required")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise _bad("prompt", "'prompt' must be a string, a list of token ids, or a list with one of those "
+                                 "(several prompts per request are not supported)")
+    elif not isinstance(prompt, str) or not prompt:
+        raise _bad("prompt", "'prompt' must be a non-empty string or a list of token ids")
+    gen.prompt = prompt
+    gen.logprobs = _integer(body, "logprobs", None, 0, 5)
+    return gen
+
+
+def _message_text(content: Any, index: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        texts = []
+        for part in content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise _bad(f"messages[{index}].content", "only text content parts are supported")
+            texts.append(part["text"])
+        return "".join(texts)
+    if content is None:
+        return ""
+    raise _bad(f"messages[{index}].content", "'content' must be a string or a list of text parts")
+
+
+def chat_request(body: Any) -> Generation:
+    """POST /v1/chat/completions."""
+    gen = _common(body, None)
+    messages = body.get("messages", MISSING)
+    if messages is MISSING or messages is None:
+        raise _bad("messages", "'messages' is required")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages", "'messages' must be a non-empty list")
+    gen.messages = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
+            raise _bad(f"messages[{i}]", "each message must be an object with a string 'role'")
+        gen.messages.append({"role": m["role"], "content": _message_text(m.get("content"), i)})
+    if _boolean(body, "logprobs", False):
+        gen.logprobs = _integer(body, "top_logprobs", 0, 0, 20)
+    elif body.get("top_logprobs") is not None:
+        raise _bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+    return gen
+
+
+@dataclass
+class EmbeddingRequest:
+    texts: list[str]
+    base64: bool
+    model: str | None
+
+
+def embedding_request(body: Any) -> EmbeddingRequest:
+    """POST /v1/embeddings: input is a string or a list of strings."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("model", f"'model' must be a string, got {model!r}")
+    value = body.get("input", MISSING)
+    if value is MISSING or value is None:
+        raise _bad("input", "'input' is required")
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+        raise _bad("input", "'input' must be a non-empty string or a non-empty list of non-empty strings "
+                            "(token-id inputs are not supported)")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
+    return EmbeddingRequest(texts, encoding == "base64", model)

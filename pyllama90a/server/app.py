@@ -1,0 +1,300 @@
+"""The FastAPI application: OpenAI routes over one BatchEngine, plus /health and /metrics."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..engine import BatchEngine, Chunk, QueueFullError, TokenLogprob
+from ..errors import ContextOverflowError, InvalidArgumentError, LlamaError
+from ..model import Model
+from .api_requests import APIError, Generation, chat_request, completion_request, embedding_request
+from .metrics import render_metrics
+
+
+@dataclass
+class ServerState:
+    engine: BatchEngine
+    model_name: str
+    api_key: str | None = None
+    embedder: Model | None = None
+    created: int = 0
+
+    def __post_init__(self) -> None:
+        self.created = int(time.time())
+        self.responses: Counter[tuple[str, int]] = Counter()
+        self.embed_lock = threading.Lock()
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="pyllama90a", docs_url=None, redoc_url=None)
+    app.state.server = state
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else None
+        return JSONResponse(APIError(exc.status_code, str(exc.detail), code=code).body(), status_code=exc.status_code)
+
+    @app.middleware("http")
+    async def _auth_and_count(request: Request, call_next):  # noqa: ANN001, ANN202
+        path = request.url.path
+        if state.api_key is not None and path.startswith("/v1/") and not _authorized(request, state.api_key):
+            response: Response = JSONResponse(
+                APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>')",
+                         code="invalid_api_key").body(), status_code=401)
+        else:
+            response = await call_next(request)
+        route = path if path in _ROUTES else "other"
+        state.responses[(route, response.status_code)] += 1
+        return response
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        stats = state.engine.stats()
+        return {"status": "ok", "slots_busy": stats.busy_slots, "slots_idle": stats.parallel - stats.busy_slots,
+                "queue_depth": stats.queue_depth}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(render_metrics(state), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(state)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        if model_id != state.model_name:
+            raise APIError(404, f"The model '{model_id}' does not exist; this server serves '{state.model_name}'",
+                           param="model", code="model_not_found")
+        return _model_card(state)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        gen = completion_request(await _json(request))
+        return await _generate(state, gen, gen.prompt, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        gen = chat_request(await _json(request))
+        try:
+            prompt = state.engine.chat_prompt(gen.messages)
+        except InvalidArgumentError as e:
+            raise APIError(400, str(e), param="messages") from None
+        except LlamaError as e:  # no or unsupported chat template
+            raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
+        return await _generate(state, gen, prompt, chat=True)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> dict[str, Any]:
+        req = embedding_request(await _json(request))
+        vectors, n_tokens = await asyncio.to_thread(_embed, state, req.texts)
+        data = []
+        for i, vec in enumerate(vectors):
+            value: Any = (base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
+                          else vec.astype(float).tolist())
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        return {"object": "list", "data": data, "model": state.model_name,
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+
+    return app
+
+
+_ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings"}
+
+
+def _authorized(request: Request, key: str) -> bool:
+    given = request.headers.get("authorization", "")
+    scheme, _, token = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+
+
+async def _json(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+
+
+def _model_card(state: ServerState) -> dict[str, Any]:
+    return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "pyllama90a"}
+
+
+def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
+    """Embeddings come from a second context of the same model file, made on first use (pooled, no KV reuse)."""
+    with state.embed_lock:
+        if state.embedder is None:
+            engine = state.engine
+            state.embedder = Model(engine.model.path, embedding=True, n_ctx=2048, n_batch=2048,
+                                   n_gpu_layers=engine.n_gpu_layers, n_threads=engine.n_threads)
+        try:
+            n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)
+            return state.embedder.embed(texts), n_tokens
+        except ContextOverflowError as e:
+            raise APIError(400, str(e), param="input", code="context_length_exceeded") from None
+
+
+async def _generate(state: ServerState, gen: Generation, prompt: Any, *, chat: bool) -> Response:
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[Chunk] = asyncio.Queue()
+
+    def deliver(chunk: Chunk) -> None:  # engine thread
+        loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+
+    engine = state.engine
+    try:
+        handle = engine.submit(prompt, deliver, max_tokens=gen.max_tokens or engine.n_ctx_slot,
+                               stop=gen.stop, logprobs=gen.logprobs, **gen.sampling)
+    except ContextOverflowError as e:
+        raise APIError(400, str(e), param="messages" if chat else "prompt", code="context_length_exceeded") from None
+    except QueueFullError as e:
+        raise APIError(429, f"{e}; retry shortly", type="rate_limit_error", code="rate_limit_exceeded",
+                       headers={"Retry-After": "1"}) from None
+    except InvalidArgumentError as e:
+        raise APIError(400, str(e)) from None
+
+    ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    shape = _ChatShape(ident, state.model_name) if chat else _CompletionShape(ident, state.model_name)
+    if gen.stream:
+        return StreamingResponse(_sse(chunks, handle, shape, gen.include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        parts: list[Chunk] = []
+        while True:
+            chunk = await chunks.get()
+            if chunk.error is not None:
+                raise APIError(500, f"generation failed: {chunk.error}", type="server_error")
+            parts.append(chunk)
+            if chunk.finish_reason is not None:
+                break
+    finally:
+        handle.cancel()  # a client gone before the end (or an error) frees the slot
+    return JSONResponse(shape.whole(parts))
+
+
+async def _sse(chunks: asyncio.Queue, handle: Any, shape: Any, include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events; if the client goes away Starlette cancels this generator and the slot is freed."""
+    try:
+        for event in shape.opening():
+            yield _event(event)
+        while True:
+            chunk: Chunk = await chunks.get()
+            if chunk.error is not None:
+                yield _event(APIError(500, f"generation failed: {chunk.error}", type="server_error").body())
+                break
+            if chunk.text or chunk.logprobs or chunk.finish_reason:
+                yield _event(shape.delta(chunk))
+            if chunk.finish_reason is not None:
+                if include_usage:
+                    yield _event(shape.usage_only(chunk))
+                break
+        yield "data: [DONE]\n\n"
+    finally:
+        handle.cancel()
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def _usage(chunk: Chunk) -> dict[str, int]:
+    u = chunk.usage
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens}
+
+
+def _text(piece: bytes) -> str:
+    return piece.decode("utf-8", "replace")
+
+
+class _CompletionShape:
+    """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
+
+    def __init__(self, ident: str, model: str) -> None:
+        self.ident, self.model, self.created = ident, model, int(time.time())
+
+    def _base(self) -> dict[str, Any]:
+        return {"id": self.ident, "object": "text_completion", "created": self.created, "model": self.model}
+
+    @staticmethod
+    def _logprobs(items: list[TokenLogprob], offset: int) -> dict[str, Any]:
+        tokens, offsets = [], []
+        for item in items:
+            offsets.append(offset)
+            tokens.append(_text(item.piece))
+            offset += len(tokens[-1])
+        return {"tokens": tokens, "token_logprobs": [i.logprob for i in items],
+                "top_logprobs": [{_text(p): lp for _, p, lp in i.top} for i in items], "text_offset": offsets}
+
+    def opening(self) -> list[dict[str, Any]]:
+        self._offset = 0
+        return []
+
+    def delta(self, chunk: Chunk) -> dict[str, Any]:
+        choice = {"index": 0, "text": chunk.text, "finish_reason": chunk.finish_reason,
+                  "logprobs": self._logprobs(list(chunk.logprobs), self._offset) if chunk.logprobs else None}
+        self._offset += sum(len(_text(i.piece)) for i in chunk.logprobs)
+        return {**self._base(), "choices": [choice]}
+
+    def usage_only(self, last: Chunk) -> dict[str, Any]:
+        return {**self._base(), "choices": [], "usage": _usage(last)}
+
+    def whole(self, parts: list[Chunk]) -> dict[str, Any]:
+        items = [i for c in parts for i in c.logprobs]
+        choice = {"index": 0, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
+                  "logprobs": self._logprobs(items, 0) if items else None}
+        return {**self._base(), "choices": [choice], "usage": _usage(parts[-1])}
+
+
+class _ChatShape:
+    """chat.completion(.chunk) objects; logprobs in the chat shape (content: [{token, logprob, bytes, ...}])."""
+
+    def __init__(self, ident: str, model: str) -> None:
+        self.ident, self.model, self.created = ident, model, int(time.time())
+
+    def _base(self, obj: str) -> dict[str, Any]:
+        return {"id": self.ident, "object": obj, "created": self.created, "model": self.model}
+
+    @staticmethod
+    def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
+        return {"content": [
+            {"token": _text(i.piece), "logprob": i.logprob, "bytes": list(i.piece),
+             "top_logprobs": [{"token": _text(p), "logprob": lp, "bytes": list(p)} for _, p, lp in i.top]}
+            for i in items]}
+
+    def opening(self) -> list[dict[str, Any]]:
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}
+        return [{**self._base("chat.completion.chunk"), "choices": [choice]}]
+
+    def delta(self, chunk: Chunk) -> dict[str, Any]:
+        delta = {"content": chunk.text} if chunk.text else {}
+        choice = {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason,
+                  "logprobs": self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None}
+        return {**self._base("chat.completion.chunk"), "choices": [choice]}
+
+    def usage_only(self, last: Chunk) -> dict[str, Any]:
+        return {**self._base("chat.completion.chunk"), "choices": [], "usage": _usage(last)}
+
+    def whole(self, parts: list[Chunk]) -> dict[str, Any]:
+        items = [i for c in parts for i in c.logprobs]
+        message = {"role": "assistant", "content": "".join(c.text for c in parts)}
+        choice = {"index": 0, "message": message, "finish_reason": parts[-1].finish_reason,
+                  "logprobs": self._logprobs(items) if items else None}
+        return {**self._base("chat.completion"), "choices": [choice], "usage": _usage(parts[-1])}
