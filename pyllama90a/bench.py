@@ -6,6 +6,8 @@ of the ratios unless --baseline says otherwise. Quote ratios; absolute times on 
 
     python -m pyllama90a.bench --depths 0 4096 --modes fa-off:f16/f16 fa-on:q4_0/q4_0 fa-off:q4_0/q4_0
     python -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 8192 --pp 512 --tg 32
+
+`python -m pyllama90a.bench server --help`: the server load benchmark (pyllama90a/bench_server.py).
 """
 from __future__ import annotations
 
@@ -231,6 +233,11 @@ def plot(result: dict, path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["server"]:
+        from .bench_server import main as server_main
+
+        return server_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()

@@ -51,3 +51,23 @@ def test_bench_rejects_bad_arguments() -> None:
     out = subprocess.run([sys.executable, "-m", "pyllama90a.bench", "--reps", "0", "--synthetic", "tiny"],
                          capture_output=True, text=True, cwd="/", timeout=120)
     assert out.returncode == 2 and "--reps" in out.stderr
+
+
+def test_server_load_bench_runs_and_reports(tmp_path: Path, model_path) -> None:
+    assert main(["server", "--model", str(model_path), "--clients", "1", "2", "--max-tokens", "6", "--reps", "2",
+                 "--n-ctx", "1024", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "server.json").read_text())
+    rows = {(r["server"], r["clients"]): r for r in result["rows"]}
+    assert set(rows) == {("pyllama90a", 1), ("pyllama90a", 2)}
+    for r in rows.values():
+        assert r["tok_s"] > 0 and 0 < r["ttft_p50_ms"] <= r["ttft_p95_ms"]
+    assert rows[("pyllama90a", 1)]["vs_one_client"] == 1.0
+    assert "| pyllama90a | 2 |" in (tmp_path / "server.md").read_text()
+
+
+def test_server_load_bench_rejects_bad_arguments(tmp_path: Path) -> None:
+    for bad in (["--clients", "0"], ["--max-tokens", "4000", "--n-ctx", "4096"],
+                ["--llama-server", str(tmp_path / "missing")]):
+        with pytest.raises(SystemExit) as e:
+            main(["server", *bad])
+        assert e.value.code == 2

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -51,6 +53,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _server_class():  # noqa: ANN202
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises a caught SIGINT/SIGTERM after its graceful shutdown, which kills the process before
+        the engine is closed; here the signals only ask for that shutdown (a second one forces it)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # noqa: ANN202
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -61,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..engine import BatchEngine
     from ..errors import LlamaError
     from .app import ServerState, create_app
+
+    _Server = _server_class()  # noqa: N806
 
     try:
         engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
@@ -81,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=3)
     try:
-        uvicorn.Server(config).run()  # returns after Ctrl-C or SIGTERM
+        _Server(config).run()  # returns after Ctrl-C or SIGTERM
     finally:
         engine.close()
         if state.embedder is not None:

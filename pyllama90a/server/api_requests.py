@@ -1,7 +1,7 @@
 """OpenAI request bodies to engine arguments, with OpenAI's 400 errors for anything malformed.
 
 Unknown fields are ignored, as OpenAI does. Known fields of the wrong type or out of range name the field
-in the error's `param`. A few llama.cpp sampling extensions are accepted too: top_k, min_p, repeat_penalty.
+in the error's `param`. A few llama.cpp extensions are accepted too: top_k, min_p, repeat_penalty, ignore_eos.
 """
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ class Generation:
     sampling: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, str]] | None = None
     model: str | None = None
+    ignore_eos: bool = False
 
 
 def _common(body: Any, max_tokens_default: int | None) -> Generation:
@@ -117,7 +118,8 @@ def _common(body: Any, max_tokens_default: int | None) -> Generation:
     }
     if sampling["seed"] is not None:
         sampling["seed"] %= 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF itself means "random"
-    return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling, model=model)
+    return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling, model=model,
+                      ignore_eos=_boolean(body, "ignore_eos", False))
 
 
 def completion_request(body: Any) -> Generation:

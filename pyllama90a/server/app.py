@@ -161,7 +161,7 @@ async def _generate(state: ServerState, gen: Generation, prompt: Any, *, chat: b
     engine = state.engine
     try:
         handle = engine.submit(prompt, deliver, max_tokens=gen.max_tokens or engine.n_ctx_slot,
-                               stop=gen.stop, logprobs=gen.logprobs, **gen.sampling)
+                               stop=gen.stop, logprobs=gen.logprobs, ignore_eos=gen.ignore_eos, **gen.sampling)
     except ContextOverflowError as e:
         raise APIError(400, str(e), param="messages" if chat else "prompt", code="context_length_exceeded") from None
     except QueueFullError as e:

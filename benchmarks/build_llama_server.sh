@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# llama.cpp's own llama-server, built from the same fetched and patched source as pyllama90a: the reference of
+# the server load benchmark (python -m pyllama90a.bench server --llama-server PATH). Prints the binary's path.
+# Cached under $PYLLAMA90A_CACHE (default ~/.cache/pyllama90a); a second run only checks that it is up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(python3 vendor/prepare_source.py | tail -1)
+cache=${PYLLAMA90A_CACHE:-$HOME/.cache/pyllama90a}
+sdist=$(ls "$cache"/downloads/llama_cpp_python-*.tar.gz | head -1)
+# the prepared tree leaves the web UI out; llama-server's CMake needs the UI's CMakeLists (no assets are built)
+if [ ! -f "$src/tools/ui/CMakeLists.txt" ]; then
+    mkdir -p "$src/tools/ui"
+    tar xzf "$sdist" -O --wildcards '*/vendor/llama.cpp/tools/ui/CMakeLists.txt' > "$src/tools/ui/CMakeLists.txt"
+fi
+build="$cache/llama-server-build/$(basename "$src")"
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >&2
+cmake --build "$build" --target llama-server -j "${JOBS:-2}" >&2
+echo "$build/bin/llama-server"
