@@ -1,0 +1,98 @@
+"""BatchEngine in-process: the same tokens as Model.generate, slot reuse, cancel, queue limits, shutdown."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import pyllama90a as pl
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    with pl.BatchEngine(model_path, ctk="q8_0", ctv="q8_0", parallel=2, n_ctx=2048, n_threads=2) as e:
+        yield e
+
+
+def _text(engine: pl.BatchEngine, prompt, **kwargs) -> str:
+    return "".join(c.text for c in engine.stream(prompt, **kwargs))
+
+
+def test_greedy_stream_equals_model_generate(engine, model_path) -> None:
+    chunks = list(engine.stream("The capital of France is", max_tokens=12, temperature=0))
+    with pl.Model(model_path, ctk="q8_0", ctv="q8_0", n_ctx=1024, n_threads=2) as m:
+        local = m.generate("The capital of France is", max_tokens=12, temperature=0)
+    assert "".join(c.text for c in chunks) == local.text
+    assert [t for c in chunks for t in c.tokens] == local.tokens
+    assert chunks[-1].finish_reason == local.finish_reason and chunks[-1].usage == local.usage
+    assert all(c.finish_reason is None for c in chunks[:-1])
+
+
+def test_a_repeated_prompt_reuses_the_slot_cache(engine) -> None:
+    prompt = engine.tokenize_prompt("A long shared system prompt about many things, " * 4)
+    first = _text(engine, prompt, max_tokens=4, temperature=0)
+    before = engine.stats()
+    second = _text(engine, prompt, max_tokens=4, temperature=0)
+    after = engine.stats()
+    assert first == second
+    assert after.prompt_tokens_total - before.prompt_tokens_total == len(prompt)
+    assert after.prompt_tokens_decoded - before.prompt_tokens_decoded == 1  # only the last prompt token
+
+
+def test_cancel_frees_the_slot(engine) -> None:
+    got = []
+    handle = engine.submit("Count to a thousand:", got.append, max_tokens=1500, ignore_eos=True)
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    handle.cancel()
+    deadline = time.monotonic() + 5
+    while engine.stats().busy_slots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got and engine.stats().busy_slots == 0
+    assert all(c.finish_reason is None for c in got)  # cut off, never finished
+
+
+def test_bad_requests_raise_before_queueing(engine) -> None:
+    with pytest.raises(pl.ContextOverflowError):
+        engine.submit(list(range(10, 10 + engine.n_ctx_slot)), print)
+    with pytest.raises(pl.InvalidArgumentError):
+        engine.submit("", print)
+    with pytest.raises(pl.InvalidArgumentError):
+        engine.submit("hi", print, max_tokens=0)
+    with pytest.raises(pl.InvalidArgumentError):
+        engine.submit("hi", print, temperature=-1)
+    with pytest.raises(pl.InvalidArgumentError):
+        engine.submit("hi", print, logprobs=99)
+    with pytest.raises(pl.InvalidArgumentError):
+        engine.submit([1, -5], print)
+
+
+def test_a_failing_consumer_does_not_stop_the_engine(engine) -> None:
+    def broken(chunk) -> None:  # noqa: ANN001
+        raise RuntimeError("consumer bug")
+
+    engine.submit("Hello", broken, max_tokens=8)
+    assert _text(engine, "Hello", max_tokens=4, temperature=0)
+
+
+def test_queue_limit_and_close(model_path) -> None:
+    engine = pl.BatchEngine(model_path, parallel=1, queue_size=1, n_ctx=1024, n_threads=2)
+    ends: list[pl.Chunk] = []
+    busy = engine.submit("Go on:", lambda c: ends.append(c) if c.finish_reason else None, max_tokens=900,
+                         ignore_eos=True)
+    while engine.stats().busy_slots == 0:
+        time.sleep(0.01)
+    queued = engine.submit("Hi", lambda c: ends.append(c) if c.finish_reason else None, max_tokens=2)
+    with pytest.raises(pl.QueueFullError):
+        engine.submit("Hi", print, max_tokens=2)
+    closer = threading.Thread(target=engine.close)
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    # both requests still in flight end with an error chunk; the engine refuses new work
+    assert len(ends) == 2 and all(c.finish_reason == "error" and isinstance(c.error, pl.ClosedError) for c in ends)
+    with pytest.raises(pl.ClosedError):
+        engine.submit("Hi", print)
+    assert busy and queued
