@@ -30,6 +30,7 @@ export PYTHONFAULTHANDLER=1
 # iostream use then crashed in llama_model::print_info (seen 2026-11-29): run our tests without them
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 timeout 400 python3 -m pytest -v -p no:cacheprovider "$REPO/tests/test_quantized_v_backend.py" \
-    "$REPO/tests/test_attention_ops.py" "$REPO/tests/test_synthetic.py" > "$OUT/pytest.log" 2>&1
+    "$REPO/tests/test_attention_ops.py" "$REPO/tests/test_synthetic.py" "$REPO/tests/test_vquant_cuda.py" \
+    > "$OUT/pytest.log" 2>&1
 echo "backend tests rc=$?"; grep -E "PASSED|FAILED|ERROR|Fatal" "$OUT/pytest.log" | sed 's/.*:://' | tail -80; tail -3 "$OUT/pytest.log"
 if [ "${PROBE:-1}" = 1 ]; then timeout 240 python3 "$REPO/benchmarks/device/depth_probe.py" 2>&1; fi
