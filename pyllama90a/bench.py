@@ -30,9 +30,10 @@ from .model import Model
 DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 
 
-# "+deq" runs a mode with patch 0003's in-place quantized-V decode switched off (the dequantize + mul_mat
-# path of patch 0001), so that both can be compared in one run
-VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0")}
+# variants switch one patch off, so that a mode can be compared with and without it in one run:
+# "+deq": the in-place quantized-V paths (0003 CPU, 0005 CUDA) off, i.e. patch 0001's dequantize + mul_mat;
+# "+ungrouped": patch 0006 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group
+VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0")}
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class Mode:
     def parse(cls, text: str) -> Mode:
         base, _, variant = text.partition("+")
         if variant not in VARIANT_ENV:
-            raise InvalidArgumentError(f"mode {text!r}: unknown variant +{variant} (known: +deq)")
+            known = ", ".join("+" + v for v in VARIANT_ENV if v)
+            raise InvalidArgumentError(f"mode {text!r}: unknown variant +{variant} (known: {known})")
         try:
             fa, kv = base.split(":")
             ctk, ctv = kv.split("/")
@@ -60,7 +62,7 @@ class Mode:
 
     def apply_environment(self) -> None:
         """llama.cpp reads the variant's switch whenever it builds a graph: set it before each use."""
-        for name, value in filter(None, VARIANT_ENV.values()):
+        for name, _ in filter(None, VARIANT_ENV.values()):
             os.environ.pop(name, None)
         if VARIANT_ENV[self.variant]:
             name, value = VARIANT_ENV[self.variant]

@@ -80,3 +80,44 @@ def test_dequantized_v_branch_matches_reference(kv_type: str, n_head: int, n_hea
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     finally:
         lib.ggml_free(ctx)
+
+
+@pytest.mark.parametrize("kv_type", QUANTIZED_KV_TYPES)
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "broadcast"])
+@pytest.mark.parametrize("n_head,n_head_kv,n_kv", [(9, 3, 300), (8, 2, 259), (8, 1, 64), (4, 4, 37)])
+def test_decode_kq_matches_reference(kv_type: str, grouped: bool, n_head: int, n_head_kv: int, n_kv: int) -> None:
+    """K^T q for one decoded token over a quantized, strided K view: broadcast over query heads as upstream
+    builds it, and grouped (patch 0006: the query heads of a KV head as columns of one product)."""
+    rng = np.random.default_rng(n_kv + n_head)
+    qtype = ggml_type(kv_type)
+    n_embd_k_gqa = HEAD_DIM * n_head_kv
+    ctx = lib.ggml_init({"mem_size": 64 << 20, "mem_buffer": ffi.NULL, "no_alloc": False})
+    assert ctx != ffi.NULL
+    try:
+        k_f32 = rng.standard_normal((n_kv, n_embd_k_gqa), dtype=np.float32)
+        cache = lib.ggml_new_tensor_4d(ctx, qtype, n_embd_k_gqa, n_kv, 1, 1)
+        written = lib.ggml_quantize_chunk(qtype, ffi.cast("float *", k_f32.ctypes.data), cache.data,
+                                          0, n_kv, n_embd_k_gqa, ffi.NULL)
+        k_ref = _dequantize(qtype, ffi.buffer(cache.data, written)[:], n_kv * n_embd_k_gqa)
+        k_ref = k_ref.reshape(n_kv, n_head_kv, HEAD_DIM)
+        k = lib.ggml_view_4d(ctx, cache, HEAD_DIM, n_head_kv, n_kv, 1,
+                             lib.ggml_row_size(qtype, HEAD_DIM), lib.ggml_row_size(qtype, n_embd_k_gqa),
+                             lib.ggml_row_size(qtype, n_embd_k_gqa * n_kv), 0)
+        k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)
+        q_np = rng.standard_normal((n_head, HEAD_DIM), dtype=np.float32)
+        q = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, HEAD_DIM, n_head, 1, 1)
+        ffi.memmove(q.data, q_np.tobytes(), q_np.nbytes)
+        q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [head_dim, 1 token, n_head, 1], as build_attn_mha has it
+        r = n_head // n_head_kv
+        if grouped:
+            q = lib.ggml_view_4d(ctx, q, HEAD_DIM, r, n_head_kv, 1, q.nb[2], r * q.nb[2], q.nb[3], 0)
+        kq = lib.ggml_mul_mat(ctx, k, q)
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, kq)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
+        got = _tensor_array(kq, (n_head, n_kv))
+        want = np.einsum("hd,khd->hk", q_np.astype(np.float64), k_ref[:, np.arange(n_head) // r, :])
+        # q is quantized to 8 bits for the integer dot products: relative error well under 1%
+        assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
+    finally:
+        lib.ggml_free(ctx)

@@ -26,9 +26,17 @@ struct ggml_tensor {
     enum ggml_type type;
     int64_t ne[4];
     size_t  nb[4];
+    struct ggml_tensor * src[10];
     void *  data;
+    char    name[64];
     ...;
 };
+
+const char * ggml_op_desc(const struct ggml_tensor * t);  /* the op's name, e.g. "MUL_MAT", "OUT_PROD" */
+
+/* called by the scheduler for each graph node (ask=true: "do you want its data?"); the tests record the
+   graph's nodes with it to see which path a patch took */
+typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data);
 
 typedef void (*ggml_to_float_t)(const void * x, float * y, int64_t k);
 struct ggml_type_traits {

@@ -45,6 +45,8 @@ struct llama_context_params {
     bool offload_kqv;
     bool no_perf;
     bool kv_unified;
+    ggml_backend_sched_eval_callback cb_eval;
+    void * cb_eval_user_data;
     ...;
 };
 

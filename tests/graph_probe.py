@@ -1,0 +1,66 @@
+"""Which nodes llama.cpp's scheduler ran for a decode step: the tests use it to see the path a patch took.
+
+A raw context (as tests/test_multi_sequence.py makes) with the scheduler's eval callback set; the callback
+records each node's op, name and shape when the scheduler asks about it, and never asks for data.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyllama90a._ffi import ffi, lib
+from pyllama90a.kv_types import ggml_type
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str
+    name: str
+    ne: tuple[int, int, int, int]
+    src_types: tuple[int, ...]
+
+
+def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, env: dict[str, str] | None = None,
+                 n_gpu_layers: int = 0, n_ctx: int = 1024) -> list[Node]:
+    """Decode tokens[:-1] as a prompt, then the last token alone; returns the nodes of that last step."""
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    nodes: list[Node] = []
+
+    @ffi.callback("bool(struct ggml_tensor *, bool, void *)")
+    def on_node(t, ask, _user):  # noqa: ANN001
+        if ask:
+            srcs = tuple(t.src[i].type for i in range(10) if t.src[i] != ffi.NULL)
+            nodes.append(Node(ffi.string(lib.ggml_op_desc(t)).decode(), ffi.string(t.name).decode(),
+                              tuple(t.ne), srcs))
+        return False
+
+    mparams = lib.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    model = lib.llama_model_load_from_file(str(model_path).encode(), mparams)
+    assert model != ffi.NULL
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.type_k, cparams.type_v = ggml_type(ctk), ggml_type(ctv)
+    cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cparams.n_threads = cparams.n_threads_batch = 2
+    cparams.cb_eval = on_node
+    ctx = lib.llama_init_from_model(model, cparams)
+    try:
+        assert ctx != ffi.NULL
+        prompt = ffi.new("llama_token[]", tokens[:-1])
+        assert lib.llama_decode(ctx, lib.llama_batch_get_one(prompt, len(tokens) - 1)) == 0
+        nodes.clear()
+        last = ffi.new("llama_token[]", tokens[-1:])
+        assert lib.llama_decode(ctx, lib.llama_batch_get_one(last, 1)) == 0
+        return list(nodes)
+    finally:
+        if ctx != ffi.NULL:
+            lib.llama_free(ctx)
+        lib.llama_model_free(model)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
