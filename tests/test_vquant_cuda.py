@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
+from graph_probe import decode_nodes
+from pyllama90a.kv_types import ggml_type
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.synthetic import Shape, synthetic_model
 
@@ -148,7 +150,7 @@ def _reserve(path, ctk: str, ctv: str, device_path: bool) -> tuple[int, int]:
     dominate its compute buffer."""
     with _env(LLAMA_ATTN_VQUANT=None if device_path else "0"), _native_log() as lines:
         with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8) as m:
-            compute = m.compute_buffer_bytes()
+            compute = m.compute_buffer_bytes
     splits = [re.search(r"splits = (\d+)(?: / (\d+))?", line) for line in lines]
     found = [s for s in splits if s]
     assert found, "llama.cpp did not log its graph splits"
@@ -165,3 +167,10 @@ def test_device_path_is_taken(kv_type: str) -> None:
     assert compute_fallback - compute >= 2 << 20
     # every attention op on the device, as with an f16 V (a CPU fallback would add splits per layer)
     assert splits == splits_f16
+    # and the graph multiplies by V with OUT_PROD on the quantized cache, one per layer, only when switched on
+    tokens = list(range(10, 310))
+    on = [n for n in decode_nodes(path, tokens, ctk=kv_type, ctv=kv_type, n_gpu_layers=-1) if n.op == "OUT_PROD"]
+    off = [n for n in decode_nodes(path, tokens, ctk=kv_type, ctv=kv_type, n_gpu_layers=-1,
+                                   env={"LLAMA_ATTN_VQUANT": "0"}) if n.op == "OUT_PROD"]
+    assert len(on) == SHAPES["gqa4-hd128"].n_layer and not off
+    assert all(n.src_types[0] == ggml_type(kv_type) for n in on)
