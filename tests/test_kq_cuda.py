@@ -1,0 +1,130 @@
+"""Patch 0007: on CUDA (or HIP), K^T q over a quantized K cache runs MMVQ's short-rows kernel during decode.
+
+A K row is one head: head_dim values, 2 (hd 64) or 4 (hd 128) quant blocks. The short-rows kernel gives each row
+a few lanes of a warp instead of whole warps (GGML_CUDA_MMVQ_SHORT_ROWS=0 switches it off). Both kernels compute
+the same integer dot products and differ only in the order of the float sums, so decode logits must agree to
+rounding, for all six quantized K types (V f16, flash attention off), GQA 1, 3, 4 and 8, head dims 64 and 128,
+and a cache (300+ cells) that is not a multiple of 256. Covered products: patch 0006's grouped product
+(ncols = r query heads, one channel per KV head), the broadcast product (LLAMA_ATTN_KQ_GROUPED=0: one column,
+channels broadcast from the KV heads) and a 3-token step (3 columns, broadcast).
+
+The switch is read once per process, so each setting runs in its own subprocess, which writes its logits to an
+.npz file. Skipped unless the package was built with a CUDA/HIP backend and a device is present.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pyllama90a as pl
+from pyllama90a._ffi import ffi, lib
+from pyllama90a.synthetic import Shape, synthetic_model
+
+
+def _gpu_device() -> str | None:
+    for i in range(lib.ggml_backend_dev_count()):
+        name = ffi.string(lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i))).decode()
+        if name.startswith(("CUDA", "ROCm", "HIP")):
+            return name
+    return None
+
+
+pytestmark = pytest.mark.skipif(_gpu_device() is None, reason="needs a CUDA or HIP device")
+
+SHAPES = {
+    "gqa1-hd64": Shape("kqc-gqa1-64", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=512, n_vocab=512),
+    "gqa1-hd128": Shape("kqc-gqa1-128", n_embd=256, n_layer=2, n_head=2, n_head_kv=2, n_ff=512, n_vocab=512),
+    "gqa3-hd64": Shape("kqc-gqa3-64", n_embd=384, n_layer=2, n_head=6, n_head_kv=2, n_ff=512, n_vocab=512),
+    "gqa4-hd64": Shape("kqc-gqa4-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=2, n_ff=512, n_vocab=512),
+    "gqa4-hd128": Shape("kqc-gqa4-128", n_embd=512, n_layer=2, n_head=4, n_head_kv=1, n_ff=512, n_vocab=512),
+    "gqa8-hd64": Shape("kqc-gqa8-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
+    "gqa8-hd128": Shape("kqc-gqa8-128", n_embd=1024, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
+}
+# the broadcast product (patch 0006 off) on two shapes: channel_ratio > 1, with one and with two KV heads
+BROADCAST_SHAPES = ("gqa4-hd64", "gqa8-hd128")
+N_PREFIX, N_DECODE, N_LAST = 300, 6, 3
+SWITCH = "GGML_CUDA_MMVQ_SHORT_ROWS"
+
+
+def _cases() -> list[tuple[str, str, bool]]:
+    cases = [(shape, ctk, True) for shape in SHAPES for ctk in pl.QUANTIZED_KV_TYPES]
+    cases += [(shape, ctk, False) for shape in BROADCAST_SHAPES for ctk in pl.QUANTIZED_KV_TYPES]
+    return cases
+
+
+def _key(shape: str, ctk: str, grouped: bool) -> str:
+    return f"{shape}__{ctk}__{'grouped' if grouped else 'broadcast'}"
+
+
+def _tokens(n_vocab: int) -> list[int]:
+    return np.random.default_rng(7).integers(10, n_vocab, size=N_PREFIX + N_DECODE + N_LAST).tolist()
+
+
+def _decode(path: Path, ctk: str, grouped: bool, tokens: list[int]) -> np.ndarray:
+    """Logits of N_DECODE one-token steps after a 300-token prefix, then of one N_LAST-token step."""
+    os.environ["LLAMA_ATTN_KQ_GROUPED"] = "1" if grouped else "0"
+    try:
+        with pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512) as m:
+            m.eval(tokens[:N_PREFIX])
+            rows = []
+            for tok in tokens[N_PREFIX:N_PREFIX + N_DECODE]:
+                m.eval([tok])
+                rows.append(m.last_logits())
+            m.eval(tokens[N_PREFIX + N_DECODE:])
+            rows.append(m.last_logits())
+        return np.array(rows)
+    finally:
+        os.environ.pop("LLAMA_ATTN_KQ_GROUPED", None)
+
+
+def _worker(out: str) -> None:
+    """Runs in a subprocess whose environment sets (or not) the switch: every case's logits into `out`."""
+    results = {}
+    for shape, ctk, grouped in _cases():
+        # f16 weights: the projections take MMVF, so the K^T q product is the only MMVQ user
+        path = synthetic_model(SHAPES[shape], weight_type="f16")
+        results[_key(shape, ctk, grouped)] = _decode(path, ctk, grouped, _tokens(SHAPES[shape].n_vocab))
+    np.savez(out, **results)
+
+
+def _spawn(out: Path, switch: str | None) -> dict[str, np.ndarray]:
+    env = dict(os.environ)
+    env.pop(SWITCH, None)
+    if switch is not None:
+        env[SWITCH] = switch
+    # the child imports this module and the same pyllama90a package as this process
+    paths = [str(Path(__file__).parent), str(Path(pl.__file__).parent.parent)]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    code = "import sys, test_kq_cuda; test_kq_cuda._worker(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, f"{SWITCH}={switch}: worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    with np.load(out) as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
+    for shape in SHAPES:  # written once here, not raced by the two children
+        synthetic_model(SHAPES[shape], weight_type="f16")
+    tmp = tmp_path_factory.mktemp("kq_cuda")
+    return {"on": _spawn(tmp / "on.npz", None), "off": _spawn(tmp / "off.npz", "0")}
+
+
+@pytest.mark.parametrize(("shape", "ctk", "grouped"), _cases(), ids=lambda v: v if isinstance(v, str) else
+                         ("grouped" if v else "broadcast"))
+def test_short_rows_decode_matches_mmvq(runs, shape: str, ctk: str, grouped: bool) -> None:
+    key = _key(shape, ctk, grouped)
+    got, ref = runs["on"][key], runs["off"][key]
+    assert got.shape == ref.shape == (N_DECODE + 1, SHAPES[shape].n_vocab)
+    assert np.isfinite(got).all() and np.isfinite(ref).all()
+    spread = float(np.abs(ref - ref.mean(axis=-1, keepdims=True)).max())
+    assert spread > 0
+    # the same integer dot products, summed in another order: rounding only (a wrong K read moves the
+    # attention weights, and the logits by a fair fraction of their spread)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3 * spread)
