@@ -7,10 +7,13 @@ cd "$(dirname "$0")/.."
 src=$(python3 vendor/prepare_source.py | tail -1)
 cache=${PYLLAMA90A_CACHE:-$HOME/.cache/pyllama90a}
 sdist=$(ls "$cache"/downloads/llama_cpp_python-*.tar.gz | head -1)
-# the prepared tree leaves the web UI out; llama-server's CMake needs the UI's CMakeLists (no assets are built)
-if [ ! -f "$src/tools/ui/CMakeLists.txt" ]; then
+# the prepared tree leaves the web UI out; llama-server's CMake needs the UI's CMake files and templates
+# (no assets are built: the server runs without its web page)
+if [ ! -f "$src/tools/ui/ui.h.in" ]; then
     mkdir -p "$src/tools/ui"
-    tar xzf "$sdist" -O --wildcards '*/vendor/llama.cpp/tools/ui/CMakeLists.txt' > "$src/tools/ui/CMakeLists.txt"
+    for f in CMakeLists.txt sources.cmake ui.cpp.in ui.h.in; do
+        tar xzf "$sdist" -O --wildcards "*/vendor/llama.cpp/tools/ui/$f" > "$src/tools/ui/$f"
+    done
 fi
 build="$cache/llama-server-build/$(basename "$src")"
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
