@@ -8,14 +8,11 @@ and a cache (300+ cells) that is not a multiple of 256. Covered products: patch 
 (ncols = r query heads, one channel per KV head), the broadcast product (LLAMA_ATTN_KQ_GROUPED=0: one column,
 channels broadcast from the KV heads) and a 3-token step (3 columns, broadcast).
 
-The switch is read once per process, so each setting runs in its own subprocess, which writes its logits to an
-.npz file. Skipped unless the package was built with a CUDA/HIP backend and a device is present.
+Skipped unless the package was built with a CUDA/HIP backend and a device is present.
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -82,38 +79,26 @@ def _decode(path: Path, ctk: str, grouped: bool, tokens: list[int]) -> np.ndarra
         os.environ.pop("LLAMA_ATTN_KQ_GROUPED", None)
 
 
-def _worker(out: str) -> None:
-    """Runs in a subprocess whose environment sets (or not) the switch: every case's logits into `out`."""
-    results = {}
-    for shape, ctk, grouped in _cases():
-        # f16 weights: the projections take MMVF, so the K^T q product is the only MMVQ user
-        path = synthetic_model(SHAPES[shape], weight_type="f16")
-        results[_key(shape, ctk, grouped)] = _decode(path, ctk, grouped, _tokens(SHAPES[shape].n_vocab))
-    np.savez(out, **results)
-
-
-def _spawn(out: Path, switch: str | None) -> dict[str, np.ndarray]:
-    env = dict(os.environ)
-    env.pop(SWITCH, None)
-    if switch is not None:
-        env[SWITCH] = switch
-    # the child imports this module and the same pyllama90a package as this process
-    paths = [str(Path(__file__).parent), str(Path(pl.__file__).parent.parent)]
-    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    code = "import sys, test_kq_cuda; test_kq_cuda._worker(sys.argv[1])"
-    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, f"{SWITCH}={switch}: worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    with np.load(out) as data:
-        return {k: data[k] for k in data.files}
+def _all_cases(switch: str | None) -> dict[str, np.ndarray]:
+    """Every case's logits with the switch set (or not); llama.cpp reads it at each launch."""
+    if switch is None:
+        os.environ.pop(SWITCH, None)
+    else:
+        os.environ[SWITCH] = switch
+    try:
+        results = {}
+        for shape, ctk, grouped in _cases():
+            # f16 weights: the projections take MMVF, so the K^T q product is the only MMVQ user
+            path = synthetic_model(SHAPES[shape], weight_type="f16")
+            results[_key(shape, ctk, grouped)] = _decode(path, ctk, grouped, _tokens(SHAPES[shape].n_vocab))
+        return results
+    finally:
+        os.environ.pop(SWITCH, None)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
-    for shape in SHAPES:  # written once here, not raced by the two children
-        synthetic_model(SHAPES[shape], weight_type="f16")
-    tmp = tmp_path_factory.mktemp("kq_cuda")
-    return {"on": _spawn(tmp / "on.npz", None), "off": _spawn(tmp / "off.npz", "0")}
+def runs() -> dict[str, dict[str, np.ndarray]]:
+    return {"on": _all_cases(None), "off": _all_cases("0")}
 
 
 @pytest.mark.parametrize(("shape", "ctk", "grouped"), _cases(), ids=lambda v: v if isinstance(v, str) else
