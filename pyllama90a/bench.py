@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-only", type=int, metavar="N_CTX",
                     help="only report KV and compute-buffer bytes per mode at this n_ctx (no timing)")
     ap.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: print only)")
+    ap.add_argument("--no-plot", action="store_true",
+                    help="no bench.png (matplotlib's import crashed in the H200 image's Python; plot elsewhere)")
     args = ap.parse_args(argv)
 
     modes = [Mode.parse(m) for m in args.modes]
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(result, indent=1))
         (out / "bench.md").write_text(table)
-        if not plot(result, out / "bench.png"):
+        if not args.no_plot and not plot(result, out / "bench.png"):
             print("matplotlib is not installed: no bench.png (pip install 'pyllama90a[bench]')", file=sys.stderr)
         print(f"wrote {out}/bench.json, bench.md" + (", bench.png" if (out / "bench.png").exists() else ""),
               file=sys.stderr)
