@@ -232,6 +232,16 @@ def test_disconnect_frees_the_slot_at_once(server, client) -> None:
     assert _greedy(client, PROMPTS[2], 24) == alone[0]
 
 
+def test_a_client_gone_before_a_whole_answer_frees_the_slot(server) -> None:
+    body = {"prompt": PROMPTS[4], "max_tokens": 1000, "ignore_eos": True}  # not streamed
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.base_url + "/v1/completions", json=body, timeout=1.0)
+    deadline = time.monotonic() + 5
+    while httpx.get(server.base_url + "/health").json()["slots_busy"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(server.base_url + "/health").json()["slots_busy"] == 0
+
+
 # -- bad input ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, param", [

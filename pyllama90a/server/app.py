@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine import BatchEngine, Chunk, QueueFullError, TokenLogprob
@@ -51,18 +52,7 @@ def create_app(state: ServerState) -> FastAPI:
         code = "not_found" if exc.status_code == 404 else None
         return JSONResponse(APIError(exc.status_code, str(exc.detail), code=code).body(), status_code=exc.status_code)
 
-    @app.middleware("http")
-    async def _auth_and_count(request: Request, call_next):  # noqa: ANN001, ANN202
-        path = request.url.path
-        if state.api_key is not None and path.startswith("/v1/") and not _authorized(request, state.api_key):
-            response: Response = JSONResponse(
-                APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>')",
-                         code="invalid_api_key").body(), status_code=401)
-        else:
-            response = await call_next(request)
-        route = path if path in _ROUTES else "other"
-        state.responses[(route, response.status_code)] += 1
-        return response
+    app.add_middleware(_AuthAndCount, state=state)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -88,7 +78,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         gen = completion_request(await _json(request))
-        return await _generate(state, gen, gen.prompt, chat=False)
+        return await _generate(state, request, gen, gen.prompt, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -99,7 +89,7 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, str(e), param="messages") from None
         except LlamaError as e:  # no or unsupported chat template
             raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
-        return await _generate(state, gen, prompt, chat=True)
+        return await _generate(state, request, gen, prompt, chat=True)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> dict[str, Any]:
@@ -119,9 +109,42 @@ def create_app(state: ServerState) -> FastAPI:
 _ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings"}
 
 
-def _authorized(request: Request, key: str) -> bool:
-    given = request.headers.get("authorization", "")
-    scheme, _, token = given.partition(" ")
+class _AuthAndCount:
+    """ASGI middleware: the API key check on /v1/* and the response counts of /metrics. (Plain ASGI rather
+    than Starlette's BaseHTTPMiddleware, which would hide a client's disconnect from the routes.)"""
+
+    def __init__(self, app: Any, state: ServerState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        route = path if path in _ROUTES else "other"
+        key = self.state.api_key
+        if key is not None and path.startswith("/v1/") and not _authorized(Headers(scope=scope), key):
+            response = JSONResponse(APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>')",
+                                             code="invalid_api_key").body(), status_code=401)
+            await response(scope, receive, send)
+            self.state.responses[(route, 401)] += 1
+            return
+        status = 500
+
+        async def send_and_note_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note_status)
+        finally:
+            self.state.responses[(route, status)] += 1
+
+
+def _authorized(headers: Headers, key: str) -> bool:
+    scheme, _, token = headers.get("authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
@@ -151,7 +174,11 @@ def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
             raise APIError(400, str(e), param="input", code="context_length_exceeded") from None
 
 
-async def _generate(state: ServerState, gen: Generation, prompt: Any, *, chat: bool) -> Response:
+# how often a non-streaming request checks that its client is still connected while it waits for tokens
+DISCONNECT_POLL_S = 0.25
+
+
+async def _generate(state: ServerState, request: Request, gen: Generation, prompt: Any, *, chat: bool) -> Response:
     loop = asyncio.get_running_loop()
     chunks: asyncio.Queue[Chunk] = asyncio.Queue()
 
@@ -177,8 +204,18 @@ async def _generate(state: ServerState, gen: Generation, prompt: Any, *, chat: b
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     try:
         parts: list[Chunk] = []
+        next_check = time.monotonic() + DISCONNECT_POLL_S
         while True:
-            chunk = await chunks.get()
+            try:
+                chunk = await asyncio.wait_for(chunks.get(), timeout=DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                chunk = None
+            if time.monotonic() >= next_check:
+                if await request.is_disconnected():  # nobody will read the answer: free the slot now
+                    return Response(status_code=499)
+                next_check = time.monotonic() + DISCONNECT_POLL_S
+            if chunk is None:
+                continue
             if chunk.error is not None:
                 raise APIError(500, f"generation failed: {chunk.error}", type="server_error")
             parts.append(chunk)
