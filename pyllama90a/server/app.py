@@ -37,6 +37,44 @@ class ServerState:
         self.created = int(time.time())
         self.responses: Counter[tuple[str, int]] = Counter()
         self.embed_lock = threading.Lock()
+        self._mailbox: _Mailbox | None = None
+
+    def mailbox(self, loop: asyncio.AbstractEventLoop) -> _Mailbox:
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = _Mailbox(loop)
+        return self._mailbox
+
+
+class _Mailbox:
+    """Chunks from the engine thread to the event loop's queues, with one loop wake-up per batch of chunks
+    (a decode step makes one chunk per slot) instead of one per chunk."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: list[tuple[asyncio.Queue, Chunk]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def sender(self, queue: asyncio.Queue):  # noqa: ANN201
+        def send(chunk: Chunk) -> None:  # engine thread
+            with self._lock:
+                self._pending.append((queue, chunk))
+                if self._scheduled:
+                    return
+                self._scheduled = True
+            try:
+                self.loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed (shutting down): the engine cancels this request
+                with self._lock:
+                    self._scheduled = False
+                raise
+        return send
+
+    def _deliver(self) -> None:  # event loop
+        with self._lock:
+            pending, self._pending, self._scheduled = self._pending, [], False
+        for queue, chunk in pending:
+            queue.put_nowait(chunk)
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -179,11 +217,8 @@ DISCONNECT_POLL_S = 0.25
 
 
 async def _generate(state: ServerState, request: Request, gen: Generation, prompt: Any, *, chat: bool) -> Response:
-    loop = asyncio.get_running_loop()
     chunks: asyncio.Queue[Chunk] = asyncio.Queue()
-
-    def deliver(chunk: Chunk) -> None:  # engine thread
-        loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+    deliver = state.mailbox(asyncio.get_running_loop()).sender(chunks)
 
     engine = state.engine
     try:
