@@ -28,6 +28,24 @@ def _dequantize(qtype: int, raw: bytes, n: int) -> np.ndarray:
     return out
 
 
+def _head_view_of_cache(ctx, qtype: int, values: np.ndarray, n_head_kv: int):  # noqa: ANN001, ANN202
+    """A quantized cache of one row per KV cell (values: n_kv x n_embd_gqa), and the view llama_kv_cache
+    returns for an untransposed K or V after build_attn_mha's permute: [head_dim, n_kv, n_head_kv, 1].
+    Also returns the cache dequantized by ggml's own row converter, shape (n_kv, n_head_kv, head_dim)."""
+    n_kv, n_embd_gqa = values.shape
+    cache = lib.ggml_new_tensor_4d(ctx, qtype, n_embd_gqa, n_kv, 1, 1)
+    written = lib.ggml_quantize_chunk(qtype, ffi.cast("float *", values.ctypes.data), cache.data,
+                                      0, n_kv, n_embd_gqa, ffi.NULL)
+    assert written == lib.ggml_nbytes(cache)
+    ref = _dequantize(qtype, ffi.buffer(cache.data, written)[:], n_kv * n_embd_gqa)
+    # quantization really happened (the reference is not the float input)
+    assert not np.array_equal(ref.reshape(n_kv, -1), values)
+    view = lib.ggml_view_4d(ctx, cache, HEAD_DIM, n_head_kv, n_kv, 1,
+                            lib.ggml_row_size(qtype, HEAD_DIM), lib.ggml_row_size(qtype, n_embd_gqa),
+                            lib.ggml_row_size(qtype, n_embd_gqa * n_kv), 0)
+    return lib.ggml_permute(ctx, view, 0, 2, 1, 3), ref.reshape(n_kv, n_head_kv, HEAD_DIM)
+
+
 @pytest.mark.parametrize("kv_type", QUANTIZED_KV_TYPES)
 @pytest.mark.parametrize("n_head,n_head_kv,n_kv,n_tokens", [
     (6, 2, 37, 1),     # GQA 3, decode, odd n_kv
@@ -45,20 +63,7 @@ def test_dequantized_v_branch_matches_reference(kv_type: str, n_head: int, n_hea
     try:
         # the V cache: one row of n_embd_v_gqa values per KV cell, quantized along the row
         v_f32 = rng.standard_normal((n_kv, n_embd_v_gqa), dtype=np.float32)
-        cache = lib.ggml_new_tensor_4d(ctx, qtype, n_embd_v_gqa, n_kv, 1, 1)
-        written = lib.ggml_quantize_chunk(qtype, ffi.cast("float *", v_f32.ctypes.data), cache.data,
-                                          0, n_kv, n_embd_v_gqa, ffi.NULL)
-        assert written == lib.ggml_nbytes(cache)
-        v_ref = _dequantize(qtype, ffi.buffer(cache.data, written)[:], n_kv * n_embd_v_gqa)
-        v_ref = v_ref.reshape(n_kv, n_head_kv, HEAD_DIM)
-        # quantization really happened (the reference is not the float input)
-        assert not np.array_equal(v_ref.reshape(n_kv, -1), v_f32)
-
-        # the view llama_kv_cache::get_v returns for an untransposed V, then build_attn_mha's permute
-        v = lib.ggml_view_4d(ctx, cache, HEAD_DIM, n_head_kv, n_kv, 1,
-                             lib.ggml_row_size(qtype, HEAD_DIM), lib.ggml_row_size(qtype, n_embd_v_gqa),
-                             lib.ggml_row_size(qtype, n_embd_v_gqa * n_kv), 0)
-        v = lib.ggml_permute(ctx, v, 0, 2, 1, 3)
+        v, v_ref = _head_view_of_cache(ctx, qtype, v_f32, n_head_kv)
         # patch 0001's branch
         v = lib.ggml_cont(ctx, lib.ggml_transpose(ctx, lib.ggml_cast(ctx, v, lib.GGML_TYPE_F32)))
 
@@ -95,15 +100,7 @@ def test_decode_kq_matches_reference(kv_type: str, grouped: bool, n_head: int, n
     assert ctx != ffi.NULL
     try:
         k_f32 = rng.standard_normal((n_kv, n_embd_k_gqa), dtype=np.float32)
-        cache = lib.ggml_new_tensor_4d(ctx, qtype, n_embd_k_gqa, n_kv, 1, 1)
-        written = lib.ggml_quantize_chunk(qtype, ffi.cast("float *", k_f32.ctypes.data), cache.data,
-                                          0, n_kv, n_embd_k_gqa, ffi.NULL)
-        k_ref = _dequantize(qtype, ffi.buffer(cache.data, written)[:], n_kv * n_embd_k_gqa)
-        k_ref = k_ref.reshape(n_kv, n_head_kv, HEAD_DIM)
-        k = lib.ggml_view_4d(ctx, cache, HEAD_DIM, n_head_kv, n_kv, 1,
-                             lib.ggml_row_size(qtype, HEAD_DIM), lib.ggml_row_size(qtype, n_embd_k_gqa),
-                             lib.ggml_row_size(qtype, n_embd_k_gqa * n_kv), 0)
-        k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)
+        k, k_ref = _head_view_of_cache(ctx, qtype, k_f32, n_head_kv)
         q_np = rng.standard_normal((n_head, HEAD_DIM), dtype=np.float32)
         q = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, HEAD_DIM, n_head, 1, 1)
         ffi.memmove(q.data, q_np.tobytes(), q_np.nbytes)

@@ -22,21 +22,13 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
+from gpu import requires_gpu
 from graph_probe import decode_nodes
 from pyllama90a.kv_types import ggml_type
-from pyllama90a._ffi import ffi, lib
 from pyllama90a.synthetic import Shape, synthetic_model
 
 
-def _gpu_device() -> str | None:
-    for i in range(lib.ggml_backend_dev_count()):
-        name = ffi.string(lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i))).decode()
-        if name.startswith(("CUDA", "ROCm", "HIP")):
-            return name
-    return None
-
-
-pytestmark = pytest.mark.skipif(_gpu_device() is None, reason="needs a CUDA or HIP device")
+pytestmark = requires_gpu
 
 SHAPES = {
     "gqa1-hd64": Shape("vqc-gqa1", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=512, n_vocab=512),

@@ -1,0 +1,17 @@
+"""The GPU the package was built for, if one is present: CUDA/HIP-only tests are skipped without it."""
+from __future__ import annotations
+
+import pytest
+
+from pyllama90a._ffi import ffi, lib
+
+
+def gpu_device() -> str | None:
+    for i in range(lib.ggml_backend_dev_count()):
+        name = ffi.string(lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i))).decode()
+        if name.startswith(("CUDA", "ROCm", "HIP")):
+            return name
+    return None
+
+
+requires_gpu = pytest.mark.skipif(gpu_device() is None, reason="needs a CUDA or HIP device")
