@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import threading
 import time
@@ -354,3 +355,7 @@ def test_bad_settings_fail_clearly(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-m", "pyllama90a.server", "--ctk", "q3_0"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "--ctk" in r.stderr
+    env = {**os.environ, "PYLLAMA90A_FLASH_ATTN": "maybe"}
+    r = subprocess.run([sys.executable, "-m", "pyllama90a.server"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 2 and "--flash-attn" in r.stderr and "maybe" in r.stderr

@@ -47,9 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, name, None if value is None else int(value))
         except ValueError:
             p.error(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
-    for name, value in (("ctk", args.ctk), ("ctv", args.ctv)):
-        if value not in KV_TYPES:
-            p.error(f"--{name} must be one of {', '.join(KV_TYPES)}, got {value!r}")
+    # a default taken from the environment is not checked by argparse: check every flag with choices here
+    for action in p._actions:
+        value = getattr(args, action.dest, None)
+        if action.choices is not None and value not in action.choices:
+            p.error(f"{action.option_strings[-1]} must be one of {', '.join(action.choices)}, got {value!r}")
     return args
 
 
