@@ -234,6 +234,15 @@ def plot(result: dict, path: Path) -> bool:
     return True
 
 
+def write_results(out: Path, stem: str, result: dict, table: str) -> Path:
+    """`out`/STEM.json and STEM.md (the folder is made if needed); returns `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text(table)
+    print(f"wrote {out}/{stem}.json, {stem}.md", file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["server"]:
@@ -289,14 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(result)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(json.dumps(result, indent=1))
-        (out / "bench.md").write_text(table)
+        out = write_results(Path(args.out), "bench", result, table)
         if not args.no_plot and not plot(result, out / "bench.png"):
             print("matplotlib is not installed: no bench.png (pip install 'pyllama90a[bench]')", file=sys.stderr)
-        print(f"wrote {out}/bench.json, bench.md" + (", bench.png" if (out / "bench.png").exists() else ""),
-              file=sys.stderr)
+        elif (out / "bench.png").exists():
+            print(f"wrote {out}/bench.png", file=sys.stderr)
     return 0
 
 

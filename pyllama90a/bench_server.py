@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from .bench import machine_name
+from .bench import machine_name, write_results
 from .server.process import ServerProcess
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "the first city on Mars", "a dragon who cannot fly",
@@ -162,9 +162,5 @@ def main(argv: list[str]) -> int:
     table = markdown(result)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "server.json").write_text(json.dumps(result, indent=1))
-        (out / "server.md").write_text(table)
-        print(f"wrote {out}/server.json, server.md", file=sys.stderr)
+        write_results(Path(args.out), "server", result, table)
     return 0

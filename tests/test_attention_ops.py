@@ -28,6 +28,21 @@ def _dequantize(qtype: int, raw: bytes, n: int) -> np.ndarray:
     return out
 
 
+@pytest.fixture
+def ctx():  # noqa: ANN201
+    """A ggml context with its own memory, for building and computing a small graph on the CPU."""
+    ctx = lib.ggml_init({"mem_size": 64 << 20, "mem_buffer": ffi.NULL, "no_alloc": False})
+    assert ctx != ffi.NULL
+    yield ctx
+    lib.ggml_free(ctx)
+
+
+def _compute(ctx, tensor) -> None:  # noqa: ANN001
+    graph = lib.ggml_new_graph(ctx)
+    lib.ggml_build_forward_expand(graph, tensor)
+    assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
+
+
 def _head_view_of_cache(ctx, qtype: int, values: np.ndarray, n_head_kv: int):  # noqa: ANN001, ANN202
     """A quantized cache of one row per KV cell (values: n_kv x n_embd_gqa), and the view llama_kv_cache
     returns for an untransposed K or V after build_attn_mha's permute: [head_dim, n_kv, n_head_kv, 1].
@@ -53,68 +68,54 @@ def _head_view_of_cache(ctx, qtype: int, values: np.ndarray, n_head_kv: int):  #
     (4, 4, 259, 1),    # no GQA, n_kv not a multiple of 256
     (8, 1, 64, 2),     # MQA
 ])
-def test_dequantized_v_branch_matches_reference(kv_type: str, n_head: int, n_head_kv: int, n_kv: int,
+def test_dequantized_v_branch_matches_reference(ctx, kv_type: str, n_head: int, n_head_kv: int, n_kv: int,
                                                 n_tokens: int) -> None:
     rng = np.random.default_rng(n_kv * 31 + n_head)
     qtype = ggml_type(kv_type)
     n_embd_v_gqa = HEAD_DIM * n_head_kv
-    ctx = lib.ggml_init({"mem_size": 64 << 20, "mem_buffer": ffi.NULL, "no_alloc": False})
-    assert ctx != ffi.NULL
-    try:
-        # the V cache: one row of n_embd_v_gqa values per KV cell, quantized along the row
-        v_f32 = rng.standard_normal((n_kv, n_embd_v_gqa), dtype=np.float32)
-        v, v_ref = _head_view_of_cache(ctx, qtype, v_f32, n_head_kv)
-        # patch 0001's branch
-        v = lib.ggml_cont(ctx, lib.ggml_transpose(ctx, lib.ggml_cast(ctx, v, lib.GGML_TYPE_F32)))
+    # the V cache: one row of n_embd_v_gqa values per KV cell, quantized along the row
+    v_f32 = rng.standard_normal((n_kv, n_embd_v_gqa), dtype=np.float32)
+    v, v_ref = _head_view_of_cache(ctx, qtype, v_f32, n_head_kv)
+    # patch 0001's branch
+    v = lib.ggml_cont(ctx, lib.ggml_transpose(ctx, lib.ggml_cast(ctx, v, lib.GGML_TYPE_F32)))
 
-        # softmax output: probabilities over KV cells per (head, token)
-        p = rng.random((n_head, n_tokens, n_kv), dtype=np.float32)
-        p /= p.sum(axis=-1, keepdims=True)
-        kq = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n_kv, n_tokens, n_head, 1)
-        ffi.memmove(kq.data, p.tobytes(), p.nbytes)
+    # softmax output: probabilities over KV cells per (head, token)
+    p = rng.random((n_head, n_tokens, n_kv), dtype=np.float32)
+    p /= p.sum(axis=-1, keepdims=True)
+    kq = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n_kv, n_tokens, n_head, 1)
+    ffi.memmove(kq.data, p.tobytes(), p.nbytes)
 
-        kqv = lib.ggml_mul_mat(ctx, v, kq)
-        graph = lib.ggml_new_graph(ctx)
-        lib.ggml_build_forward_expand(graph, kqv)
-        assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
+    kqv = lib.ggml_mul_mat(ctx, v, kq)
+    _compute(ctx, kqv)
 
-        assert tuple(kqv.ne) == (HEAD_DIM, n_tokens, n_head, 1)
-        got = _tensor_array(kqv, (n_head, n_tokens, HEAD_DIM))
-        group = n_head // n_head_kv
-        want = np.einsum("htk,khd->htd", p, v_ref[:, np.arange(n_head) // group, :].astype(np.float64))
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    finally:
-        lib.ggml_free(ctx)
+    assert tuple(kqv.ne) == (HEAD_DIM, n_tokens, n_head, 1)
+    got = _tensor_array(kqv, (n_head, n_tokens, HEAD_DIM))
+    group = n_head // n_head_kv
+    want = np.einsum("htk,khd->htd", p, v_ref[:, np.arange(n_head) // group, :].astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("kv_type", QUANTIZED_KV_TYPES)
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "broadcast"])
 @pytest.mark.parametrize("n_head,n_head_kv,n_kv", [(9, 3, 300), (8, 2, 259), (8, 1, 64), (4, 4, 37)])
-def test_decode_kq_matches_reference(kv_type: str, grouped: bool, n_head: int, n_head_kv: int, n_kv: int) -> None:
+def test_decode_kq_matches_reference(ctx, kv_type: str, grouped: bool, n_head: int, n_head_kv: int, n_kv: int) -> None:
     """K^T q for one decoded token over a quantized, strided K view: broadcast over query heads as upstream
     builds it, and grouped (patch 0006: the query heads of a KV head as columns of one product)."""
     rng = np.random.default_rng(n_kv + n_head)
     qtype = ggml_type(kv_type)
     n_embd_k_gqa = HEAD_DIM * n_head_kv
-    ctx = lib.ggml_init({"mem_size": 64 << 20, "mem_buffer": ffi.NULL, "no_alloc": False})
-    assert ctx != ffi.NULL
-    try:
-        k_f32 = rng.standard_normal((n_kv, n_embd_k_gqa), dtype=np.float32)
-        k, k_ref = _head_view_of_cache(ctx, qtype, k_f32, n_head_kv)
-        q_np = rng.standard_normal((n_head, HEAD_DIM), dtype=np.float32)
-        q = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, HEAD_DIM, n_head, 1, 1)
-        ffi.memmove(q.data, q_np.tobytes(), q_np.nbytes)
-        q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [head_dim, 1 token, n_head, 1], as build_attn_mha has it
-        r = n_head // n_head_kv
-        if grouped:
-            q = lib.ggml_view_4d(ctx, q, HEAD_DIM, r, n_head_kv, 1, q.nb[2], r * q.nb[2], q.nb[3], 0)
-        kq = lib.ggml_mul_mat(ctx, k, q)
-        graph = lib.ggml_new_graph(ctx)
-        lib.ggml_build_forward_expand(graph, kq)
-        assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
-        got = _tensor_array(kq, (n_head, n_kv))
-        want = np.einsum("hd,khd->hk", q_np.astype(np.float64), k_ref[:, np.arange(n_head) // r, :])
-        # q is quantized to 8 bits for the integer dot products: relative error well under 1%
-        assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
-    finally:
-        lib.ggml_free(ctx)
+    k_f32 = rng.standard_normal((n_kv, n_embd_k_gqa), dtype=np.float32)
+    k, k_ref = _head_view_of_cache(ctx, qtype, k_f32, n_head_kv)
+    q_np = rng.standard_normal((n_head, HEAD_DIM), dtype=np.float32)
+    q = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, HEAD_DIM, n_head, 1, 1)
+    ffi.memmove(q.data, q_np.tobytes(), q_np.nbytes)
+    q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [head_dim, 1 token, n_head, 1], as build_attn_mha has it
+    r = n_head // n_head_kv
+    if grouped:
+        q = lib.ggml_view_4d(ctx, q, HEAD_DIM, r, n_head_kv, 1, q.nb[2], r * q.nb[2], q.nb[3], 0)
+    kq = lib.ggml_mul_mat(ctx, k, q)
+    _compute(ctx, kq)
+    got = _tensor_array(kq, (n_head, n_kv))
+    want = np.einsum("hd,khd->hk", q_np.astype(np.float64), k_ref[:, np.arange(n_head) // r, :])
+    # q is quantized to 8 bits for the integer dot products: relative error well under 1%
+    assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
