@@ -32,8 +32,11 @@ DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 
 # variants switch one patch off, so that a mode can be compared with and without it in one run:
 # "+deq": the in-place quantized-V paths (0003 CPU, 0005 CUDA) off, i.e. patch 0001's dequantize + mul_mat;
-# "+ungrouped": patch 0006 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group
-VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0")}
+# "+ungrouped": patch 0006 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group;
+# "+mmq": patch 0008 off, i.e. CUDA prefill's K^T Q over a quantized K cache on MMQ instead of cuBLAS;
+# "+norot": upstream's Hadamard rotation of Q/K/V for quantized caches off (what it costs; it buys accuracy)
+VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0"),
+               "mmq": ("GGML_CUDA_KV_CUBLAS", "0"), "norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """Decode at depth under a GPU profiler: fill the cache, then decode with the profiler's capture range on.
 
-    nsys profile --capture-range=cudaProfilerApi -o decode python3 profile_decode.py 1b-hd64 q4_0 q4_0 32768
+    ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \
+        python3 profile_decode.py 1b-hd64 q4_0 q4_0 8192 [N_PROFILED]
+
+N_PROFILED one-token steps (default 56) run inside the capture range, after 8 warm-up steps.
 """
 import ctypes
 import ctypes.util
@@ -11,19 +14,20 @@ import pyllama90a as pl
 from pyllama90a.synthetic import SHAPES, synthetic_model
 
 shape, ctk, ctv, depth = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-n_decode = 64
+n_profiled = int(sys.argv[5]) if len(sys.argv) > 5 else 56
+n_warmup = 8
 path = synthetic_model(shape)
 n_vocab = SHAPES[shape].n_vocab
-tokens = [1] + [259 + (i * 7919) % (n_vocab - 259) for i in range(depth + n_decode)]
+tokens = [1] + [259 + (i * 7919) % (n_vocab - 259) for i in range(depth + n_warmup + n_profiled)]
 cudart = ctypes.CDLL(ctypes.util.find_library("cudart") or "libcudart.so")
-with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=depth + n_decode + 16, n_batch=2048) as m:
+with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=depth + n_warmup + n_profiled + 16, n_batch=2048) as m:
     m.eval(tokens[:depth])
-    for t in tokens[depth:depth + 8]:  # warm-up
+    for t in tokens[depth:depth + n_warmup]:
         m.eval([t])
     cudart.cudaProfilerStart()
     start = time.perf_counter()
-    for t in tokens[depth + 8:depth + n_decode]:
+    for t in tokens[depth + n_warmup:]:
         m.eval([t])
     elapsed = time.perf_counter() - start
     cudart.cudaProfilerStop()
-print(f"{shape} K {ctk} V {ctv} depth {depth}: {(n_decode - 8) / elapsed:.1f} tok/s")
+print(f"{shape} K {ctk} V {ctv} depth {depth}: {n_profiled / elapsed:.1f} tok/s")
