@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .attention_policy import _attention_device
 from .errors import InvalidArgumentError
 from .kv_types import check_kv_type
 from .model import Model
@@ -79,7 +80,9 @@ def machine_name() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
+    name = f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
+    kind, gpu = _attention_device(n_gpu_layers=-1)
+    return name if kind == "cpu" else f"{name} + {gpu}"
 
 
 def _timed(fn) -> float:  # noqa: ANN001

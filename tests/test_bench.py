@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pyllama90a.bench import Mode, main
+from pyllama90a.bench import VARIANT_ENV, Mode, main
 
 
 def test_mode_parsing() -> None:
@@ -17,6 +18,19 @@ def test_mode_parsing() -> None:
     for bad in ("fa-maybe:f16/f16", "fa-off:f16", "fa-off:f16/q9", "fa-off:f16/f16+fast"):
         with pytest.raises(ValueError):
             Mode.parse(bad)
+
+
+@pytest.mark.parametrize("variant", ["deq", "ungrouped", "mmq", "norot"])
+def test_variant_sets_only_its_switch(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
+    switches = {name for name, _ in filter(None, VARIANT_ENV.values())}
+    for name in switches:
+        monkeypatch.setenv(name, "stale")
+    Mode.parse(f"fa-off:q4_0/q4_0+{variant}").apply_environment()
+    name, value = VARIANT_ENV[variant]
+    assert os.environ[name] == value
+    assert not any(other in os.environ for other in switches - {name})
+    Mode.parse("fa-off:q4_0/q4_0").apply_environment()
+    assert not any(other in os.environ for other in switches)
 
 
 def test_bench_writes_json_and_markdown_with_ratios(tmp_path: Path) -> None:
