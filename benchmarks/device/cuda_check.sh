@@ -16,7 +16,7 @@ for i in range(lib.ggml_backend_dev_count()):
     d = lib.ggml_backend_dev_get(i)
     print("device:", ffi.string(lib.ggml_backend_dev_name(d)).decode(), ffi.string(lib.ggml_backend_dev_description(d)).decode())
 PY
-TESTS=${TESTS:-"test_vquant_cuda.py test_quantized_v_backend.py test_kq_grouped.py test_kq_cuda.py test_kq_prefill_cuda.py"}
+TESTS=${TESTS:-"test_vquant_cuda.py test_quantized_v_backend.py test_kq_grouped.py test_kq_cuda.py test_kq_prefill_cuda.py test_multi_stream_cuda.py"}
 timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -v -p no:cacheprovider $(printf "$REPO/tests/%s " $TESTS) \
     -k "not smollm2 and not test_grouped_path_is_taken and not test_f16_k_keeps" \
     > "$OUT/pytest.log" 2>&1
