@@ -1,14 +1,14 @@
 """Which nodes llama.cpp's scheduler ran for a decode step: the tests use it to see the path a patch took.
 
-A raw context (as tests/test_multi_sequence.py makes) with the scheduler's eval callback set; the callback
+A raw context (as tests/two_streams.py makes) with the scheduler's eval callback set; the callback
 records each node's op, name and shape when the scheduler asks about it, and never asks for data.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from decode_paths import switches
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.kv_types import ggml_type
 
@@ -24,8 +24,12 @@ class Node:
 def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, env: dict[str, str] | None = None,
                  n_gpu_layers: int = 0, n_ctx: int = 1024) -> list[Node]:
     """Decode tokens[:-1] as a prompt, then the last token alone; returns the nodes of that last step."""
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
+    with switches(**(env or {})):
+        return _record_last_step(model_path, tokens, ctk, ctv, n_gpu_layers, n_ctx)
+
+
+def _record_last_step(model_path: Path, tokens: list[int], ctk: str, ctv: str, n_gpu_layers: int,
+                      n_ctx: int) -> list[Node]:
     nodes: list[Node] = []
 
     @ffi.callback("bool(struct ggml_tensor *, bool, void *)")
@@ -59,8 +63,3 @@ def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, env
         if ctx != ffi.NULL:
             lib.llama_free(ctx)
         lib.llama_model_free(model)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -12,28 +12,21 @@ Skipped unless the package was built with a CUDA/HIP backend and a device is pre
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pyllama90a as pl
+from decode_paths import step_logits, switches
 from gpu import requires_gpu
-from pyllama90a.synthetic import Shape, synthetic_model
+from gqa_shapes import gqa_shapes
+from pyllama90a.synthetic import synthetic_model
 
 
 pytestmark = requires_gpu
 
-SHAPES = {
-    "gqa1-hd64": Shape("kqc-gqa1-64", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=512, n_vocab=512),
-    "gqa1-hd128": Shape("kqc-gqa1-128", n_embd=256, n_layer=2, n_head=2, n_head_kv=2, n_ff=512, n_vocab=512),
-    "gqa3-hd64": Shape("kqc-gqa3-64", n_embd=384, n_layer=2, n_head=6, n_head_kv=2, n_ff=512, n_vocab=512),
-    "gqa4-hd64": Shape("kqc-gqa4-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=2, n_ff=512, n_vocab=512),
-    "gqa4-hd128": Shape("kqc-gqa4-128", n_embd=512, n_layer=2, n_head=4, n_head_kv=1, n_ff=512, n_vocab=512),
-    "gqa8-hd64": Shape("kqc-gqa8-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-    "gqa8-hd128": Shape("kqc-gqa8-128", n_embd=1024, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-}
+SHAPES = gqa_shapes("gqa1-hd64", "gqa1-hd128", "gqa3-hd64", "gqa4-hd64", "gqa4-hd128", "gqa8-hd64", "gqa8-hd128")
 # the broadcast product (patch 0006 off) on two shapes: channel_ratio > 1, with one and with two KV heads
 BROADCAST_SHAPES = ("gqa4-hd64", "gqa8-hd128")
 N_PREFIX, N_DECODE, N_LAST = 300, 6, 3
@@ -56,36 +49,24 @@ def _tokens(n_vocab: int) -> list[int]:
 
 def _decode(path: Path, ctk: str, grouped: bool, tokens: list[int]) -> np.ndarray:
     """Logits of N_DECODE one-token steps after a 300-token prefix, then of one N_LAST-token step."""
-    os.environ["LLAMA_ATTN_KQ_GROUPED"] = "1" if grouped else "0"
-    try:
-        with pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512) as m:
-            m.eval(tokens[:N_PREFIX])
-            rows = []
-            for tok in tokens[N_PREFIX:N_PREFIX + N_DECODE]:
-                m.eval([tok])
-                rows.append(m.last_logits())
-            m.eval(tokens[N_PREFIX + N_DECODE:])
-            rows.append(m.last_logits())
-        return np.array(rows)
-    finally:
-        os.environ.pop("LLAMA_ATTN_KQ_GROUPED", None)
+    with switches(LLAMA_ATTN_KQ_GROUPED="1" if grouped else "0"), \
+            pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512) as m:
+        m.eval(tokens[:N_PREFIX])
+        rows = list(step_logits(m, tokens[N_PREFIX:N_PREFIX + N_DECODE]))
+        m.eval(tokens[N_PREFIX + N_DECODE:])
+        rows.append(m.last_logits())
+    return np.array(rows)
 
 
 def _all_cases(switch: str | None) -> dict[str, np.ndarray]:
     """Every case's logits with the switch set (or not); llama.cpp reads it at each launch."""
-    if switch is None:
-        os.environ.pop(SWITCH, None)
-    else:
-        os.environ[SWITCH] = switch
-    try:
-        results = {}
+    results = {}
+    with switches(**{SWITCH: switch}):
         for shape, ctk, grouped in _cases():
             # f16 weights: the projections take MMVF, so the K^T q product is the only MMVQ user
             path = synthetic_model(SHAPES[shape], weight_type="f16")
             results[_key(shape, ctk, grouped)] = _decode(path, ctk, grouped, _tokens(SHAPES[shape].n_vocab))
-        return results
-    finally:
-        os.environ.pop(SWITCH, None)
+    return results
 
 
 @pytest.fixture(scope="module")

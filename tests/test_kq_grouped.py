@@ -8,20 +8,17 @@ Runs on whatever backend the build has (CPU in CI, CUDA on the device machine).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import pyllama90a as pl
+from decode_paths import step_logits, switches
+from gqa_shapes import gqa_shapes
 from graph_probe import decode_nodes
-from pyllama90a.synthetic import Shape, synthetic_model
+from pyllama90a.synthetic import synthetic_model
 
 SMOLLM2_HEADS, SMOLLM2_KV_HEADS = 9, 3
-SHAPES = {
-    "gqa4-hd128": Shape("vq-gqa4", n_embd=512, n_layer=2, n_head=4, n_head_kv=1, n_ff=512, n_vocab=512),
-    "gqa8-hd128": Shape("vq-gqa8", n_embd=1024, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-}
+SHAPES = gqa_shapes("gqa4-hd128", "gqa8-hd128")
 
 
 def _kq_products(nodes, n_tokens: int = 300) -> set[tuple[int, int, int, int]]:
@@ -51,17 +48,10 @@ def test_f16_k_keeps_the_broadcast_product(model_path) -> None:
 
 
 def _decode_logits(path, ctk: str, grouped: bool, tokens: list[int], n_prefix: int) -> np.ndarray:
-    os.environ["LLAMA_ATTN_KQ_GROUPED"] = "1" if grouped else "0"
-    try:
-        with pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512, n_threads=2) as m:
-            m.eval(tokens[:n_prefix])
-            rows = []
-            for t in tokens[n_prefix:]:
-                m.eval([t])
-                rows.append(m.last_logits())
-        return np.array(rows)
-    finally:
-        os.environ.pop("LLAMA_ATTN_KQ_GROUPED", None)
+    with switches(LLAMA_ATTN_KQ_GROUPED="1" if grouped else "0"), \
+            pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512, n_threads=2) as m:
+        m.eval(tokens[:n_prefix])
+        return step_logits(m, tokens[n_prefix:])
 
 
 @pytest.mark.parametrize("ctk", pl.QUANTIZED_KV_TYPES)

@@ -10,25 +10,21 @@ Skipped unless the package was built with a CUDA/HIP backend and a device is pre
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pyllama90a as pl
+from decode_paths import switches
 from gpu import requires_gpu
-from pyllama90a.synthetic import Shape, synthetic_model
+from gqa_shapes import gqa_shapes
+from pyllama90a.synthetic import synthetic_model
 
 
 pytestmark = requires_gpu
 
-SHAPES = {
-    "gqa1-hd64": Shape("kqp-gqa1-64", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=512, n_vocab=512),
-    "gqa3-hd64": Shape("kqp-gqa3-64", n_embd=384, n_layer=2, n_head=6, n_head_kv=2, n_ff=512, n_vocab=512),
-    "gqa4-hd128": Shape("kqp-gqa4-128", n_embd=1024, n_layer=2, n_head=8, n_head_kv=2, n_ff=512, n_vocab=512),
-    "gqa8-hd64": Shape("kqp-gqa8-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-}
+SHAPES = gqa_shapes("gqa1-hd64", "gqa3-hd64", "gqa4-hd128-2kv", "gqa8-hd64")
 N_PROMPT = 300
 RUNS = {  # run name -> (environment, n_gpu_layers)
     "cublas": ({}, -1),
@@ -43,13 +39,9 @@ def _cases() -> list[tuple[str, str]]:
 
 
 def _prefill_logits(path: Path, ctk: str, tokens: list[int], env: dict[str, str], n_gpu_layers: int) -> np.ndarray:
-    os.environ.update(env)
-    try:
-        with pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512, n_gpu_layers=n_gpu_layers) as m:
-            return m.logits(tokens)
-    finally:
-        for name in env:
-            os.environ.pop(name, None)
+    with switches(**env), pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512,
+                                   n_gpu_layers=n_gpu_layers) as m:
+        return m.logits(tokens)
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,13 @@ import pytest
 
 import pyllama90a as pl
 from gpu import requires_gpu
-from pyllama90a.synthetic import Shape, synthetic_model
+from gqa_shapes import GQA_SHAPES
+from pyllama90a.synthetic import synthetic_model
 from two_streams import decode_alone, decode_together
 
 pytestmark = requires_gpu
 
-SHAPE = Shape("ms-gqa4-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=2, n_ff=512, n_vocab=512)
+SHAPE = GQA_SHAPES["gqa4-hd64"]
 N_PROMPT, N_STEPS = 40, 3
 
 

@@ -15,51 +15,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 
 import numpy as np
 import pytest
 
 import pyllama90a as pl
+from decode_paths import step_logits, switches
 from gpu import requires_gpu
+from gqa_shapes import gqa_shapes
 from graph_probe import decode_nodes
 from pyllama90a.kv_types import ggml_type
-from pyllama90a.synthetic import Shape, synthetic_model
+from pyllama90a.synthetic import synthetic_model
 
 
 pytestmark = requires_gpu
 
-SHAPES = {
-    "gqa1-hd64": Shape("vqc-gqa1", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=512, n_vocab=512),
-    "gqa3-hd64": Shape("vqc-gqa3", n_embd=384, n_layer=2, n_head=6, n_head_kv=2, n_ff=512, n_vocab=512),
-    "gqa4-hd128": Shape("vqc-gqa4", n_embd=512, n_layer=2, n_head=4, n_head_kv=1, n_ff=512, n_vocab=512),
-    "gqa8-hd128": Shape("vqc-gqa8", n_embd=1024, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-    "gqa8-hd64": Shape("vqc-gqa8-64", n_embd=512, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-}
+SHAPES = gqa_shapes("gqa1-hd64", "gqa3-hd64", "gqa4-hd128", "gqa8-hd128", "gqa8-hd64")
 N_PREFIX, N_DECODE = 300, 6
 
 
 def _random_tokens(n_vocab: int, n: int = N_PREFIX + N_DECODE) -> list[int]:
     return np.random.default_rng(1).integers(10, n_vocab, size=n).tolist()
-
-
-@contextlib.contextmanager
-def _env(**values: str | None):
-    old = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _spread(x: np.ndarray) -> float:
@@ -70,14 +47,10 @@ def _decode(path, kv_type: str, device_path: bool, tokens: list[int]) -> np.ndar
     """Prefill with the fallback path in both runs (the same cache contents, bit for bit), then decode one
     token at a time with the path under test: the decode graphs are built after the switch changes."""
     with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512) as m:
-        with _env(LLAMA_ATTN_VQUANT="0"):
+        with switches(LLAMA_ATTN_VQUANT="0"):
             m.eval(tokens[:N_PREFIX])
-        rows = []
-        with _env(LLAMA_ATTN_VQUANT=None if device_path else "0"):
-            for tok in tokens[N_PREFIX:]:
-                m.eval([tok])
-                rows.append(m.last_logits())
-    return np.array(rows)
+        with switches(LLAMA_ATTN_VQUANT=None if device_path else "0"):
+            return step_logits(m, tokens[N_PREFIX:])
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -93,7 +66,7 @@ def test_device_decode_matches_fallback(shape: str, kv_type: str) -> None:
 
 
 def _prefill(path, kv_type: str, device_path: bool, chunk: str | None) -> np.ndarray:
-    with _env(LLAMA_ATTN_VQUANT=None if device_path else "0", GGML_CUDA_OUT_PROD_CHUNK=chunk):
+    with switches(LLAMA_ATTN_VQUANT=None if device_path else "0", GGML_CUDA_OUT_PROD_CHUNK=chunk):
         with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_batch=128,
                       n_ubatch=128) as m:
             return m.logits(_random_tokens(512, 301))
@@ -140,7 +113,7 @@ def _reserve(path, ctk: str, ctv: str, device_path: bool) -> tuple[int, int]:
     """(compute buffer bytes, graph splits) of a context whose every graph is decode-sized (n_ubatch 8):
     patch 0005's op then handles all of them, and the fallback's two F32 copies of V (n_ctx cells each)
     dominate its compute buffer."""
-    with _env(LLAMA_ATTN_VQUANT=None if device_path else "0"), _native_log() as lines:
+    with switches(LLAMA_ATTN_VQUANT=None if device_path else "0"), _native_log() as lines:
         with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8) as m:
             compute = m.compute_buffer_bytes
     splits = [re.search(r"splits = (\d+)(?: / (\d+))?", line) for line in lines]

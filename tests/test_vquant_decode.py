@@ -8,20 +8,16 @@ statistical (see REAL_MODEL_BOUNDS); the synthetic two-layer models' is to round
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import pyllama90a as pl
 from conftest import DATA
-from pyllama90a.synthetic import Shape, synthetic_model
+from decode_paths import step_logits, switches
+from gqa_shapes import gqa_shapes
+from pyllama90a.synthetic import synthetic_model
 
-SHAPES = {
-    "gqa1-hd64": Shape("vq-gqa1", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=512, n_vocab=512),
-    "gqa4-hd128": Shape("vq-gqa4", n_embd=512, n_layer=2, n_head=4, n_head_kv=1, n_ff=512, n_vocab=512),
-    "gqa8-hd128": Shape("vq-gqa8", n_embd=1024, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
-}
+SHAPES = gqa_shapes("gqa1-hd64", "gqa4-hd128", "gqa8-hd128")
 N_PREFIX, N_DECODE = 300, 6
 
 
@@ -30,20 +26,10 @@ def _random_tokens(n_vocab: int) -> list[int]:
 
 
 def _decode(path, kv_type: str, in_place: bool, tokens: list[int]) -> np.ndarray:
-    if in_place:
-        os.environ.pop("LLAMA_ATTN_VQUANT", None)
-    else:
-        os.environ["LLAMA_ATTN_VQUANT"] = "0"
-    try:
-        with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_threads=2) as m:
-            m.eval(tokens[:N_PREFIX])
-            rows = []
-            for tok in tokens[N_PREFIX:]:
-                m.eval([tok])
-                rows.append(m.last_logits())
-        return np.array(rows)
-    finally:
-        os.environ.pop("LLAMA_ATTN_VQUANT", None)
+    with switches(LLAMA_ATTN_VQUANT=None if in_place else "0"), \
+            pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_threads=2) as m:
+        m.eval(tokens[:N_PREFIX])
+        return step_logits(m, tokens[N_PREFIX:])
 
 
 def _check_tightly(path, kv_type: str, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
