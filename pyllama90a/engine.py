@@ -24,8 +24,8 @@ import numpy as np
 
 from . import _log
 from ._ffi import ffi, lib
-from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError
-from .model import Model, Usage
+from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError, positive_int
+from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
 from .sampling import SamplerChain, SamplingParams
 from .text_stream import TextStream
 
@@ -69,8 +69,6 @@ class _Job:
     text: TextStream | None = None
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     generated: list[int] = field(default_factory=list)
-    submitted_at: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
 
 
 class Handle:
@@ -109,9 +107,8 @@ class BatchEngine:
     def __init__(self, path=None, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto",  # noqa: ANN001
                  n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512, n_gpu_layers: int = -1,
                  n_threads: int | None = None, queue_size: int = 64) -> None:
-        for name, value in (("parallel", parallel), ("queue_size", queue_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+        positive_int("parallel", parallel)
+        positive_int("queue_size", queue_size)
         self.model = Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
                            n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel)
         self.parallel = parallel
@@ -135,16 +132,8 @@ class BatchEngine:
     # -- public API ------------------------------------------------------------------------------------
 
     def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]:
-        """Text (tokenized with BOS as the model wants) or token ids (checked) to a prompt's tokens."""
-        if isinstance(prompt, str):
-            if not prompt:
-                raise InvalidArgumentError("prompt is empty")
-            return self.model.tokenize(prompt, add_special=True, parse_special=False)
-        tokens = list(prompt)
-        if not tokens:
-            raise InvalidArgumentError("prompt is empty")
-        self.model._check_tokens(tokens)
-        return tokens
+        """Text (tokenized with BOS as the model wants) or a list of token ids (checked) to a prompt's tokens."""
+        return self.model.prompt_tokens(prompt)
 
     def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
         """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn."""
@@ -161,11 +150,7 @@ class BatchEngine:
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
         tokens = self.tokenize_prompt(prompt)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise InvalidArgumentError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        stops = [stop] if isinstance(stop, str) else list(stop)
-        if not all(isinstance(s, str) and s for s in stops):
-            raise InvalidArgumentError("stop must be a non-empty str or a sequence of them")
+        stops = check_limits(max_tokens, stop)
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
             raise InvalidArgumentError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
@@ -279,7 +264,7 @@ class BatchEngine:
             slot.cached.extend(job.to_decode[:n_tokens])
             del job.to_decode[:n_tokens]
             if out_index is not None:
-                n_sampled += self._sample(slot, out_index, now)
+                n_sampled += self._sample(slot, out_index)
         with self._cv:
             self._recent.append((now, n_sampled))
             self._forget_old_steps(now)
@@ -290,15 +275,9 @@ class BatchEngine:
         free = [s for s in self._slots if s.job is None]
         while self._waiting and free:
             job = self._waiting.popleft()
-            slot = max(free, key=lambda s: _common_prefix(s.cached, job.prompt))
+            slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
             free.remove(slot)
-            # the last prompt token is always decoded: its logits start the generation
-            keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
-            mem = lib.llama_get_memory(self._ctx)
-            if not lib.llama_memory_seq_rm(mem, slot.seq, keep, -1):
-                lib.llama_memory_seq_rm(mem, slot.seq, -1, -1)
-                keep = 0
-            del slot.cached[keep:]
+            keep = keep_cached_prefix(self._ctx, slot.seq, slot.cached, job.prompt)
             job.to_decode = job.prompt[keep:]
             job.sampler = SamplerChain(job.params, self._n_vocab)
             job.text = TextStream(job.stops)
@@ -334,12 +313,10 @@ class BatchEngine:
         batch.n_tokens = n
         return plan
 
-    def _sample(self, slot: _Slot, index: int, now: float) -> int:
+    def _sample(self, slot: _Slot, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
         job = slot.job
-        if job.first_token_at is None:
-            job.first_token_at = now
-        token = job.sampler.sample_at(self._ctx, index)
+        token = job.sampler.sample(self._ctx, index)
         if not job.ignore_eos and lib.llama_vocab_is_eog(self._vocab, token):
             self._finish(slot, "stop")
             return 0
@@ -360,12 +337,12 @@ class BatchEngine:
     def _logprobs(self, index: int, token: int, piece: bytes, n_top: int) -> TokenLogprob:
         logits = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
                                dtype=np.float32)
-        shifted = logits - logits.max()
-        logp = shifted - math.log(float(np.exp(shifted).sum()))
-        top = np.argpartition(-logp, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
-        top = top[np.argsort(-logp[top])]
-        return TokenLogprob(token, piece, float(logp[token]),
-                            tuple((int(t), self.model._piece(int(t)), float(logp[t])) for t in top))
+        top_logit = float(logits.max())
+        log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
+        top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+        top = top[np.argsort(-logits[top])]
+        return TokenLogprob(token, piece, float(logits[token]) - log_z,
+                            tuple((int(t), self.model._piece(int(t)), float(logits[t]) - log_z) for t in top))
 
     def _finish(self, slot: _Slot, reason: str, tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
@@ -392,10 +369,6 @@ class BatchEngine:
             job.on_chunk(chunk)
         except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine for everyone
             job.cancelled = True
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 __all__ = ["BatchEngine", "Chunk", "EngineStats", "Handle", "QueueFullError", "TokenLogprob"]

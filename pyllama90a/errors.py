@@ -60,3 +60,10 @@ def check(ok: Any, exc_type: type[LlamaError], message: str) -> Any:
 
         raise exc_type(message, recent_native_log())
     return ok
+
+
+def positive_int(name: str, value: object) -> int:
+    """`value` if it is a positive int (not a bool); else InvalidArgumentError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+    return value

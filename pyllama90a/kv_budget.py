@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import InvalidArgumentError, ModelFormatError
+from .errors import InvalidArgumentError, ModelFormatError, positive_int
 from .gguf_header import read_header
 from .kv_types import check_kv_type, ggml_type
 
@@ -50,8 +50,7 @@ def _per_cell_bytes(path: str | os.PathLike, ctk: str, ctv: str) -> tuple[int, i
 def kv_bytes(path: str | os.PathLike, n_ctx: int, ctk: str = "f16", ctv: str = "f16") -> KVBytes:
     """Bytes of K and V for `n_ctx` tokens, as llama.cpp will allocate them."""
     ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
-    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
-        raise InvalidArgumentError(f"n_ctx must be a positive integer, got {n_ctx!r}")
+    positive_int("n_ctx", n_ctx)
     k, v = _per_cell_bytes(path, ctk, ctv)
     cells = -(-n_ctx // KV_CELL_PADDING) * KV_CELL_PADDING
     return KVBytes(cells, k * cells, v * cells)

@@ -15,7 +15,7 @@ import numpy as np
 from . import _log
 from ._ffi import ffi, lib
 from .errors import (ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
-                     LlamaError, ModelFormatError, ModelLoadError, check)
+                     LlamaError, ModelFormatError, ModelLoadError, check, positive_int)
 from .attention_policy import AttentionChoice, choose
 from .gguf_header import read_header
 from .kv_types import block_size, check_kv_type, ggml_type
@@ -92,10 +92,31 @@ def _free_native(ctx, model) -> None:  # noqa: ANN001 - cdata pointers
         lib.llama_model_free(model)
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
-    return value
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def keep_cached_prefix(ctx, seq: int, cached: list[int], tokens: Sequence[int]) -> int:  # noqa: ANN001 - cdata
+    """Keep what sequence `seq` caches (its tokens are `cached`) as far as `tokens` starts with it, less the last
+    of `tokens` (always decoded: its logits start the generation); drop the rest from the KV cache and from
+    `cached`. Returns how many tokens stay cached."""
+    keep = min(common_prefix(cached, tokens), len(tokens) - 1)
+    mem = lib.llama_get_memory(ctx)
+    if not lib.llama_memory_seq_rm(mem, seq, keep, -1):  # a memory that cannot cut a sequence: drop it all
+        lib.llama_memory_seq_rm(mem, seq, -1, -1)
+        keep = 0
+    del cached[keep:]
+    return keep
+
+
+def check_limits(max_tokens: object, stop: str | Sequence[str]) -> list[str]:
+    """A request's max_tokens (a positive int) and stop strings, checked; returns the stops as a list."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        raise InvalidArgumentError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if not all(isinstance(s, str) and s for s in stops):
+        raise InvalidArgumentError("stop must be a non-empty str or a sequence of them")
+    return stops
 
 
 class Model:
@@ -122,14 +143,14 @@ class Model:
         if flash_attn not in FLASH_ATTN:
             raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {flash_attn!r}")
         self.flash_attn = flash_attn
-        _positive_int("n_ctx", n_ctx)
+        positive_int("n_ctx", n_ctx)
         # sequences with a KV stream of n_ctx / n_seq_max cells each (BatchEngine); this Model's own calls use 0
-        _positive_int("n_seq_max", n_seq_max)
-        _positive_int("n_batch", n_batch)
-        n_ubatch = min(_positive_int("n_ubatch", n_ubatch), n_batch)
+        positive_int("n_seq_max", n_seq_max)
+        positive_int("n_batch", n_batch)
+        n_ubatch = min(positive_int("n_ubatch", n_ubatch), n_batch)
         if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int):
             raise InvalidArgumentError(f"n_gpu_layers must be an integer, got {n_gpu_layers!r}")
-        n_threads = _positive_int("n_threads", n_threads) if n_threads is not None else _default_threads()
+        n_threads = positive_int("n_threads", n_threads) if n_threads is not None else _default_threads()
         self._sampling_seed = seed
         if seed is not None:
             SamplingParams(seed=seed)  # validates
@@ -319,17 +340,7 @@ class Model:
             raise ContextOverflowError(
                 f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx} "
                 f"(and one more is needed to generate)")
-        common = 0
-        for a, b in zip(self._kv_tokens, tokens):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(tokens) - 1)  # the last token is always decoded: its logits are needed
-        mem = lib.llama_get_memory(ctx)
-        if not lib.llama_memory_seq_rm(mem, 0, common, -1):
-            lib.llama_memory_clear(mem, False)
-            common = 0
-        del self._kv_tokens[common:]
+        common = keep_cached_prefix(ctx, 0, self._kv_tokens, tokens)
         n_batch = lib.llama_n_batch(ctx)
         for start in range(common, len(tokens), n_batch):
             self._decode(tokens[start:start + n_batch])
@@ -438,18 +449,21 @@ class Model:
 
         With stream=True, an iterator of Pieces.
         """
+        tokens = self.prompt_tokens(prompt)
+        return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
+                           min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
+
+    def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
             self._live()
             self._check_tokens(prompt)
-            tokens = list(prompt)
-        elif not isinstance(prompt, str):
+            return list(prompt)
+        if not isinstance(prompt, str):
             raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
-        elif not prompt:
+        if not prompt:
             raise InvalidArgumentError("prompt is empty")
-        else:
-            tokens = self.tokenize(prompt, add_special=True, parse_special=False)
-        return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
-                           min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
+        return self.tokenize(prompt, add_special=True, parse_special=False)
 
     def chat(self, messages: Sequence[dict], **kwargs) -> Completion | Iterator[Piece]:  # noqa: ANN003
         """Generate the assistant's reply to `messages` ([{"role": ..., "content": ...}]) with the GGUF's template."""
@@ -487,11 +501,7 @@ class Model:
 
     def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str], stream: bool,
                **sampling: object) -> Completion | Iterator[Piece]:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise InvalidArgumentError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        stops = [stop] if isinstance(stop, str) else list(stop)
-        if not all(isinstance(s, str) and s for s in stops):
-            raise InvalidArgumentError("stop must be a non-empty str or a sequence of them")
+        stops = check_limits(max_tokens, stop)
         if sampling.get("seed") is None:
             sampling["seed"] = self._sampling_seed
         params = SamplingParams(**sampling)  # type: ignore[arg-type]

@@ -73,10 +73,7 @@ class SamplerChain:
         # the chain takes ownership of each sampler added to it
         lib.llama_sampler_chain_add(self._ptr, check(sampler, LlamaError, "could not create a sampler"))
 
-    def sample(self, ctx) -> int:  # noqa: ANN001 - a cdata pointer
-        """Sample from the last output's logits (llama_sampler_sample also accepts the token)."""
-        return lib.llama_sampler_sample(self._ptr, ctx, -1)
-
-    def sample_at(self, ctx, index: int) -> int:  # noqa: ANN001 - a cdata pointer
-        """Sample from the logits of batch position `index` (a batch that carried several sequences)."""
+    def sample(self, ctx, index: int = -1) -> int:  # noqa: ANN001 - a cdata pointer
+        """Sample from the logits of batch position `index` (default: the last output); llama_sampler_sample
+        also accepts the token."""
         return lib.llama_sampler_sample(self._ptr, ctx, index)

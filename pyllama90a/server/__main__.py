@@ -40,13 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=_env("api-key", None), help="require 'Authorization: Bearer <key>' on /v1/*")
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
-    args = p.parse_args(argv)
-    for name in ("n_ctx", "parallel", "n_batch", "n_gpu_layers", "threads", "queue_size", "port"):
-        value = getattr(args, name)
-        try:
-            setattr(args, name, None if value is None else int(value))
-        except ValueError:
-            p.error(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
+    args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
     # a default taken from the environment is not checked by argparse: check every flag with choices here
     for action in p._actions:
         value = getattr(args, action.dest, None)

@@ -82,16 +82,20 @@ class Generation:
     logprobs: int | None         # alternatives per token, None when not asked
     sampling: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, str]] | None = None
-    model: str | None = None
     ignore_eos: bool = False
+
+
+def _check_model(body: dict) -> None:
+    """'model' may name anything (the one loaded model answers), but when given it is a string."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("model", f"'model' must be a string, got {model!r}")
 
 
 def _common(body: Any, max_tokens_default: int | None) -> Generation:
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise _bad("model", f"'model' must be a string, got {model!r}")
+    _check_model(body)
     n = _integer(body, "n", 1, 1, 128)
     if n != 1:
         raise _bad("n", "only n=1 is supported")
@@ -118,7 +122,7 @@ def _common(body: Any, max_tokens_default: int | None) -> Generation:
     }
     if sampling["seed"] is not None:
         sampling["seed"] %= 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF itself means "random"
-    return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling, model=model,
+    return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling,
                       ignore_eos=_boolean(body, "ignore_eos", False))
 
 
@@ -180,16 +184,13 @@ def chat_request(body: Any) -> Generation:
 class EmbeddingRequest:
     texts: list[str]
     base64: bool
-    model: str | None
 
 
 def embedding_request(body: Any) -> EmbeddingRequest:
     """POST /v1/embeddings: input is a string or a list of strings."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise _bad("model", f"'model' must be a string, got {model!r}")
+    _check_model(body)
     value = body.get("input", MISSING)
     if value is MISSING or value is None:
         raise _bad("input", "'input' is required")
@@ -200,4 +201,4 @@ def embedding_request(body: Any) -> EmbeddingRequest:
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
-    return EmbeddingRequest(texts, encoding == "base64", model)
+    return EmbeddingRequest(texts, encoding == "base64")

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 import numpy as np
@@ -31,10 +31,9 @@ class ServerState:
     model_name: str
     api_key: str | None = None
     embedder: Model | None = None
-    created: int = 0
+    created: int = field(init=False, default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
-        self.created = int(time.time())
         self.responses: Counter[tuple[str, int]] = Counter()
         self.embed_lock = threading.Lock()
         self._mailbox: _Mailbox | None = None
@@ -288,61 +287,63 @@ def _event(payload: dict[str, Any]) -> str:
 
 def _usage(chunk: Chunk) -> dict[str, int]:
     u = chunk.usage
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.prompt_tokens + u.completion_tokens}
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}
 
 
 def _text(piece: bytes) -> str:
     return piece.decode("utf-8", "replace")
 
 
-class _CompletionShape:
-    """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
+class _Shape:
+    """The response objects of one request: the fields all of them carry, and the usage-only last chunk."""
+    chunk_object = ""  # the "object" of streamed chunks
 
     def __init__(self, ident: str, model: str) -> None:
         self.ident, self.model, self.created = ident, model, int(time.time())
 
-    def _base(self) -> dict[str, Any]:
-        return {"id": self.ident, "object": "text_completion", "created": self.created, "model": self.model}
+    def _base(self, obj: str | None = None) -> dict[str, Any]:
+        return {"id": self.ident, "object": obj or self.chunk_object, "created": self.created, "model": self.model}
+
+    def usage_only(self, last: Chunk) -> dict[str, Any]:
+        return {**self._base(), "choices": [], "usage": _usage(last)}
+
+
+class _CompletionShape(_Shape):
+    """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
+    chunk_object = "text_completion"
 
     @staticmethod
-    def _logprobs(items: list[TokenLogprob], offset: int) -> dict[str, Any]:
+    def _logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[str, Any], int]:
+        """The logprobs object of `items` whose text starts at `offset`, and the offset after them."""
         tokens, offsets = [], []
         for item in items:
             offsets.append(offset)
             tokens.append(_text(item.piece))
             offset += len(tokens[-1])
         return {"tokens": tokens, "token_logprobs": [i.logprob for i in items],
-                "top_logprobs": [{_text(p): lp for _, p, lp in i.top} for i in items], "text_offset": offsets}
+                "top_logprobs": [{_text(p): lp for _, p, lp in i.top} for i in items], "text_offset": offsets}, offset
 
     def opening(self) -> list[dict[str, Any]]:
         self._offset = 0
         return []
 
     def delta(self, chunk: Chunk) -> dict[str, Any]:
-        choice = {"index": 0, "text": chunk.text, "finish_reason": chunk.finish_reason,
-                  "logprobs": self._logprobs(list(chunk.logprobs), self._offset) if chunk.logprobs else None}
-        self._offset += sum(len(_text(i.piece)) for i in chunk.logprobs)
+        logprobs = None
+        if chunk.logprobs:
+            logprobs, self._offset = self._logprobs(list(chunk.logprobs), self._offset)
+        choice = {"index": 0, "text": chunk.text, "finish_reason": chunk.finish_reason, "logprobs": logprobs}
         return {**self._base(), "choices": [choice]}
-
-    def usage_only(self, last: Chunk) -> dict[str, Any]:
-        return {**self._base(), "choices": [], "usage": _usage(last)}
 
     def whole(self, parts: list[Chunk]) -> dict[str, Any]:
         items = [i for c in parts for i in c.logprobs]
         choice = {"index": 0, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
-                  "logprobs": self._logprobs(items, 0) if items else None}
+                  "logprobs": self._logprobs(items, 0)[0] if items else None}
         return {**self._base(), "choices": [choice], "usage": _usage(parts[-1])}
 
 
-class _ChatShape:
+class _ChatShape(_Shape):
     """chat.completion(.chunk) objects; logprobs in the chat shape (content: [{token, logprob, bytes, ...}])."""
-
-    def __init__(self, ident: str, model: str) -> None:
-        self.ident, self.model, self.created = ident, model, int(time.time())
-
-    def _base(self, obj: str) -> dict[str, Any]:
-        return {"id": self.ident, "object": obj, "created": self.created, "model": self.model}
+    chunk_object = "chat.completion.chunk"
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -353,16 +354,13 @@ class _ChatShape:
 
     def opening(self) -> list[dict[str, Any]]:
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}
-        return [{**self._base("chat.completion.chunk"), "choices": [choice]}]
+        return [{**self._base(), "choices": [choice]}]
 
     def delta(self, chunk: Chunk) -> dict[str, Any]:
         delta = {"content": chunk.text} if chunk.text else {}
         choice = {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason,
                   "logprobs": self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None}
-        return {**self._base("chat.completion.chunk"), "choices": [choice]}
-
-    def usage_only(self, last: Chunk) -> dict[str, Any]:
-        return {**self._base("chat.completion.chunk"), "choices": [], "usage": _usage(last)}
+        return {**self._base(), "choices": [choice]}
 
     def whole(self, parts: list[Chunk]) -> dict[str, Any]:
         items = [i for c in parts for i in c.logprobs]
