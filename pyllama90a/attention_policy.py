@@ -29,7 +29,7 @@ class AttentionChoice:
     reason: str
 
 
-def _attention_device(n_gpu_layers: int) -> tuple[str, str]:
+def attention_device(n_gpu_layers: int) -> tuple[str, str]:
     """(kind, label) of the first GPU when layers are offloaded, else the CPU."""
     from ._ffi import ffi, lib
 
@@ -50,7 +50,7 @@ def _attention_device(n_gpu_layers: int) -> tuple[str, str]:
 
 
 def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int) -> AttentionChoice:
-    kind, label = _attention_device(n_gpu_layers)
+    kind, label = attention_device(n_gpu_layers)
     if requested != "auto":
         return AttentionChoice(requested, label, "requested")
     quantized_v = ctv not in ("f16", "bf16", "f32")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .attention_policy import _attention_device
+from .attention_policy import attention_device
 from .errors import InvalidArgumentError
 from .kv_types import check_kv_type
 from .model import Model
@@ -81,7 +81,7 @@ def machine_name() -> str:
     except (OSError, StopIteration):
         pass
     name = f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
-    kind, gpu = _attention_device(n_gpu_layers=-1)
+    kind, gpu = attention_device(n_gpu_layers=-1)
     return name if kind == "cpu" else f"{name} + {gpu}"
 
 
