@@ -13,6 +13,7 @@ prompt, a chat history) decodes only the rest.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import queue
 import threading
@@ -31,9 +32,16 @@ from .text_stream import TextStream
 
 MAX_TOP_LOGPROBS = 20
 
+log = logging.getLogger(__name__)
+
 
 class QueueFullError(LlamaError):
     """Every slot is busy and the waiting queue is full; retry later."""
+
+
+class EngineStoppedError(ClosedError):
+    """The engine thread ended on an unexpected exception (its `__cause__`): the engine serves nothing more.
+    A ClosedError, since the engine is as unusable as a closed one; close() still frees the model."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,10 @@ class BatchEngine:
         self._slots = [_Slot(seq) for seq in range(parallel)]
         self._waiting: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
-        self._stopping = False
+        self._stopping = False   # no more work: close() was called or the engine thread failed
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._counts = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
@@ -158,10 +169,12 @@ class BatchEngine:
         if len(tokens) >= self.n_ctx_slot:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
                                        f"(n_ctx / parallel), and one more is needed to generate")
-        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk)
+        # built here, in the caller's thread (a chain needs no context): one that cannot be built fails this
+        # request with an exception instead of failing a step of the engine thread, where it would stop everyone
+        sampler = SamplerChain(params, self._n_vocab)
+        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler=sampler)
         with self._cv:
-            if self._stopping:
-                raise ClosedError("the engine is closed")
+            self._check_running()
             if len(self._waiting) >= self.queue_size:
                 raise QueueFullError(f"all {self.parallel} slots are busy and {len(self._waiting)} requests wait")
             self._waiting.append(job)
@@ -184,6 +197,17 @@ class BatchEngine:
         finally:
             handle.cancel()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The exception that ended the engine thread, or None while it runs (or after a plain close())."""
+        return self._failure
+
+    @property
+    def running(self) -> bool:
+        """True until close() or a failure of the engine thread."""
+        with self._cv:
+            return not self._stopping
+
     def stats(self) -> EngineStats:
         with self._cv:
             now = time.perf_counter()
@@ -195,11 +219,12 @@ class BatchEngine:
                                len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
 
     def close(self) -> None:
-        """Stop the engine thread (requests in flight end with an error chunk) and free the model."""
+        """Stop the engine thread (requests in flight end with an error chunk) and free the model. Also after
+        the thread failed; a second call does nothing."""
         with self._cv:
-            if self._stopping:
+            if self._closed:
                 return
-            self._stopping = True
+            self._closed = self._stopping = True
             self._cv.notify()
         self._thread.join()
         lib.llama_batch_free(self._batch)
@@ -224,16 +249,36 @@ class BatchEngine:
         while self._recent and now - self._recent[0][0] > window:
             self._recent.popleft()
 
+    def _check_running(self) -> None:
+        """Raise unless new work can be served (call with self._cv held)."""
+        if self._failure is not None:
+            raise EngineStoppedError(f"the engine thread stopped on {self._failure!r}") from self._failure
+        if self._stopping:
+            raise ClosedError("the engine is closed")
+
     def _run(self) -> None:
+        error: ClosedError = ClosedError("the engine was closed")
         try:
             while self._step():
                 pass
+        except BaseException as e:  # noqa: BLE001 - whatever ended the thread, nobody may wait for it forever
+            log.exception("the engine thread stopped")
+            error = EngineStoppedError(f"the engine thread stopped on {e!r}")
+            error.__cause__ = e
+            with self._cv:
+                self._failure = e
         finally:
             with self._cv:
-                jobs = list(self._waiting) + [s.job for s in self._slots if s.job is not None]
+                self._stopping = True  # submit() refuses from now on instead of queueing work nobody serves
+                jobs = [*self._waiting, *(s.job for s in self._slots if s.job is not None)]
+                if self._admitting is not None and self._admitting not in jobs:
+                    jobs.append(self._admitting)
                 self._waiting.clear()
             for job in jobs:
-                self._emit(job, Chunk(finish_reason="error", error=ClosedError("the engine was closed")))
+                try:
+                    self._emit(job, Chunk(finish_reason="error", error=error))
+                except BaseException:  # noqa: BLE001 - the other consumers still get their error
+                    log.exception("a consumer failed on the engine's last chunk")
 
     def _step(self) -> bool:
         """Admit waiting requests, decode one batch, sample. False when the engine stops."""
@@ -274,14 +319,14 @@ class BatchEngine:
         """Move waiting requests into free slots, each to the free slot whose cache shares most of its prompt."""
         free = [s for s in self._slots if s.job is None]
         while self._waiting and free:
-            job = self._waiting.popleft()
+            job = self._admitting = self._waiting.popleft()
             slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
             free.remove(slot)
             keep = keep_cached_prefix(self._ctx, slot.seq, slot.cached, job.prompt)
             job.to_decode = job.prompt[keep:]
-            job.sampler = SamplerChain(job.params, self._n_vocab)
             job.text = TextStream(job.stops)
             slot.job = job
+            self._admitting = None
             self._counts["prompt_tokens"] += len(job.prompt)
             self._counts["prompt_decoded"] += len(job.to_decode)
 
@@ -369,6 +414,8 @@ class BatchEngine:
             job.on_chunk(chunk)
         except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine for everyone
             job.cancelled = True
+        # a BaseException (SystemExit, KeyboardInterrupt) is not a bug report but a request to stop: it ends the
+        # engine thread, and _run hands every other request an EngineStoppedError
 
 
-__all__ = ["BatchEngine", "Chunk", "EngineStats", "Handle", "QueueFullError", "TokenLogprob"]
+__all__ = ["BatchEngine", "Chunk", "EngineStats", "EngineStoppedError", "Handle", "QueueFullError", "TokenLogprob"]

@@ -7,6 +7,8 @@ import time
 import pytest
 
 import pyllama90a as pl
+from pyllama90a.engine import EngineStoppedError
+from pyllama90a.errors import DecodeError
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +98,59 @@ def test_queue_limit_and_close(model_path) -> None:
     with pytest.raises(pl.ClosedError):
         engine.submit("Hi", print)
     assert busy and queued
+
+
+def _ends(into: list):  # noqa: ANN202
+    """A consumer that keeps only the last chunk of a request."""
+    return lambda c: into.append(c) if c.finish_reason else None
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_an_engine_whose_thread_died_refuses_work_at_once(model_path) -> None:
+    """An exception escaping a step ends the engine thread (here a consumer's SystemExit, which the engine
+    deliberately does not swallow): the requests in a slot and in the queue get an EngineStoppedError, and
+    submit() raises one instead of queueing work no thread would serve."""
+    engine = pl.BatchEngine(model_path, parallel=2, queue_size=4, n_ctx=1024, n_threads=2)
+    try:
+        ends: list[pl.Chunk] = []
+        engine.submit("Go on:", _ends(ends), max_tokens=400, ignore_eos=True)
+        assert _wait_for(lambda: engine.stats().busy_slots == 1)
+
+        def exits(chunk: pl.Chunk) -> None:
+            raise SystemExit("consumer says stop")
+
+        engine.submit("Hi", exits, max_tokens=400, ignore_eos=True)
+        engine.submit("Queued", _ends(ends), max_tokens=4)  # both slots are taken: this one waits
+        assert _wait_for(lambda: len(ends) == 2)
+        assert all(isinstance(c.error, EngineStoppedError) and c.finish_reason == "error" for c in ends)
+        assert isinstance(engine.failure, SystemExit) and not engine.running
+        with pytest.raises(EngineStoppedError, match="SystemExit"):
+            engine.submit("Hi", print, max_tokens=2)
+        with pytest.raises(pl.ClosedError):  # EngineStoppedError is a ClosedError too
+            list(engine.stream("Hi", max_tokens=2))
+    finally:
+        engine.close()
+    engine.close()  # a second close does nothing
+
+
+def test_a_failed_decode_ends_its_request_and_the_engine_goes_on(model_path) -> None:
+    """A real llama_decode failure: the engine is told its slots hold more cells than llama.cpp gave them
+    (n_ctx_slot is what the engine trusts), so a long prompt runs past the slot's KV cells."""
+    engine = pl.BatchEngine(model_path, parallel=2, n_ctx=1024, n_batch=256, n_threads=2)
+    try:
+        real = engine.n_ctx_slot
+        long_prompt = list(range(100, 100 + real + 200))
+        engine.n_ctx_slot = 4 * real
+        with pytest.raises(DecodeError, match="llama_decode failed"):
+            list(engine.stream(long_prompt, max_tokens=2))
+        engine.n_ctx_slot = real
+        assert engine.running and engine.failure is None and engine.stats().requests_failed == 1
+        assert _text(engine, "The capital of France is", max_tokens=6, temperature=0)  # the slot was reset
+    finally:
+        engine.close()
