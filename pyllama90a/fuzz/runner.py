@@ -16,6 +16,7 @@ Outcomes:
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import re
@@ -72,8 +73,10 @@ class Outcome:
         """What makes two failures the same: class, signal and message, numbers ignored except file:line."""
         if self.kind in ("hang", "memory"):
             return f"{self.kind} at {self.stage}"
+        message = re.sub(r"\S*[.]gguf\b", "FILE", self.message)  # case files have different names
+        message = re.sub(r"\S*/(?=[^/\s]+[.](?:c|cpp|h|cu):\d)", "", message)  # llama.cpp's source folder
         message = re.sub(r"(?<![.][ch]pp:)(?<![.][ch]:)(?<![.]cu:)\b0x[0-9a-f]+|(?<![.][ch]pp:)(?<![.][ch]:)\b\d+",
-                         "#", self.message)
+                         "#", message)
         return " | ".join(x for x in (self.kind, self.signal, self.error_type, message) if x)
 
     def to_json(self) -> dict:
@@ -93,6 +96,7 @@ def _child(func: Callable[[Stage], None], status_path: Path, stderr_path: Path) 
     os.dup2(fd, 2)
     os.environ["GGML_NO_BACKTRACE"] = "1"  # ggml_abort would otherwise attach gdb to print a backtrace
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    faulthandler.disable()  # a signal is an outcome here, not something to dump a traceback for
     stage = Stage(status_path)
     result: dict[str, Any] = {}
     try:
