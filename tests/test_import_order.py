@@ -1,0 +1,26 @@
+"""An app that imports numpy (or other C++ libraries) before pyllama90a can load a model.
+
+On the CUDA build this used to segfault at load: libggml-cuda.so exported its own copies of libstdc++
+members and libllama bound to them when numpy had loaded libstdc++ first (src/exports.map is the fix).
+Run in a child process, so that a crash fails the test instead of ending the run; on the CUDA build
+the model goes to the GPU (n_gpu_layers=-1 is the default).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+LOAD = """
+import pyllama90a as pl
+with pl.Model(pl.default_model(), n_ctx=256) as m:
+    print(m.attention.backend, repr(m.generate("The capital of France is", max_tokens=4, temperature=0).text))
+"""
+
+
+@pytest.mark.parametrize("first", ["import numpy", "import os, tempfile, numpy", "import numpy, cffi, psutil"])
+def test_model_loads_whatever_was_imported_first(model_path, first: str) -> None:
+    out = subprocess.run([sys.executable, "-c", first + "\n" + LOAD], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"rc {out.returncode}:\n{out.stderr[-3000:]}"
+    assert out.stdout.strip(), out.stderr[-3000:]
