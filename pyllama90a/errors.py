@@ -1,7 +1,17 @@
-"""The exceptions pyllama90a raises. Every failure of llama.cpp reaches users through `check`."""
+"""The exceptions pyllama90a raises, and the argument checkers that turn bad input into them.
+
+Every failure of llama.cpp reaches users through `check`; every argument that goes to C goes through one of
+the checkers below first, so a bad value is an InvalidArgumentError, never cffi's OverflowError/TypeError or a
+UnicodeEncodeError.
+"""
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
 
 
 class LlamaError(Exception):
@@ -42,6 +52,14 @@ class ClosedError(LlamaError):
     """The model was closed and cannot be used any more."""
 
 
+class BusyError(LlamaError):
+    """A generation stream is running on this Model; the call would race with it."""
+
+
+class StateFileError(LlamaError):
+    """A state file is missing, unreadable, corrupt, or was saved by another model or context."""
+
+
 def check(ok: Any, exc_type: type[LlamaError], message: str) -> Any:
     """Return `ok` if it is a usable result; otherwise raise `exc_type` with llama.cpp's recent log.
 
@@ -62,8 +80,73 @@ def check(ok: Any, exc_type: type[LlamaError], message: str) -> Any:
     return ok
 
 
-def positive_int(name: str, value: object) -> int:
-    """`value` if it is a positive int (not a bool); else InvalidArgumentError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+def int_in_range(name: str, value: object, lo: int, hi: int) -> int:
+    """`value` if it is an int (not a bool) in [lo, hi]; else InvalidArgumentError naming `name`.
+    Callers pass the width of the C type the value goes into, so cffi never sees a number it cannot hold."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {_short(value)}")
     return value
+
+
+def positive_int(name: str, value: object, hi: int = INT32_MAX) -> int:
+    """`value` if it is an int in [1, hi] (default: what an int32 holds); else InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive integer, got {_short(value)}")
+    return int_in_range(name, value, 1, hi)
+
+
+def number_in_range(name: str, value: object, lo: float, hi: float) -> float:
+    """`value` if it is a finite int or float (not a bool) in [lo, hi]; else InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(f"{name} must be a finite number, got {_short(value)}")
+    if not (lo <= value <= hi and (isinstance(value, int) or math.isfinite(value))):  # an int may be too big
+        raise InvalidArgumentError(f"{name} must be a finite number in [{lo}, {hi}], got {_short(value)}")
+    return value
+
+
+def flag(name: str, value: object) -> bool:
+    """`value` if it is a bool; else InvalidArgumentError (truthiness of arbitrary objects hides mistakes)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, got {_short(value)}")
+    return value
+
+
+def utf8(name: str, value: object, *, nul_ok: bool = True) -> bytes:
+    """`value` (a str) encoded as UTF-8. Lone surrogates cannot be encoded; with nul_ok=False a NUL is refused
+    too, for strings that reach C as NUL-terminated char* (a NUL would silently cut them)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"{name} is not valid Unicode text: {e.reason} at index {e.start} "
+                                   f"({value[e.start:e.end]!r})") from None
+    if not nul_ok and b"\0" in data:
+        raise InvalidArgumentError(f"{name} contains a NUL character at index {value.index(chr(0))}")
+    return data
+
+
+def fs_path(name: str, value: object) -> bytes:
+    """A str or os.PathLike file path as the bytes C's open() gets; a NUL (which C would cut the path at)
+    or another type is an InvalidArgumentError."""
+    try:
+        raw = os.fsencode(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidArgumentError(f"{name} must be a str or os.PathLike path, got {type(value).__name__}") from None
+    except UnicodeEncodeError as e:  # only where the file system encoding is not UTF-8 with surrogateescape
+        raise InvalidArgumentError(f"{name} cannot be encoded for the file system: {e.reason}") from None
+    if b"\0" in raw:
+        raise InvalidArgumentError(f"{name} contains a NUL character: {os.fsdecode(raw)!r}")
+    if not raw:
+        raise InvalidArgumentError(f"{name} is empty")
+    return raw
+
+
+def _short(value: object) -> str:
+    """repr(value), cut: a 5,000-digit integer should not become a 5,000-character message."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr of a huge int is slow, or refused
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -13,9 +13,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from .errors import ModelFormatError
+from .errors import LlamaError, ModelFormatError, fs_path
 
-__all__ = ["ArraySummary", "GGUFHeader", "TensorInfo", "read_header", "GGML_TYPE_SIZES"]
+__all__ = ["ArraySummary", "GGUFHeader", "TensorInfo", "read_header", "open_regular_file", "GGML_TYPE_SIZES"]
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -160,15 +160,41 @@ class _Reader:
         return list(struct.unpack(f"<{count}{_SCALAR_FORMATS[etype]}", self.read(count * min_size)))
 
 
-def _open_checked(path: str | os.PathLike[str]) -> tuple[str, int]:
-    name = os.fspath(path)
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_irregular(name: str, mode: int, error: type[LlamaError]) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in _NOT_REGULAR if test(mode)), "not a plain file")
+        raise error(f"{name}: is {kind}, not a regular file")
+
+
+def open_regular_file(path: str | os.PathLike[str], error: type[LlamaError] = ModelFormatError,
+                      buffering: int = 1 << 20) -> tuple[BinaryIO, str, int]:
+    """Open `path` for reading if it is a regular file: (binary file, name, size). Anything else (missing,
+    a directory, FIFO, device or socket, unreadable) raises `error` at once.
+
+    stat() first, so a device is never opened (opening one can have effects); the open is O_NONBLOCK, so a
+    FIFO swapped in after the stat cannot block the open, and fstat() of the opened descriptor refuses it.
+    """
+    raw = fs_path("path", path)
+    name = os.fsdecode(raw)
     try:
-        st = os.stat(name)
+        _refuse_irregular(name, os.stat(raw).st_mode, error)
+        fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ModelFormatError(f"{name}: no such file") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ModelFormatError(f"{name}: is a directory, not a GGUF file")
-    return name, st.st_size
+        raise error(f"{name}: no such file") from None
+    except OSError as e:
+        raise error(f"{name}: cannot open: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        _refuse_irregular(name, st.st_mode, error)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=buffering), name, st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _check_count(r: _Reader, what: str, count: int, limit: int, min_bytes: int) -> None:
@@ -217,8 +243,8 @@ def read_header(path: str | os.PathLike[str], *, max_string: int = 1 << 24, max_
     Metadata arrays longer than 4096 elements are returned as `ArraySummary`.
     Tensors of a ggml type unknown here are accepted with `nbytes=None`.
     """
-    name, size = _open_checked(path)
-    with open(name, "rb", buffering=1 << 20) as f:
+    f, name, size = open_regular_file(path)
+    with f:
         magic = f.read(4)
         if size < 24 or magic != GGUF_MAGIC:
             raise ModelFormatError(f"{name}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r}; "

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import warnings
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
@@ -14,17 +16,28 @@ import numpy as np
 
 from . import _log
 from ._ffi import ffi, lib
-from .errors import (ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
-                     LlamaError, ModelFormatError, ModelLoadError, check, positive_int)
+from .errors import (INT32_MAX, BusyError, ClosedError, ContextError, ContextOverflowError, DecodeError,
+                     InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError, StateFileError, check, flag,
+                     fs_path, int_in_range, positive_int, utf8)
 from .attention_policy import AttentionChoice, choose
 from .gguf_header import read_header
 from .kv_types import block_size, check_kv_type, ggml_type
 from .sampling import SamplerChain, SamplingParams
+from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .text_stream import TextStream
 
 FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
               "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
 FinishReason = Literal["stop", "length"]
+
+# llama.cpp pads n_ctx up to a multiple of 256 in a uint32 and positions are int32 (llama_pos): the largest
+# context whose padded size still fits both
+MAX_N_CTX = INT32_MAX // 256 * 256
+LLAMA_MAX_SEQ = 256  # llama-cparams.h: llama.cpp refuses more sequences
+# llama.cpp pads every sequence's share of the cells up to a multiple of 256 (llama-context.cpp), so a smaller
+# share would silently multiply the KV memory asked for (n_ctx 128 with n_seq_max 256 would allocate 65,536 cells)
+MIN_CELLS_PER_SEQUENCE = 256
+GGML_MAX_N_THREADS = 512  # ggml.h: the most threads a ggml CPU threadpool takes
 
 
 @dataclass(frozen=True)
@@ -109,14 +122,48 @@ def keep_cached_prefix(ctx, seq: int, cached: list[int], tokens: Sequence[int]) 
     return keep
 
 
-def check_limits(max_tokens: object, stop: str | Sequence[str]) -> list[str]:
-    """A request's max_tokens (a positive int) and stop strings, checked; returns the stops as a list."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-        raise InvalidArgumentError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    stops = [stop] if isinstance(stop, str) else list(stop)
-    if not all(isinstance(s, str) and s for s in stops):
-        raise InvalidArgumentError("stop must be a non-empty str or a sequence of them")
+def check_limits(max_tokens: object, stop: str | Sequence[str] | None) -> list[str]:
+    """A request's max_tokens (a positive int32) and stop strings (a str, a list or tuple of them, or None for
+    none), checked; returns the stops as a list."""
+    positive_int("max_tokens", max_tokens)
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, (list, tuple)) else None
+    if stops is None or not all(isinstance(s, str) and s for s in stops):
+        raise InvalidArgumentError(f"stop must be a non-empty str, a list of them or None, got {stop!r}"[:200])
+    for s in stops:
+        utf8("a stop string", s)
     return stops
+
+
+def check_token_list(tokens: object, n_vocab: int) -> list[int]:
+    """`tokens` (a list, tuple or range of ints) as a list, every one an id in [0, n_vocab)."""
+    if not isinstance(tokens, (list, tuple, range)):
+        raise InvalidArgumentError(f"tokens must be a list of integers, got {type(tokens).__name__}")
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
+        raise InvalidArgumentError(f"tokens must be integers in [0, {n_vocab})")
+    return list(tokens)
+
+
+def check_sequences(n_ctx: int, n_batch: int, n_seq_max: int) -> None:
+    """The limits llama.cpp asserts (aborting the process) or silently pads around for several sequences."""
+    if n_seq_max > LLAMA_MAX_SEQ:
+        raise InvalidArgumentError(f"n_seq_max must be at most {LLAMA_MAX_SEQ} (llama.cpp's limit), got {n_seq_max}")
+    padded_n_ctx = -(-n_ctx // 256) * 256  # what llama.cpp divides among the sequences
+    if n_seq_max > 1 and padded_n_ctx // n_seq_max < MIN_CELLS_PER_SEQUENCE:
+        raise InvalidArgumentError(
+            f"n_ctx={n_ctx} gives each of n_seq_max={n_seq_max} sequences {padded_n_ctx // n_seq_max} cells; each "
+            f"needs at least {MIN_CELLS_PER_SEQUENCE} (llama.cpp pads a sequence's cells up to that), so n_ctx must "
+            f"be at least {MIN_CELLS_PER_SEQUENCE * n_seq_max}")
+    if n_seq_max > n_batch:  # llama.cpp keeps an output row per sequence in a batch of n_batch outputs
+        raise InvalidArgumentError(f"n_batch={n_batch} must be at least n_seq_max={n_seq_max}")
+
+
+def max_threads() -> int:
+    """The most CPU threads a Model takes: the machine's logical CPUs. ggml's threads meet at a barrier after
+    every operation and spin while they wait, so more threads than CPUs only take turns on the same cores (10,000
+    threads made a few-token generation take 38 s instead of a fraction of a second)."""
+    return min(os.cpu_count() or 1, GGML_MAX_N_THREADS)
 
 
 class Model:
@@ -124,6 +171,14 @@ class Model:
 
     KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off" or "auto".
     Use as a context manager or call close(); a model that is garbage collected is freed too.
+
+    Threads: a Model runs one thing on its context at a time. While a generation runs (a non-streaming call, or
+    a stream from its first piece until it ends or its iterator is closed), every method that uses the context
+    raises BusyError, from any thread, the stream's own thread included: generate, chat, eval, logits,
+    last_logits, truncate, embed, save_state, load_state, compute_buffer_bytes and close. Methods that only read
+    the model (tokenize, detokenize, prompt_tokens, apply_chat_template, metadata, kv_cache, n_ctx, n_ctx_seq,
+    n_ctx_train, n_cached, attention) are always allowed. A lock serializes the calls, so close() never frees the
+    model under another thread's call.
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
@@ -137,32 +192,38 @@ class Model:
             from .default_model import default_model
 
             path = default_model()
-        self.path = Path(path)
+        raw_path = fs_path("path", path)
+        self.path = Path(os.fsdecode(raw_path))
         self.ctk = check_kv_type(ctk, "K")
         self.ctv = check_kv_type(ctv, "V")
-        if flash_attn not in FLASH_ATTN:
+        if not isinstance(flash_attn, str) or flash_attn not in FLASH_ATTN:
             raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {flash_attn!r}")
         self.flash_attn = flash_attn
-        positive_int("n_ctx", n_ctx)
+        positive_int("n_ctx", n_ctx, MAX_N_CTX)
         # sequences with a KV stream of n_ctx / n_seq_max cells each (BatchEngine); this Model's own calls use 0
         positive_int("n_seq_max", n_seq_max)
-        positive_int("n_batch", n_batch)
+        positive_int("n_batch", n_batch)  # an int32 in llama_batch_init
         n_ubatch = min(positive_int("n_ubatch", n_ubatch), n_batch)
-        if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int):
-            raise InvalidArgumentError(f"n_gpu_layers must be an integer, got {n_gpu_layers!r}")
-        n_threads = positive_int("n_threads", n_threads) if n_threads is not None else _default_threads()
+        check_sequences(n_ctx, n_batch, n_seq_max)
+        int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
+        n_threads = _default_threads() if n_threads is None else positive_int("n_threads", n_threads)
+        if n_threads > max_threads():
+            raise InvalidArgumentError(f"n_threads={n_threads} is more than this machine's {max_threads()} logical "
+                                       f"CPUs; more threads only wait for each other")
         self._sampling_seed = seed
         if seed is not None:
             SamplingParams(seed=seed)  # validates
-        self.embedding = bool(embedding)
+        self.embedding = flag("embedding", embedding)
 
         header = read_header(self.path)
         self._check_header(header, n_ctx)
+        # what a state file must have been saved by (state_file.py); taken now, from the file llama.cpp loads next
+        self._model_sha256 = model_fingerprint(raw_path, header.data_offset)
 
         _log.clear_recent()
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
-        model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
+        model = lib.llama_model_load_from_file(raw_path, mparams)
         self._model = check(model, ModelLoadError, f"llama.cpp could not load {self.path}")
         self._finalizer = weakref.finalize(self, _free_native, None, self._model)
 
@@ -193,6 +254,7 @@ class Model:
     # -- validation before llama.cpp sees anything -------------------------------------------------
 
     def _check_header(self, header, n_ctx: int) -> None:  # noqa: ANN001 - a GGUFHeader
+        """Every check of the GGUF's values before llama.cpp reads them (hyperparameter validation goes here)."""
         arch = header.get("general.architecture")
         if not isinstance(arch, str):
             raise ModelFormatError(f"{self.path}: no general.architecture in the GGUF metadata")
@@ -222,8 +284,7 @@ class Model:
     def close(self) -> None:
         """Free the context and the model. A second close does nothing."""
         with self._lock:
-            if self._busy:
-                raise LlamaError("cannot close the model while a generation stream is running")
+            self._refuse_if_busy("close the model")
             self._finalizer()
             self._ctx = self._model = None
 
@@ -242,29 +303,51 @@ class Model:
             raise ClosedError("this Model is closed")
         return self._ctx
 
+    def _refuse_if_busy(self, action: str) -> None:
+        if self._busy:
+            raise BusyError(f"cannot {action}: another generation is running on this Model; finish or close its "
+                            f"stream first")
+
+    @contextmanager
+    def _using_context(self, action: str) -> Iterator:
+        """Hold the lock and refuse while a generation runs: for every call that reads or changes the context.
+        Yields the context."""
+        with self._lock:
+            ctx = self._live()
+            self._refuse_if_busy(action)
+            yield ctx
+
+    @contextmanager
+    def _using_model(self) -> Iterator:
+        """Hold the lock (so close() waits) for a call that only reads the model; allowed during a generation."""
+        with self._lock:
+            yield self._live()
+
     # -- facts ---------------------------------------------------------------------------------------
 
     @property
     def n_ctx(self) -> int:
-        return lib.llama_n_ctx(self._live())
+        with self._using_model() as ctx:
+            return lib.llama_n_ctx(ctx)
 
     @property
     def n_ctx_seq(self) -> int:
         """Cells one sequence can use: n_ctx, or n_ctx / n_seq_max with several sequences."""
-        ctx = self._live()
-        return lib.llama_n_ctx(ctx) // lib.llama_n_seq_max(ctx)
+        with self._using_model() as ctx:
+            return lib.llama_n_ctx(ctx) // lib.llama_n_seq_max(ctx)
 
     @property
     def n_ctx_train(self) -> int:
-        self._live()
-        return lib.llama_model_n_ctx_train(self._model)
+        with self._using_model():
+            return lib.llama_model_n_ctx_train(self._model)
 
     @property
     def kv_cache(self) -> KVCacheInfo:
-        """KV types, context size and the exact bytes of the K and V tensors."""
+        """KV types, context size and the exact bytes of the K and V tensors (fixed when the context is made)."""
         k, v = ffi.new("size_t *"), ffi.new("size_t *")
-        lib.llama_kv_cache_bytes(self._live(), k, v)
-        return KVCacheInfo(self.ctk, self.ctv, self.n_ctx, k[0], v[0])
+        with self._using_model() as ctx:
+            lib.llama_kv_cache_bytes(ctx, k, v)
+            return KVCacheInfo(self.ctk, self.ctv, lib.llama_n_ctx(ctx), k[0], v[0])
 
     @property
     def attention(self) -> AttentionChoice:
@@ -274,50 +357,55 @@ class Model:
     @property
     def compute_buffer_bytes(self) -> int:
         """Bytes of the compute buffers llama.cpp reserved for this context (all backends)."""
-        return lib.llama_compute_buffer_bytes(self._live())
+        with self._using_context("read the compute buffers") as ctx:  # a decode may re-reserve them
+            return lib.llama_compute_buffer_bytes(ctx)
 
     def metadata(self, key: str) -> str | None:
-        self._live()
-        buf = ffi.new("char[]", 4096)
-        n = lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return None if n < 0 else ffi.string(buf).decode("utf-8", "replace")
+        """The GGUF metadata value of `key` as text, or None when the model has no such key."""
+        raw_key = utf8("key", key, nul_ok=False)
+        with self._using_model():
+            buf = ffi.new("char[]", 4096)
+            n = lib.llama_model_meta_val_str(self._model, raw_key, buf, len(buf))
+            if n >= len(buf):  # snprintf-like: n is the whole value's length
+                buf = ffi.new("char[]", n + 1)
+                n = lib.llama_model_meta_val_str(self._model, raw_key, buf, len(buf))
+        return None if n < 0 else ffi.unpack(buf, n).decode("utf-8", "replace")
 
     # -- tokens --------------------------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        if not isinstance(text, str):
-            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
-        self._live()
-        data = text.encode("utf-8")
+        data = utf8("text", text)
+        flag("add_special", add_special)
+        flag("parse_special", parse_special)
+        if len(data) > INT32_MAX - 8:  # its length and the token buffer's are int32 in llama_tokenize
+            raise InvalidArgumentError(f"text has {len(data)} bytes; llama.cpp tokenizes at most {INT32_MAX - 8}")
         cap = len(data) + 8
-        buf = ffi.new("llama_token[]", cap)
-        n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:  # never for cap > bytes, but llama.cpp tells the size needed
-            cap = -n
+        with self._using_model():
             buf = ffi.new("llama_token[]", cap)
             n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+            if n < 0:  # never for cap > bytes, but llama.cpp tells the size needed
+                cap = -n
+                buf = ffi.new("llama_token[]", cap)
+                n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
         check(n, LlamaError, "tokenization failed")
         return list(ffi.unpack(buf, n))
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
-        self._live()
-        toks = self._token_array(tokens)
-        cap = max(16, 8 * len(tokens))
-        buf = ffi.new("char[]", cap)
-        n = lib.llama_detokenize(self._vocab, toks, len(tokens), buf, cap, False, special)
-        if n < 0:
-            cap = -n
+        flag("special", special)
+        with self._using_model():
+            tokens = self._checked_tokens(tokens)
+            toks = ffi.new("llama_token[]", tokens)
+            cap = min(max(16, 8 * len(tokens)), INT32_MAX)
             buf = ffi.new("char[]", cap)
             n = lib.llama_detokenize(self._vocab, toks, len(tokens), buf, cap, False, special)
+            if n < 0:
+                cap = -n
+                buf = ffi.new("char[]", cap)
+                n = lib.llama_detokenize(self._vocab, toks, len(tokens), buf, cap, False, special)
         return ffi.unpack(buf, check(n, LlamaError, "detokenization failed")).decode("utf-8", "replace")
 
-    def _check_tokens(self, tokens: Sequence[int]) -> None:
-        if not all(isinstance(t, int) and 0 <= t < self._n_vocab for t in tokens):
-            raise InvalidArgumentError(f"tokens must be integers in [0, {self._n_vocab})")
-
-    def _token_array(self, tokens: Sequence[int]):  # noqa: ANN202
-        self._check_tokens(tokens)
-        return ffi.new("llama_token[]", list(tokens))
+    def _checked_tokens(self, tokens: object) -> list[int]:
+        return check_token_list(tokens, self._n_vocab)
 
     def _piece(self, token: int) -> bytes:
         buf = ffi.new("char[]", 64)
@@ -357,31 +445,24 @@ class Model:
 
     def _fitting_tokens(self, tokens: Sequence[int], after: int) -> list[int]:
         """`tokens` as a list, checked to be valid ids that fit the context after `after` cached ones."""
-        tokens = list(tokens)
+        tokens = self._checked_tokens(tokens)
         if not tokens:
             raise InvalidArgumentError("tokens is empty")
-        self._check_tokens(tokens)
         n_ctx = self.n_ctx_seq
         if after + len(tokens) > n_ctx:
             raise ContextOverflowError(f"{after} cached + {len(tokens)} new tokens do not fit n_ctx={n_ctx}")
         return tokens
 
-    def _ensure_idle(self) -> None:
-        if self._busy:
-            raise LlamaError("a generation stream is running on this Model")
-
     @property
     def n_cached(self) -> int:
         """How many tokens the KV cache holds (sequence 0)."""
-        self._live()
-        return len(self._kv_tokens)
+        with self._using_model():
+            return len(self._kv_tokens)
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Decode `tokens` after the cached ones (positions continue); for manual cache control and benchmarks."""
-        ctx = self._live()
-        tokens = self._fitting_tokens(tokens, len(self._kv_tokens))
-        with self._lock:
-            self._ensure_idle()
+        with self._using_context("eval") as ctx:
+            tokens = self._fitting_tokens(tokens, len(self._kv_tokens))
             n_batch = lib.llama_n_batch(ctx)
             for start in range(0, len(tokens), n_batch):
                 self._decode(tokens[start:start + n_batch])
@@ -389,30 +470,27 @@ class Model:
 
     def last_logits(self) -> np.ndarray:
         """A copy of the logits after the last evaluated token, shape (n_vocab,)."""
-        ctx = self._live()
-        if not self._kv_tokens:
-            raise LlamaError("nothing was evaluated yet")
-        row = check(lib.llama_get_logits_ith(ctx, -1), LlamaError, "no logits for the last token")
-        return np.frombuffer(ffi.buffer(row, 4 * self._n_vocab), dtype=np.float32).copy()
+        with self._using_context("read the logits") as ctx:
+            if not self._kv_tokens:
+                raise LlamaError("nothing was evaluated yet")
+            row = check(lib.llama_get_logits_ith(ctx, -1), LlamaError, "no logits for the last token")
+            return np.frombuffer(ffi.buffer(row, 4 * self._n_vocab), dtype=np.float32).copy()
 
     def truncate(self, n_tokens: int) -> None:
         """Keep only the first `n_tokens` cached tokens."""
-        ctx = self._live()
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or not 0 <= n_tokens:
-            raise InvalidArgumentError(f"n_tokens must be a non-negative integer, got {n_tokens!r}")
-        if n_tokens >= len(self._kv_tokens):
-            return
-        mem = lib.llama_get_memory(ctx)
-        if not lib.llama_memory_seq_rm(mem, 0, n_tokens, -1):  # pragma: no cover - never for a KV cache
-            raise LlamaError("llama.cpp could not truncate the cache")
-        del self._kv_tokens[n_tokens:]
+        int_in_range("n_tokens", n_tokens, 0, sys.maxsize)
+        with self._using_context("truncate the cache") as ctx:
+            if n_tokens >= len(self._kv_tokens):
+                return
+            mem = lib.llama_get_memory(ctx)
+            if not lib.llama_memory_seq_rm(mem, 0, n_tokens, -1):  # pragma: no cover - never for a KV cache
+                raise LlamaError("llama.cpp could not truncate the cache")
+            del self._kv_tokens[n_tokens:]
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
-        ctx = self._live()
-        tokens = self._fitting_tokens(tokens, 0)
-        with self._lock:
-            self._ensure_idle()
+        with self._using_context("compute logits") as ctx:
+            tokens = self._fitting_tokens(tokens, 0)
             lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
             self._kv_tokens = []
             n_batch = lib.llama_n_batch(ctx)
@@ -443,69 +521,77 @@ class Model:
     # -- generation ----------------------------------------------------------------------------------
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
-                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
-                 stop: str | Sequence[str] = (), stream: bool = False) -> Completion | Iterator[Piece]:
+                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
+                 stop: str | Sequence[str] | None = (), stream: bool = False) -> Completion | Iterator[Piece]:
         """Continue `prompt` (text, or token ids used as they are). temperature=0 is greedy.
 
-        With stream=True, an iterator of Pieces.
+        With stream=True, an iterator of Pieces; the Model is busy from its first piece until it ends or is closed.
         """
         tokens = self.prompt_tokens(prompt)
         return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
-                           min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
+                           min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                           presence_penalty=presence_penalty, seed=seed)
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
         """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
-            self._live()
-            self._check_tokens(prompt)
-            return list(prompt)
+            with self._using_model():
+                return self._checked_tokens(prompt)
         if not isinstance(prompt, str):
             raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
         if not prompt:
             raise InvalidArgumentError("prompt is empty")
         return self.tokenize(prompt, add_special=True, parse_special=False)
 
-    def chat(self, messages: Sequence[dict], **kwargs) -> Completion | Iterator[Piece]:  # noqa: ANN003
-        """Generate the assistant's reply to `messages` ([{"role": ..., "content": ...}]) with the GGUF's template."""
-        prompt = self.apply_chat_template(messages)
-        stream = kwargs.pop("stream", False)
-        max_tokens = kwargs.pop("max_tokens", 256)
-        stop = kwargs.pop("stop", ())
-        tokens = self.tokenize(prompt, add_special=True, parse_special=True)
-        return self._start(tokens, max_tokens, stop, stream, **kwargs)
+    def chat(self, messages: Sequence[dict], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
+             top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
+             presence_penalty: float = 0.0, seed: int | None = None, stop: str | Sequence[str] | None = (),
+             stream: bool = False) -> Completion | Iterator[Piece]:
+        """Generate the assistant's reply to `messages` ([{"role": ..., "content": ...}]) with the GGUF's template.
+        The sampling arguments are generate()'s."""
+        tokens = self.tokenize(self.apply_chat_template(messages), add_special=True, parse_special=True)
+        return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
+                           min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                           presence_penalty=presence_penalty, seed=seed)
 
     def apply_chat_template(self, messages: Sequence[dict]) -> str:
         if not isinstance(messages, (list, tuple)) or not messages:
             raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}")
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise InvalidArgumentError(f"each message needs str 'role' and 'content', got {m!r}")
-        self._live()
-        tmpl = lib.llama_model_chat_template(self._model, ffi.NULL)
-        if tmpl == ffi.NULL:
-            raise LlamaError(f"{self.path.name} has no chat template; use generate()")
-        keep = [(ffi.new("char[]", m["role"].encode()), ffi.new("char[]", m["content"].encode())) for m in messages]
+                raise InvalidArgumentError(f"each message needs str 'role' and 'content', got {m!r}"[:300])
+        # the template gets NUL-terminated strings: a NUL would silently cut a message
+        encoded = [(utf8(f"messages[{i}]['role']", m["role"], nul_ok=False),
+                    utf8(f"messages[{i}]['content']", m["content"], nul_ok=False)) for i, m in enumerate(messages)]
+        cap = 2 * sum(len(role) + len(content) for role, content in encoded) + 256
+        if cap > INT32_MAX:  # the output buffer's length is an int32
+            raise InvalidArgumentError(f"messages are too long for llama.cpp's chat template ({cap} bytes)")
+        keep = [(ffi.new("char[]", role), ffi.new("char[]", content)) for role, content in encoded]
         chat = ffi.new("llama_chat_message[]", len(keep))
         for i, (role, content) in enumerate(keep):
             chat[i].role, chat[i].content = role, content
-        cap = 2 * sum(len(m["content"]) + len(m["role"]) for m in messages) + 256
-        for _ in range(2):
-            buf = ffi.new("char[]", cap)
-            n = lib.llama_chat_apply_template(tmpl, chat, len(keep), True, buf, cap)
-            if n < 0:
-                raise LlamaError(f"llama.cpp does not support the chat template of {self.path.name}")
-            if n <= cap:
-                return ffi.unpack(buf, n).decode("utf-8")
-            cap = n
+        with self._using_model():
+            tmpl = lib.llama_model_chat_template(self._model, ffi.NULL)
+            if tmpl == ffi.NULL:
+                raise LlamaError(f"{self.path.name} has no chat template; use generate()")
+            for _ in range(2):
+                buf = ffi.new("char[]", cap)
+                n = lib.llama_chat_apply_template(tmpl, chat, len(keep), True, buf, cap)
+                if n < 0:
+                    raise LlamaError(f"llama.cpp does not support the chat template of {self.path.name}")
+                if n <= cap:
+                    return ffi.unpack(buf, n).decode("utf-8", "replace")
+                cap = n
         raise LlamaError("chat template output kept growing")  # pragma: no cover
 
-    def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str], stream: bool,
+    def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str] | None, stream: bool,
                **sampling: object) -> Completion | Iterator[Piece]:
         stops = check_limits(max_tokens, stop)
+        flag("stream", stream)
         if sampling.get("seed") is None:
             sampling["seed"] = self._sampling_seed
         params = SamplingParams(**sampling)  # type: ignore[arg-type]
-        self._live()
         n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
@@ -519,9 +605,7 @@ class Model:
         return last.completion
 
     def _run(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams) -> Iterator[Piece]:
-        with self._lock:
-            if self._busy:
-                raise LlamaError("another generation is running on this Model; finish or close its stream first")
+        with self._using_context("start a generation"):
             self._busy = True
         try:
             yield from self._generate_pieces(prompt, max_tokens, stops, params)
@@ -571,15 +655,15 @@ class Model:
         if not self.embedding:
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
         single = isinstance(text, str)
-        texts = [text] if single else list(text)
+        texts = [text] if single else list(text) if isinstance(text, (list, tuple)) else []
         if not texts or not all(isinstance(t, str) and t for t in texts):
             raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str")
-        ctx = self._live()
-        n_embd = lib.llama_model_n_embd(self._model)
-        n_ubatch = lib.llama_n_batch(ctx)
-        out = np.empty((len(texts), n_embd), dtype=np.float32)
-        with self._lock:
-            self._ensure_idle()
+        for i, t in enumerate(texts):
+            utf8("text" if single else f"text[{i}]", t)
+        with self._using_context("embed") as ctx:
+            n_embd = lib.llama_model_n_embd(self._model)
+            n_ubatch = lib.llama_n_batch(ctx)
+            out = np.empty((len(texts), n_embd), dtype=np.float32)
             lib.llama_set_embeddings(ctx, True)
             try:
                 for i, t in enumerate(texts):
@@ -603,29 +687,45 @@ class Model:
     # -- state -----------------------------------------------------------------------------------------
 
     def save_state(self, path: str | os.PathLike) -> None:
-        """Write the KV cache and its tokens to `path` (smaller with quantized K/V)."""
-        ctx = self._live()
-        toks = ffi.new("llama_token[]", self._kv_tokens or [0])
-        _log.clear_recent()
-        check(lib.llama_state_save_file(ctx, os.fsencode(path), toks, len(self._kv_tokens)),
-              LlamaError, f"could not save the state to {path}")
+        """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
+        model, KV types and n_ctx and a checksum (state_file.py). The file appears whole or not at all."""
+        raw_path = fs_path("path", path)
+        with self._using_context("save the state") as ctx:
+            write_state_file(raw_path, self._state_identity(ctx), self._kv_tokens, self._state_bytes(ctx))
 
     def load_state(self, path: str | os.PathLike) -> None:
-        """Restore a state written by save_state() of a Model with the same model file and KV settings."""
-        ctx = self._live()
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"no state file at {p}")
-        n_ctx = lib.llama_n_ctx(ctx)
-        toks = ffi.new("llama_token[]", n_ctx)
-        n = ffi.new("size_t *")
+        """Restore a state written by save_state() of a Model with the same model file, KV types and n_ctx.
+
+        A missing, corrupt or mismatched file raises StateFileError and leaves the cache as it was."""
+        raw_path = fs_path("path", path)
+        with self._using_context("load a state") as ctx:
+            tokens, payload = read_state_file(raw_path, self._state_identity(ctx), self.n_ctx_seq, self._n_vocab)
+            previous = self._state_bytes(ctx)  # llama.cpp may have changed the cache by the time it refuses
+            _log.clear_recent()
+            if lib.llama_state_set_data(ctx, ffi.from_buffer(payload), len(payload)) == len(payload):
+                self._kv_tokens = tokens
+                return
+            refusal = _log.recent_native_log()
+            if lib.llama_state_set_data(ctx, ffi.from_buffer(previous), len(previous)) != len(previous):
+                lib.llama_memory_clear(lib.llama_get_memory(ctx), True)  # pragma: no cover - never seen
+                self._kv_tokens = []
+                raise StateFileError(f"llama.cpp refused the state in {os.fsdecode(raw_path)} and the previous "
+                                     f"cache could not be restored: the cache is now empty", refusal)
+            raise StateFileError(f"llama.cpp refused the state in {os.fsdecode(raw_path)} (saved with another "
+                                 f"flash_attn setting?); the previous cache is kept", refusal)
+
+    def _state_identity(self, ctx) -> StateIdentity:  # noqa: ANN001 - cdata
+        return StateIdentity(self._model_sha256, self.ctk, self.ctv, lib.llama_n_ctx(ctx), lib.llama_n_seq_max(ctx))
+
+    @staticmethod
+    def _state_bytes(ctx) -> memoryview:  # noqa: ANN001 - cdata
+        """llama.cpp's state of the whole context (its memory: the KV cells of every sequence)."""
+        size = lib.llama_state_get_size(ctx)
+        buf = ffi.new("uint8_t[]", size)
         _log.clear_recent()
-        ok = lib.llama_state_load_file(ctx, os.fsencode(p), toks, n_ctx, n)
-        if not ok:
-            self._kv_tokens = []
-            lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-            check(False, LlamaError, f"could not load the state from {p} (another model, KV type or n_ctx?)")
-        self._kv_tokens = list(ffi.unpack(toks, n[0]))
+        if size == 0 or lib.llama_state_get_data(ctx, buf, size) != size:
+            raise LlamaError("llama.cpp could not copy its state", _log.recent_native_log())
+        return memoryview(ffi.buffer(buf))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"n_ctx={self.n_ctx}"

@@ -1,22 +1,12 @@
 """Sampling settings, validated in Python and turned into a llama.cpp sampler chain."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ._ffi import ffi, lib
-from .errors import InvalidArgumentError, LlamaError, check
+from .errors import INT32_MAX, UINT32_MAX, InvalidArgumentError, LlamaError, check, int_in_range, number_in_range
 
-RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: draw a random seed
-
-
-def _number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> float:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
-        raise InvalidArgumentError(f"{name} must be a finite {'integer' if integer else 'number'}, got {value!r}")
-    if not lo <= value <= hi:
-        raise InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {value!r}")
-    return value
+RANDOM_SEED = UINT32_MAX  # llama.cpp's LLAMA_DEFAULT_SEED (a uint32): draw a random seed
 
 
 @dataclass(frozen=True)
@@ -31,17 +21,17 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        _number("temperature", self.temperature, 0.0, 100.0)
-        _number("top_k", self.top_k, 0, 1 << 30, integer=True)
-        _number("top_p", self.top_p, 0.0, 1.0)
-        _number("min_p", self.min_p, 0.0, 1.0)
-        _number("repeat_penalty", self.repeat_penalty, 0.0, 100.0)
+        number_in_range("temperature", self.temperature, 0.0, 100.0)
+        int_in_range("top_k", self.top_k, 0, INT32_MAX)  # an int32 in llama_sampler_init_top_k
+        number_in_range("top_p", self.top_p, 0.0, 1.0)
+        number_in_range("min_p", self.min_p, 0.0, 1.0)
+        number_in_range("repeat_penalty", self.repeat_penalty, 0.0, 100.0)
         if self.repeat_penalty == 0.0:
             raise InvalidArgumentError("repeat_penalty must be > 0 (1.0 disables it)")
-        _number("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
-        _number("presence_penalty", self.presence_penalty, -2.0, 2.0)
-        if self.seed is not None:
-            _number("seed", self.seed, 0, RANDOM_SEED - 1, integer=True)
+        number_in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        number_in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        if self.seed is not None:  # a uint32 whose top value means "random"
+            int_in_range("seed", self.seed, 0, RANDOM_SEED - 1)
 
     @property
     def greedy(self) -> bool:

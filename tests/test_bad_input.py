@@ -7,7 +7,7 @@ import struct
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.errors import ModelFormatError
+from pyllama90a.errors import ModelFormatError, StateFileError
 
 
 def test_missing_file(tmp_path) -> None:
@@ -139,10 +139,10 @@ def test_bad_tokens(model) -> None:
 
 def test_load_state_errors(model_path, tmp_path) -> None:
     with pl.Model(model_path, n_ctx=128) as m:
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(StateFileError, match="no such file"):
             m.load_state(tmp_path / "missing.bin")
         junk = tmp_path / "junk.bin"
         junk.write_bytes(b"\0" * 100)
-        with pytest.raises(pl.LlamaError, match="could not load the state"):
+        with pytest.raises(StateFileError, match="not a pyllama90a state file"):
             m.load_state(junk)
         assert m.generate("Hi", max_tokens=2, temperature=0).usage.completion_tokens == 2

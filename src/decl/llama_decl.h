@@ -112,7 +112,10 @@ void llama_memory_clear(llama_memory_t mem, bool data);
 bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
 llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
 
-/* state */
+/* state: the in-memory API, so pyllama90a writes and verifies state files itself (state_file.py) */
+size_t llama_state_get_size(struct llama_context * ctx);
+size_t llama_state_get_data(struct llama_context * ctx, uint8_t * dst, size_t size);
+size_t llama_state_set_data(struct llama_context * ctx, const uint8_t * src, size_t size);
 bool llama_state_load_file(struct llama_context * ctx, const char * path_session, llama_token * tokens_out,
                            size_t n_token_capacity, size_t * n_token_count_out);
 bool llama_state_save_file(struct llama_context * ctx, const char * path_session, const llama_token * tokens,

@@ -1,0 +1,170 @@
+"""State files: a Model's KV cache and its tokens on disk, with a header that says whose they are and a checksum.
+
+llama.cpp's own session files check little (the architecture name, layer and row sizes): 20 of 24 bit-flipped
+files loaded silently, and a file from another model of the same shape would too. Here llama.cpp only turns its
+state into bytes (llama_state_get_data / llama_state_set_data); this module writes those bytes and reads them
+back only after every check passed, so nothing unverified reaches llama.cpp.
+
+Layout, little-endian:
+    header   magic b"PL90STAT", format version (u32), sha256 of the model's GGUF header (32 bytes),
+             K type, V type (8 bytes each, NUL-padded names), n_ctx, n_seq_max, n_tokens (u32 each),
+             payload size (u64)
+    tokens   n_tokens x int32: what sequence 0 of the cache holds, in order
+    payload  llama.cpp's state bytes
+    sha256   of everything above (32 bytes)
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+import tempfile
+from dataclasses import dataclass
+from typing import BinaryIO, Sequence
+
+from .errors import StateFileError
+from .gguf_header import open_regular_file
+
+MAGIC = b"PL90STAT"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sI32s8s8sIIIQ")
+_DIGEST_BYTES = hashlib.sha256().digest_size
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class StateIdentity:
+    """What must match between the Model that saved a state and the one that loads it."""
+
+    model_sha256: bytes  # of the GGUF header (metadata and tensor table), not of the weights: cheap to compute
+    type_k: str
+    type_v: str
+    n_ctx: int
+    n_seq_max: int
+
+
+def model_fingerprint(path: str | os.PathLike[str], header_bytes: int) -> bytes:
+    """sha256 of the first `header_bytes` bytes of a GGUF (its header: hyperparameters, vocabulary, tensor
+    names, shapes, types and offsets). Any two different models differ there in practice, and it costs
+    milliseconds where hashing the weights would cost seconds."""
+    f, _, _ = open_regular_file(path)
+    digest = hashlib.sha256()
+    with f:
+        left = header_bytes
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.digest()
+
+
+def write_state_file(path: bytes, identity: StateIdentity, tokens: Sequence[int], payload: memoryview) -> None:
+    """Write a state file to `path` (bytes, as from errors.fs_path). The file appears whole or not at all: it
+    is written next to `path` under a temporary name, then renamed over it."""
+    name = os.fsdecode(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise StateFileError(f"{name}: cannot write a state file there: {e.strerror}") from None
+    if mode is not None and not stat.S_ISREG(mode):  # never replace or write into a directory, FIFO or device
+        raise StateFileError(f"{name}: exists and is not a regular file")
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, identity.model_sha256, _type_field(identity.type_k),
+                          _type_field(identity.type_v), identity.n_ctx, identity.n_seq_max, len(tokens), len(payload))
+    token_bytes = struct.pack(f"<{len(tokens)}i", *tokens)
+    digest = hashlib.sha256()
+    for part in (header, token_bytes, payload):
+        digest.update(part)
+    directory = os.path.dirname(path) or b"."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=b".pl90-state-", dir=directory)
+    except OSError as e:
+        raise StateFileError(f"{name}: cannot write a state file there: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for part in (header, token_bytes, payload, digest.digest()):
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        _remove_quietly(tmp)
+        raise StateFileError(f"{name}: writing the state file failed: {e.strerror}") from None
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_vocab: int) -> tuple[list[int], bytes]:
+    """The tokens and llama.cpp payload of the state file at `path`, after checking, in this order: a regular
+    file, magic, format version, sizes against the file size (truncated or extended), the checksum (any
+    flipped bit), then that it was saved by a Model like `expected` and holds at most `max_tokens` valid ids.
+    Every failure is a StateFileError naming the problem."""
+    f, name, size = open_regular_file(path, StateFileError)
+    with f:
+        header = _read_exactly(f, _HEADER.size, name, "its header")
+        magic, version, model_sha256, type_k, type_v, n_ctx, n_seq_max, n_tokens, payload_bytes = \
+            _HEADER.unpack(header)
+        if magic != MAGIC:
+            raise StateFileError(f"{name}: not a pyllama90a state file (it starts with {magic!r}, not {MAGIC!r})")
+        if version != FORMAT_VERSION:
+            raise StateFileError(f"{name}: state file format version {version}; this pyllama90a reads version "
+                                 f"{FORMAT_VERSION}")
+        expected_size = _HEADER.size + 4 * n_tokens + payload_bytes + _DIGEST_BYTES
+        if expected_size != size:
+            raise StateFileError(f"{name}: the header describes {expected_size} bytes but the file has {size} "
+                                 f"(truncated or damaged)")
+        token_bytes = _read_exactly(f, 4 * n_tokens, name, "its tokens")
+        payload = _read_exactly(f, payload_bytes, name, "its state")
+        stored_digest = _read_exactly(f, _DIGEST_BYTES, name, "its checksum")
+    digest = hashlib.sha256()
+    for part in (header, token_bytes, payload):
+        digest.update(part)
+    if digest.digest() != stored_digest:
+        raise StateFileError(f"{name}: checksum mismatch: the file is corrupt")
+    saved = StateIdentity(model_sha256, _type_name(type_k), _type_name(type_v), n_ctx, n_seq_max)
+    _check_identity(name, saved, expected)
+    tokens = list(struct.unpack(f"<{n_tokens}i", token_bytes))
+    if n_tokens > max_tokens:
+        raise StateFileError(f"{name}: holds {n_tokens} tokens, more than the {max_tokens} a sequence of this "
+                             f"context holds")
+    if not all(0 <= t < n_vocab for t in tokens):
+        raise StateFileError(f"{name}: holds token ids outside this model's vocabulary [0, {n_vocab})")
+    return tokens, payload
+
+
+def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) -> None:
+    if saved.model_sha256 != expected.model_sha256:
+        raise StateFileError(f"{name}: was saved by another model (GGUF header sha256 {saved.model_sha256.hex()[:16]}..., "
+                             f"this model's is {expected.model_sha256.hex()[:16]}...)")
+    for what, field in (("K cache type", "type_k"), ("V cache type", "type_v"), ("n_ctx", "n_ctx"),
+                        ("n_seq_max", "n_seq_max")):
+        was, want = getattr(saved, field), getattr(expected, field)
+        if was != want:
+            raise StateFileError(f"{name}: was saved with {what} {was}, this Model has {what} {want}")
+
+
+def _read_exactly(f: BinaryIO, n: int, name: str, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:  # the file shrank after its size was checked
+        raise StateFileError(f"{name}: truncated in {what}")
+    return data
+
+
+def _type_field(type_name: str) -> bytes:
+    return type_name.encode("ascii").ljust(8, b"\0")
+
+
+def _type_name(field: bytes) -> str:
+    return field.rstrip(b"\0").decode("ascii", "replace")
+
+
+def _remove_quietly(path: bytes) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
