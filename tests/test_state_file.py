@@ -1,0 +1,175 @@
+"""State files: a corrupt, truncated or mismatched file raises StateFileError and the Model keeps its previous
+cache; a good file continues a generation exactly."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import pyllama90a as pl
+from pyllama90a.errors import StateFileError
+from pyllama90a.state_file import FORMAT_VERSION, MAGIC
+
+PROMPT = "The three primary colors are"
+OTHER_PROMPT = "Once upon a time, in a small village,"
+
+
+def _greedy(m: pl.Model, prompt: str) -> pl.Completion:
+    return m.generate(prompt, max_tokens=6, temperature=0)
+
+
+def _assert_cache_kept(m: pl.Model, prompt: str, before: pl.Completion) -> None:
+    """The cache still holds `prompt` and its continuation: generating it again decodes only the last prompt
+    token (the rest is reused from the cache) and gives the same text."""
+    again = _greedy(m, prompt)
+    assert again.timings.prompt_tokens_evaluated == 1
+    assert again.tokens == before.tokens
+
+
+@pytest.fixture(scope="module")
+def saved(model_path, tmp_path_factory):
+    """A state file of PROMPT from an f16 Model with n_ctx 256, and the greedy continuation it was saved with."""
+    path = tmp_path_factory.mktemp("state") / "s.state"
+    with pl.Model(model_path, n_ctx=256) as m:
+        first = _greedy(m, PROMPT)
+        m.save_state(path)
+    return path, first
+
+
+@pytest.fixture
+def busy_model(model_path):
+    """An f16 n_ctx 256 Model (as `saved`'s) whose cache holds OTHER_PROMPT; yields it and that generation."""
+    with pl.Model(model_path, n_ctx=256) as m:
+        yield m, _greedy(m, OTHER_PROMPT)
+
+
+def test_round_trip_continues_identically(saved, busy_model) -> None:
+    path, first = saved
+    m, _ = busy_model
+    m.load_state(path)
+    again = _greedy(m, PROMPT)
+    assert again.timings.prompt_tokens_evaluated == 1  # only the last prompt token: the rest came from the file
+    assert again.tokens == first.tokens
+
+
+def test_header_says_what_it_is(saved) -> None:
+    data = saved[0].read_bytes()
+    assert data.startswith(MAGIC) and int.from_bytes(data[8:12], "little") == FORMAT_VERSION
+
+
+def test_every_flipped_byte_is_refused_and_the_cache_is_kept(saved, busy_model, tmp_path) -> None:
+    path, _ = saved
+    m, before = busy_model
+    data = path.read_bytes()
+    # 24 offsets: every header field, the token list, the payload from start to end, the checksum
+    header_end = 80  # the fixed part of the header
+    offsets = sorted({0, 5, 8, 12, 30, 44, 52, 60, 64, 68, 72, 76, header_end, header_end + 5,
+                      *(header_end + len(data) * k // 12 for k in range(1, 10)), len(data) - 20, len(data) - 1})
+    offsets = [o for o in offsets if o < len(data)]
+    assert len(offsets) >= 24
+    for offset in offsets:
+        bad = bytearray(data)
+        bad[offset] ^= 0x10
+        flipped = tmp_path / f"flip{offset}.state"
+        flipped.write_bytes(bytes(bad))
+        with pytest.raises(StateFileError):
+            m.load_state(flipped)
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+@pytest.mark.parametrize("keep", [0, 7, 79, 81, 4096, -33, -1])  # in the header, tokens, payload, checksum
+def test_truncated_file_is_refused(saved, busy_model, tmp_path, keep: int) -> None:
+    path, _ = saved
+    m, before = busy_model
+    cut = tmp_path / "cut.state"
+    cut.write_bytes(path.read_bytes()[:keep])
+    with pytest.raises(StateFileError, match="truncated|not a pyllama90a state file"):
+        m.load_state(cut)
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_appended_bytes_are_refused(saved, busy_model, tmp_path) -> None:
+    path, _ = saved
+    m, before = busy_model
+    longer = tmp_path / "longer.state"
+    longer.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(StateFileError, match="the file has"):
+        m.load_state(longer)
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+@pytest.mark.parametrize("settings, mismatch", [
+    ({"ctk": "q8_0"}, "K cache type f16"),
+    ({"ctv": "q8_0", "flash_attn": "off"}, "V cache type f16"),
+    ({"n_ctx": 512}, "n_ctx 256"),
+])
+def test_other_kv_type_or_n_ctx_is_named(model_path, saved, settings: dict, mismatch: str) -> None:
+    path, _ = saved
+    with pl.Model(model_path, **{"n_ctx": 256, **settings}) as m:
+        before = _greedy(m, OTHER_PROMPT)
+        with pytest.raises(StateFileError, match=f"was saved with {mismatch}"):
+            m.load_state(path)
+        _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_other_model_is_named(saved, tmp_path) -> None:
+    from pyllama90a.synthetic import SHAPES, write_synthetic
+
+    tiny = write_synthetic(SHAPES["tiny"], tmp_path / "tiny.gguf", weight_type="f16")
+    with pl.Model(tiny, n_ctx=256) as m:
+        before = m.generate([5, 6, 7], max_tokens=4, temperature=0)
+        with pytest.raises(StateFileError, match="saved by another model"):
+            m.load_state(saved[0])
+        again = m.generate([5, 6, 7], max_tokens=4, temperature=0)
+    assert again.timings.prompt_tokens_evaluated == 1 and again.tokens == before.tokens
+
+
+def test_a_state_llama_cpp_refuses_restores_the_previous_cache(model_path, tmp_path) -> None:
+    """An f16 V cache is transposed without flash attention and not with it: the header matches (same model,
+    types, n_ctx) but llama.cpp refuses the cells, after it may have changed the cache; the snapshot is restored."""
+    path = tmp_path / "fa_on.state"
+    with pl.Model(model_path, n_ctx=256, flash_attn="on") as fa_on:
+        _greedy(fa_on, PROMPT)
+        fa_on.save_state(path)
+    with pl.Model(model_path, n_ctx=256, flash_attn="off") as m:
+        before = _greedy(m, OTHER_PROMPT)
+        with pytest.raises(StateFileError, match="refused.*previous cache is kept"):
+            m.load_state(path)
+        _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_saving_writes_whole_files_only(model_path, tmp_path, busy_model) -> None:
+    m, _ = busy_model
+    target = tmp_path / "s.state"
+    m.save_state(target)
+    m.save_state(target)  # replaces the file
+    assert os.listdir(tmp_path) == ["s.state"]  # no temporary file left behind
+    with pytest.raises(StateFileError, match="cannot write"):
+        m.save_state(tmp_path / "no-such-dir" / "s.state")
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_state_path_must_be_a_regular_file(busy_model, tmp_path, kind: str) -> None:
+    m, before = busy_model
+    if kind == "directory":
+        path = tmp_path
+    elif kind == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    else:
+        path = "/dev/null"
+    with pytest.raises(StateFileError, match="not a regular file"):
+        m.save_state(path)
+    # a FIFO with no writer would block an ordinary open for reading forever; this returns at once
+    with pytest.raises(StateFileError, match="not a regular file"):
+        m.load_state(path)
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_nul_in_the_path_is_refused(busy_model, tmp_path) -> None:
+    m, _ = busy_model
+    with pytest.raises(pl.InvalidArgumentError, match="NUL"):
+        m.save_state(f"{tmp_path}/a\0b")
+    assert not (tmp_path / "a").exists()  # C would have cut the path at the NUL
+    with pytest.raises(pl.InvalidArgumentError, match="NUL"):
+        m.load_state(f"{tmp_path}/a\0b")
