@@ -1,6 +1,7 @@
-"""python -m pyllama90a.fuzz: fuzz pyllama90a with mutated GGUF model files.
+"""python -m pyllama90a.fuzz: fuzz pyllama90a with mutated GGUF model files and API misuse.
 
     python -m pyllama90a.fuzz --cases 1000 --seed 1 --jobs 2 --timeout 20 --out DIR [--real-model]
+    python -m pyllama90a.fuzz --target api --cases 500 --real-model
     python -m pyllama90a.fuzz --replay DIR/repro/crash-0123456789.json
 
 Exits 1 if any case crashed, hung, went over the memory limit, or leaked an exception that is not a
@@ -15,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .campaign import Campaign, Limits, generate_specs, run_specs
+from .campaign import TARGETS, Campaign, Limits, generate_specs, run_specs
 from .gguf_mutations import describe
 
 
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--findings", type=Path, default=None, help="also write the findings here (markdown)")
     parser.add_argument("--real-model", action="store_true",
                         help="also mutate the default model: its metadata over small tensors, and a few whole files")
+    parser.add_argument("--target", choices=TARGETS, default="gguf",
+                        help="gguf: mutated model files; api: hostile Model arguments and calls; all: both")
     parser.add_argument("--batch", type=int, default=50, help="cases between reports (default 50)")
     parser.add_argument("--no-shrink", action="store_true", help="keep failing cases as they are")
     parser.add_argument("--replay", type=Path, help="rerun one reproducer (.json) and report its outcome")
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         return _replay(args.replay, limits, out / "work")
 
-    specs = generate_specs(args.cases, args.seed, args.real_model)
+    specs = generate_specs(args.cases, args.seed, args.real_model, args.target)
     out.mkdir(parents=True, exist_ok=True)
     campaign = Campaign(out, limits, args.findings, log=lambda line: print(line, flush=True))
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .api_cases import api_job, generate_api_case
 from .bases import available_bases, load_base
 from .gguf_mutations import describe, generate_case, write_case
 from .model_case import case_job
@@ -43,9 +44,15 @@ class Finding:
         return f"{self.outcome.kind}-{hashlib.sha256(self.signature.encode()).hexdigest()[:10]}"
 
 
+def job_for(spec: dict, work: Path, i: int):  # noqa: ANN201 - a runner job function
+    if spec.get("target") == "api":
+        return api_job(spec, work / f"api-{i}")
+    return case_job(spec, work / f"case-{i}.gguf")
+
+
 def run_specs(specs: Iterable[tuple[Any, dict]], limits: Limits, work: Path) -> Iterable[tuple[Any, Outcome]]:
     """Run (key, spec) pairs; the case files are written in the children, under `work`."""
-    jobs = ((key, case_job(spec, work / f"case-{i}.gguf")) for i, (key, spec) in enumerate(specs))
+    jobs = ((key, job_for(spec, work, i)) for i, (key, spec) in enumerate(specs))
     return run_jobs(jobs, n_jobs=limits.n_jobs, timeout=limits.timeout, mem_limit_mb=limits.mem_limit_mb,
                     work_dir=work)
 
@@ -138,7 +145,8 @@ class Campaign:
         data = {"signature": f.signature, "description": describe(f.spec["mutations"]),
                 "outcome": f.outcome.to_json(), "base": f.spec["base"], "mutations": f.spec["mutations"]}
         (self.repro_dir / f"{f.name}.json").write_text(json.dumps(data, indent=1) + "\n")
-        write_case(load_base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
+        if f.spec.get("target") != "api":
+            write_case(load_base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
 
     # -- reporting -----------------------------------------------------------------------------------
 
@@ -181,6 +189,13 @@ class Campaign:
         return sum(self.outcomes[k] for k in DEFECTS)
 
 
-def generate_specs(n_cases: int, seed: int, real_model: bool) -> list[dict]:
+TARGETS = ("gguf", "api", "all")
+
+
+def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "gguf") -> list[dict]:
+    """Mutated model files ("gguf"), API misuse ("api", on the real metadata with --real-model, else the
+    tiny model), or both in turn ("all")."""
     bases = {name: load_base(name) for name in available_bases(real_model)}
-    return [generate_case(seed, i, bases) for i in range(n_cases)]
+    api_base = "real-header" if real_model else "tiny"
+    return [generate_case(seed, i, bases) if target == "gguf" or target == "all" and i % 2 == 0
+            else generate_api_case(seed, i, api_base) for i in range(n_cases)]

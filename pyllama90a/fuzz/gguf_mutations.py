@@ -60,6 +60,7 @@ ENUMS: dict[str, list[str]] = {
     "{arch}.rope.scaling.type": ["none", "linear", "yarn", "longrope", "", "bogus"],
     "adapter.type": ["lora", "alora", ""],
 }
+ENUM_WEIGHTS = {"tokenizer.ggml.model": 4, "tokenizer.ggml.pre": 2, "general.architecture": 2}  # the rest 1
 # keys the bases lack, with a type each; values come from the boundaries of that type
 EXTRA_KEYS: dict[str, int] = {
     "{arch}.expert_count": U32, "{arch}.expert_used_count": U32, "{arch}.expert_shared_count": U32,
@@ -261,6 +262,13 @@ def describe_op(op: dict) -> str:
         return f"header byte {op['at']} ^= 0x{op['xor']:02x}"
     if kind == "truncate":
         return f"truncate at {op['fraction']:.4f} of the {op['of']}"
+    if kind == "arg":  # API cases (api_cases.py)
+        return f"Model({op['name']}={_short(op['value'])})"
+    if kind == "call":
+        if "args" not in op:
+            return f"read .{op['method']}"
+        args = [_short(a, 40) for a in op["args"]] + [f"{k}={_short(v, 40)}" for k, v in op["kwargs"].items()]
+        return f".{op['method']}({', '.join(args)})"
     return repr(op)
 
 
@@ -325,7 +333,7 @@ class _Generator:
         return [{"op": "set", "key": key, "value": typed(STRING, self.rng.choice(STRINGS))}]
 
     def m_enum(self) -> list[dict]:
-        template = self.rng.choice(list(ENUMS))
+        template = self.rng.choices(list(ENUMS), [ENUM_WEIGHTS.get(k, 1) for k in ENUMS])[0]
         return [{"op": "set", "key": self.key(template), "value": typed(STRING, self.rng.choice(ENUMS[template]))}]
 
     def m_type_change(self) -> list[dict]:
