@@ -16,8 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .campaign import TARGETS, Campaign, Limits, generate_specs, run_specs
-from .gguf_mutations import describe
+from .campaign import SPEC_KEYS, TARGETS, Campaign, Limits, describe_spec, generate_specs, run_specs
 
 
 def default_out() -> Path:
@@ -26,8 +25,8 @@ def default_out() -> Path:
 
 def _replay(path: Path, limits: Limits, out: Path) -> int:
     data = json.loads(path.read_text())
-    spec = {"base": data["base"], "mutations": data["mutations"]}
-    print(f"replaying {path}: base {spec['base']}: {describe(spec['mutations'])}")
+    spec = {k: data[k] for k in SPEC_KEYS if k in data}
+    print(f"replaying {path}: {describe_spec(spec)}")
     if "signature" in data:
         print(f"recorded: {data['signature']}")
     out.mkdir(parents=True, exist_ok=True)

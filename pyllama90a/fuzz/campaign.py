@@ -57,6 +57,14 @@ def run_specs(specs: Iterable[tuple[Any, dict]], limits: Limits, work: Path) -> 
                     work_dir=work)
 
 
+SPEC_KEYS = ("target", "base", "model_args", "mutations")
+
+
+def describe_spec(spec: dict) -> str:
+    args = "".join(f", {k}={v!r}" for k, v in spec.get("model_args", {}).items())
+    return f"{spec.get('target', 'gguf')} on {spec['base']}{args}: {describe(spec['mutations'])}"
+
+
 def _smaller(spec: dict) -> list[dict]:
     """Every spec with one mutation, or one op of a many-op mutation, left out."""
     muts = spec["mutations"]
@@ -142,8 +150,8 @@ class Campaign:
         return [finding] if is_new else []
 
     def _save(self, f: Finding) -> None:
-        data = {"signature": f.signature, "description": describe(f.spec["mutations"]),
-                "outcome": f.outcome.to_json(), "base": f.spec["base"], "mutations": f.spec["mutations"]}
+        data = {"signature": f.signature, "description": describe_spec(f.spec), "outcome": f.outcome.to_json(),
+                **f.spec}
         (self.repro_dir / f"{f.name}.json").write_text(json.dumps(data, indent=1) + "\n")
         if f.spec.get("target") != "api":
             write_case(load_base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
@@ -162,7 +170,7 @@ class Campaign:
         lines += ["", f"{len(self.findings)} distinct defects (reproducers in {self.repro_dir}):"]
         for f in sorted(self.findings.values(), key=lambda f: -f.count):
             lines.append(f"  {f.count:>4}x {f.signature[:150]}")
-            lines.append(f"        {f.name}: {f.spec['base']}: {describe(f.spec['mutations'])[:200]}")
+            lines.append(f"        {f.name}: {describe_spec(f.spec)[:200]}")
         return "\n".join(lines)
 
     def write_findings(self) -> None:
@@ -176,7 +184,7 @@ class Campaign:
                                                                       and not o.signal else "")
             lines += [f"## {f.name}: {what} at {o.stage}, {f.count} cases", "",
                       f"- signature: `{f.signature}`",
-                      f"- minimal reproducer (base {f.spec['base']}): `{describe(f.spec['mutations'])}`",
+                      f"- minimal reproducer: `{describe_spec(f.spec)}`",
                       f"- mutation classes that hit it: "
                       + ", ".join(f"{c} {n}" for c, n in f.mutation_classes.most_common()),
                       f"- files: {self.repro_dir / f.name}.json, .gguf", ""]

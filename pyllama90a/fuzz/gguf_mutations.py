@@ -1,6 +1,7 @@
 """Mutations of GGUF files: generated from a seed as JSON specs, applied to a base to write a file.
 
-A case is `{"base": name, "mutations": [m, ...]}`; a mutation is `{"cls": class, "ops": [op, ...]}`, the unit
+A case is `{"base": name, "mutations": [m, ...], "model_args": {...}}` (model_args optional: Model keyword
+arguments such as a quantized KV cache); a mutation is `{"cls": class, "ops": [op, ...]}`, the unit
 that shrinking removes. Ops are plain JSON so that a reproducer can be read, edited and replayed:
 
     {"op": "set", "key": k, "value": V}            set (or add) a key; V = {"type": "u32", "value": 0}
@@ -98,7 +99,7 @@ GGML_TYPES = [0, 1, 2, 3, 8, 12, 14, 30, 4, 5, 39, 40, 1000, 2**32 - 1]
 
 VALUE_CLASSES = ("int-boundary", "float-special", "string", "enum", "type-change", "per-layer-array",
                  "token-dup", "token-type", "array-length", "merges", "missing-key", "extra-key", "alignment",
-                 "experts", "token-id")
+                 "experts", "token-id", "charsmap")
 STRUCT_CLASSES = ("truncate", "flip", "count", "tensor-shape", "tensor-type", "tensor-offset", "tensor-name",
                   "tensor-missing")
 MUTATION_CLASSES = tuple(f"value:{c}" for c in VALUE_CLASSES) + tuple(f"struct:{c}" for c in STRUCT_CLASSES)
@@ -434,6 +435,16 @@ class _Generator:
         n = self.n_vocab
         return [{"op": "set", "key": key, "value": typed(U32, rng.choice([n - 1, n, n + 1, 2**31 - 1, 2**32 - 1]))}]
 
+    def m_charsmap(self) -> list[dict]:
+        """A unigram (t5/ugm) tokenizer's precompiled_charsmap: a u32 size of the XOR-compressed array, that
+        array, then the normalized strings; garbage sizes make the tokenizer read out of bounds."""
+        rng = self.rng
+        size = rng.choice([0, 4, 7, 64, 2**16, 2**31, 2**32 - 1])
+        body = [rng.randrange(256) for _ in range(rng.choice([0, 3, 8, 64]))]
+        blob = rng.choice([[], [1], list(size.to_bytes(4, "little")) + body, body])
+        return [{"op": "set", "key": "tokenizer.ggml.model", "value": typed(STRING, rng.choice(["t5", "ugm"]))},
+                {"op": "set", "key": "tokenizer.ggml.precompiled_charsmap", "value": typed(ARRAY, blob, U8)}]
+
     # structure classes
 
     def m_truncate(self) -> list[dict]:
@@ -509,4 +520,8 @@ def generate_case(seed: int, index: int, bases: dict[str, GGUFFile], *, struct_s
         group = STRUCT_CLASSES if rng.random() < struct_share else VALUE_CLASSES
         cls = ("struct:" if group is STRUCT_CLASSES else "value:") + rng.choice(group)
         mutations.append(gen.mutation(cls))
-    return {"base": base_name, "mutations": mutations}
+    # a third of the cases run with this project's own paths: quantized K/V with flash attention off or on,
+    # or embeddings (where a mutated pooling type matters)
+    options = rng.choices([{}, {"ctk": "q4_0", "ctv": "q4_0", "flash_attn": "off"},
+                           {"ctk": "q8_0", "ctv": "q8_0", "flash_attn": "on"}, {"embedding": True}], [6, 1, 1, 1])[0]
+    return {"base": base_name, "mutations": mutations, **({"model_args": options} if options else {})}

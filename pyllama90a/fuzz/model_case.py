@@ -26,13 +26,18 @@ def _show_native_log() -> None:
     native.addHandler(handler)
 
 
-def exercise(path: str | os.PathLike[str], stage: Stage) -> None:
-    """Load `path` and use it; exceptions propagate to the runner, which classifies them."""
+def exercise(path: str | os.PathLike[str], stage: Stage, model_args: dict | None = None) -> None:
+    """Load `path` (with `model_args` for Model) and use it; exceptions propagate to the runner, which
+    classifies them."""
     import pyllama90a as pl
 
     _show_native_log()
     stage("load")
-    with pl.Model(path, n_ctx=N_CTX, n_threads=1) as model:
+    with pl.Model(path, n_ctx=N_CTX, n_threads=1, **(model_args or {})) as model:
+        if model.embedding:
+            stage("embed")
+            model.embed(["Hello", "world"])
+            return
         stage("tokenize")
         tokens = model.tokenize("Hello, world! \u00e9\u4e2d 123")
         model.detokenize(tokens)
@@ -45,12 +50,13 @@ def exercise(path: str | os.PathLike[str], stage: Stage) -> None:
 
 
 def case_job(spec: dict, path: Path):  # noqa: ANN201 - a runner job function
-    """The child function for `spec`: build the file at `path` (stage "build"), exercise it, remove it."""
+    """The child function for `spec` (base, mutations, optional model_args): build the file at `path`
+    (stage "build"), exercise it, remove it."""
     def job(stage: Stage) -> None:
         stage("build")
         write_case(load_base(spec["base"]), spec["mutations"], path)
         try:
-            exercise(path, stage)
+            exercise(path, stage, spec.get("model_args"))
         finally:
             path.unlink(missing_ok=True)
     return job
