@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -38,6 +36,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None), help="require 'Authorization: Bearer <key>' on /v1/*")
+    p.add_argument("--max-tokens-default", type=int, default=_env("max-tokens-default", 1024),
+                   help="max_tokens of a chat request that gives none (completions: OpenAI's 16) (default 1024)")
+    p.add_argument("--max-tokens-limit", type=int, default=_env("max-tokens-limit", 32768),
+                   help="the largest max_tokens / max_completion_tokens a request may ask; more is a 400 "
+                        "(default 32768; a generation also ends when its slot is full)")
+    p.add_argument("--max-request-bytes", type=int, default=_env("max-request-bytes", 16 * 2**20),
+                   help="largest request body; more is a 413 (default 16 MiB)")
+    p.add_argument("--shutdown-grace", type=float, default=_env("shutdown-grace", 10.0),
+                   help="seconds running requests get to finish after SIGTERM/SIGINT; then each remaining one "
+                        "ends with an error (streams: an error event and [DONE]) (default 10)")
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
     args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
@@ -46,26 +54,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, action.dest, None)
         if action.choices is not None and value not in action.choices:
             p.error(f"{action.option_strings[-1]} must be one of {', '.join(action.choices)}, got {value!r}")
+    for name in ("max_tokens_default", "max_tokens_limit", "max_request_bytes"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.max_tokens_limit > 2**31 - 1:  # the engine's max_tokens is an int32
+        p.error(f"--max-tokens-limit must be at most {2**31 - 1}, got {args.max_tokens_limit}")
+    if args.max_tokens_default > args.max_tokens_limit:
+        p.error(f"--max-tokens-default ({args.max_tokens_default}) is above --max-tokens-limit "
+                f"({args.max_tokens_limit})")
+    if not 0 <= args.shutdown_grace <= 3600:  # also refuses nan
+        p.error(f"--shutdown-grace must be between 0 and 3600 seconds, got {args.shutdown_grace}")
     return args
-
-
-def _server_class():  # noqa: ANN202
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn re-raises a caught SIGINT/SIGTERM after its graceful shutdown, which kills the process before
-        the engine is closed; here the signals only ask for that shutdown (a second one forces it)."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):  # noqa: ANN202
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
-    return Server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ..engine import BatchEngine
     from ..errors import LlamaError
+    from .api_requests import Limits
     from .app import ServerState, create_app
-
-    _Server = _server_class()  # noqa: N806
+    from .shutdown import GracefulServer
 
     try:
         engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
@@ -89,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     name = args.model_name or Path(engine.model.path).name
-    state = ServerState(engine, name, api_key=args.api_key or None)
+    state = ServerState(engine, name, api_key=args.api_key or None,
+                        limits=Limits(args.max_tokens_default, args.max_tokens_limit),
+                        max_request_bytes=args.max_request_bytes)
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
@@ -97,10 +98,9 @@ def main(argv: list[str] | None = None) -> int:
           f"  attention: flash_attn={att.flash_attn} on {att.backend} ({att.reason})\n"
           f"  listening on http://{args.host}:{args.port}/v1" + ("  (API key required)" if state.api_key else ""),
           flush=True)
-    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=3)
+    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level)
     try:
-        _Server(config).run()  # returns after Ctrl-C or SIGTERM
+        GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
     finally:
         engine.close()
         if state.embedder is not None:

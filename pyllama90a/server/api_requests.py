@@ -1,13 +1,16 @@
 """OpenAI request bodies to engine arguments, with OpenAI's 400 errors for anything malformed.
 
-Unknown fields are ignored, as OpenAI does. Known fields of the wrong type or out of range name the field
-in the error's `param`. A few llama.cpp extensions are accepted too: top_k, min_p, repeat_penalty, ignore_eos.
+Known fields of the wrong type or out of range name the field in the error's `param`; so do fields that would
+change the output but are not implemented (refused_fields.py). Other unknown fields are accepted. A few
+llama.cpp extensions are implemented: top_k, min_p, repeat_penalty, ignore_eos.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from .refused_fields import MESSAGE_FIELDS, REQUEST_FIELDS, refused_field
 
 
 class APIError(Exception):
@@ -29,15 +32,30 @@ def _bad(param: str, message: str) -> APIError:
 
 MISSING = object()
 
+COMPLETIONS_MAX_TOKENS_DEFAULT = 16  # OpenAI's, for /v1/completions
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's bounds on a request (flags of `python -m pyllama90a.server`)."""
+    max_tokens_default: int = 1024  # a chat request's max_tokens when it gives none
+    max_tokens_limit: int = 32768   # the most max_tokens (max_completion_tokens) a request may ask for
+
+
+def _shown(value: Any) -> str:
+    """repr(value), cut short: an error message does not echo a megabyte of the request back."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
 
 def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(name, f"'{name}' must be a number, got {value!r}")
+        raise _bad(name, f"'{name}' must be a number, got {_shown(value)}")
     if not lo <= value <= hi:
-        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
+        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {_shown(value)}")
     return float(value)
 
 
@@ -46,9 +64,9 @@ def _integer(body: dict, name: str, default: int | None, lo: int, hi: int) -> in
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, f"'{name}' must be an integer, got {value!r}")
+        raise _bad(name, f"'{name}' must be an integer, got {_shown(value)}")
     if not lo <= value <= hi:
-        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
+        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {_shown(value)}")
     return value
 
 
@@ -57,7 +75,7 @@ def _boolean(body: dict, name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _bad(name, f"'{name}' must be a boolean, got {value!r}")
+        raise _bad(name, f"'{name}' must be a boolean, got {_shown(value)}")
     return value
 
 
@@ -75,7 +93,7 @@ def _stops(body: dict) -> list[str]:
 class Generation:
     """What both completion routes hand to the engine."""
     prompt: Any                  # str or list of token ids (completions) / token ids (chat, rendered later)
-    max_tokens: int | None       # None: until the slot is full or the model stops
+    max_tokens: int              # the generation also ends when the slot is full or the model stops
     stream: bool
     include_usage: bool          # stream_options.include_usage: a last chunk with the usage
     stop: list[str]
@@ -89,21 +107,32 @@ def _check_model(body: dict) -> None:
     """'model' may name anything (the one loaded model answers), but when given it is a string."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("model", f"'model' must be a string, got {model!r}")
+        raise _bad("model", f"'model' must be a string, got {_shown(model)}")
 
 
-def _common(body: Any, max_tokens_default: int | None) -> Generation:
+def _refuse_unimplemented(body: dict, fields: dict = REQUEST_FIELDS, prefix: str = "") -> None:
+    refused = refused_field(body, fields)
+    if refused is not None:
+        raise _bad(prefix + refused[0], refused[1])
+
+
+def _max_tokens(body: dict, default: int, limit: int) -> int:
+    """max_completion_tokens (OpenAI's newer name) or max_tokens, in [1, limit]; both are checked when both are
+    given, and the newer one wins."""
+    legacy = _integer(body, "max_tokens", None, 1, limit)
+    newer = _integer(body, "max_completion_tokens", None, 1, limit)
+    return newer if newer is not None else legacy if legacy is not None else default
+
+
+def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     _check_model(body)
     n = _integer(body, "n", 1, 1, 128)
     if n != 1:
         raise _bad("n", "only n=1 is supported")
-    max_tokens = _integer(body, "max_completion_tokens", None, -(2**31), 2**31)
-    if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", max_tokens_default, -(2**31), 2**31)
-    if max_tokens is not None and max_tokens <= 0:
-        raise _bad("max_tokens", f"'max_tokens' must be at least 1, got {max_tokens}")
+    _refuse_unimplemented(body)
+    max_tokens = _max_tokens(body, min(max_tokens_default, limits.max_tokens_limit), limits.max_tokens_limit)
     stream = _boolean(body, "stream", False)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
@@ -126,9 +155,9 @@ def _common(body: Any, max_tokens_default: int | None) -> Generation:
                       ignore_eos=_boolean(body, "ignore_eos", False))
 
 
-def completion_request(body: Any) -> Generation:
+def completion_request(body: Any, limits: Limits) -> Generation:
     """POST /v1/completions. One prompt: a string, token ids, or a list holding one of those."""
-    gen = _common(body, 16)  # OpenAI's default for completions
+    gen = _common(body, COMPLETIONS_MAX_TOKENS_DEFAULT, limits)
     prompt = body.get("prompt", MISSING)
     if prompt is MISSING or prompt is None:
         raise _bad("prompt", "'prompt' is required")
@@ -160,9 +189,9 @@ def _message_text(content: Any, index: int) -> str:
     raise _bad(f"messages[{index}].content", "'content' must be a string or a list of text parts")
 
 
-def chat_request(body: Any) -> Generation:
+def chat_request(body: Any, limits: Limits) -> Generation:
     """POST /v1/chat/completions."""
-    gen = _common(body, None)
+    gen = _common(body, limits.max_tokens_default, limits)
     messages = body.get("messages", MISSING)
     if messages is MISSING or messages is None:
         raise _bad("messages", "'messages' is required")
@@ -172,12 +201,16 @@ def chat_request(body: Any) -> Generation:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
             raise _bad(f"messages[{i}]", "each message must be an object with a string 'role'")
+        _refuse_unimplemented(m, MESSAGE_FIELDS, f"messages[{i}].")
         gen.messages.append({"role": m["role"], "content": _message_text(m.get("content"), i)})
     if _boolean(body, "logprobs", False):
         gen.logprobs = _integer(body, "top_logprobs", 0, 0, 20)
     elif body.get("top_logprobs") is not None:
         raise _bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
     return gen
+
+
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit; also bounds the work one request can ask for
 
 
 @dataclass
@@ -198,6 +231,8 @@ def embedding_request(body: Any) -> EmbeddingRequest:
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
         raise _bad("input", "'input' must be a non-empty string or a non-empty list of non-empty strings "
                             "(token-id inputs are not supported)")
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        raise _bad("input", f"'input' may hold at most {MAX_EMBEDDING_INPUTS} strings, got {len(texts)}")
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")

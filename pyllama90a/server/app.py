@@ -5,6 +5,7 @@ import asyncio
 import base64
 import hmac
 import json
+import logging
 import threading
 import time
 import uuid
@@ -18,11 +19,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine import BatchEngine, Chunk, QueueFullError, TokenLogprob
-from ..errors import ContextOverflowError, InvalidArgumentError, LlamaError
+from ..engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError, TokenLogprob
+from ..errors import ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError
 from ..model import Model
-from .api_requests import APIError, Generation, chat_request, completion_request, embedding_request
+from .api_requests import APIError, Generation, Limits, chat_request, completion_request, embedding_request
 from .metrics import render_metrics
+from .request_body import read_json
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 16 * 2**20  # a full 128K-token prompt as JSON text is a few MiB
 
 
 @dataclass
@@ -31,7 +37,10 @@ class ServerState:
     model_name: str
     api_key: str | None = None
     embedder: Model | None = None
+    limits: Limits = field(default_factory=Limits)
+    max_request_bytes: int = MAX_REQUEST_BYTES
     created: int = field(init=False, default_factory=lambda: int(time.time()))
+    draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
     def __post_init__(self) -> None:
         self.responses: Counter[tuple[str, int]] = Counter()
@@ -89,13 +98,26 @@ def create_app(state: ServerState) -> FastAPI:
         code = "not_found" if exc.status_code == 404 else None
         return JSONResponse(APIError(exc.status_code, str(exc.detail), code=code).body(), status_code=exc.status_code)
 
+    @app.exception_handler(Exception)
+    async def _server_bug(request: Request, exc: Exception) -> JSONResponse:
+        # only a bug of this server gets here (request input is answered with 4xx before): Starlette re-raises
+        # the exception after this response, and uvicorn logs its traceback
+        return JSONResponse(APIError(500, "internal server error", type="server_error").body(), status_code=500)
+
     app.add_middleware(_AuthAndCount, state=state)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> JSONResponse:
         stats = state.engine.stats()
-        return {"status": "ok", "slots_busy": stats.busy_slots, "slots_idle": stats.parallel - stats.busy_slots,
-                "queue_depth": stats.queue_depth}
+        body: dict[str, Any] = {"status": "ok", "slots_busy": stats.busy_slots,
+                                "slots_idle": stats.parallel - stats.busy_slots, "queue_depth": stats.queue_depth}
+        if not state.engine.running:
+            failure = state.engine.failure
+            body.update(status="error", reason=f"the engine thread stopped on {failure!r}" if failure is not None
+                        else "the engine is closed")
+        elif state.draining:
+            body.update(status="shutting_down", reason="the server is shutting down")
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
@@ -114,14 +136,16 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        gen = completion_request(await _json(request))
+        gen = completion_request(await read_json(request, state.max_request_bytes), state.limits)
         return await _generate(state, request, gen, gen.prompt, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        gen = chat_request(await _json(request))
+        gen = chat_request(await read_json(request, state.max_request_bytes), state.limits)
         try:
             prompt = state.engine.chat_prompt(gen.messages)
+        except ClosedError as e:
+            raise _unavailable(e) from None
         except InvalidArgumentError as e:
             raise APIError(400, str(e), param="messages") from None
         except LlamaError as e:  # no or unsupported chat template
@@ -130,7 +154,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> dict[str, Any]:
-        req = embedding_request(await _json(request))
+        req = embedding_request(await read_json(request, state.max_request_bytes))
         vectors, n_tokens = await asyncio.to_thread(_embed, state, req.texts)
         data = []
         for i, vec in enumerate(vectors):
@@ -166,6 +190,12 @@ class _AuthAndCount:
             await response(scope, receive, send)
             self.state.responses[(route, 401)] += 1
             return
+        if self.state.draining and path.startswith("/v1/"):  # a request on a connection kept alive
+            response = JSONResponse(_unavailable(ClosedError("shutting down")).body(), status_code=503,
+                                    headers={"Connection": "close", "Retry-After": "5"})
+            await response(scope, receive, send)
+            self.state.responses[(route, 503)] += 1
+            return
         status = 500
 
         async def send_and_note_status(message: dict) -> None:
@@ -185,12 +215,18 @@ def _authorized(headers: Headers, key: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
-async def _json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+def _unavailable(error: ClosedError) -> APIError:
+    """503 for a request the engine cannot serve: the server is shutting down, or the engine thread died."""
+    if isinstance(error, EngineStoppedError):
+        return APIError(503, f"the server cannot generate: {error}", type="server_error", code="engine_stopped")
+    return APIError(503, "the server is shutting down", type="server_error", code="server_shutting_down")
+
+
+def _generation_failed(error: Exception) -> APIError:
+    """The error that ends a request the engine accepted and then could not finish."""
+    if isinstance(error, ClosedError):
+        return _unavailable(error)
+    return APIError(500, f"generation failed: {error}", type="server_error")
 
 
 def _model_card(state: ServerState) -> dict[str, Any]:
@@ -209,6 +245,8 @@ def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
             return state.embedder.embed(texts), n_tokens
         except ContextOverflowError as e:
             raise APIError(400, str(e), param="input", code="context_length_exceeded") from None
+        except InvalidArgumentError as e:
+            raise APIError(400, str(e), param="input") from None
 
 
 # how often a non-streaming request checks that its client is still connected while it waits for tokens
@@ -221,7 +259,7 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
 
     engine = state.engine
     try:
-        handle = engine.submit(prompt, deliver, max_tokens=gen.max_tokens or engine.n_ctx_slot,
+        handle = engine.submit(prompt, deliver, max_tokens=gen.max_tokens,
                                stop=gen.stop, logprobs=gen.logprobs, ignore_eos=gen.ignore_eos, **gen.sampling)
     except ContextOverflowError as e:
         raise APIError(400, str(e), param="messages" if chat else "prompt", code="context_length_exceeded") from None
@@ -230,6 +268,8 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
                        headers={"Retry-After": "1"}) from None
     except InvalidArgumentError as e:
         raise APIError(400, str(e)) from None
+    except ClosedError as e:
+        raise _unavailable(e) from None
 
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     shape = _ChatShape(ident, state.model_name) if chat else _CompletionShape(ident, state.model_name)
@@ -251,7 +291,7 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
             if chunk is None:
                 continue
             if chunk.error is not None:
-                raise APIError(500, f"generation failed: {chunk.error}", type="server_error")
+                raise _generation_failed(chunk.error)
             parts.append(chunk)
             if chunk.finish_reason is not None:
                 break
@@ -267,8 +307,8 @@ async def _sse(chunks: asyncio.Queue, handle: Any, shape: Any, include_usage: bo
             yield _event(event)
         while True:
             chunk: Chunk = await chunks.get()
-            if chunk.error is not None:
-                yield _event(APIError(500, f"generation failed: {chunk.error}", type="server_error").body())
+            if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
+                yield _event(_generation_failed(chunk.error).body())
                 break
             if chunk.text or chunk.logprobs or chunk.finish_reason:
                 yield _event(shape.delta(chunk))

@@ -24,6 +24,8 @@ def render_metrics(state: ServerState) -> str:
     kv = state.engine.model.kv_cache
     attention = state.engine.model.attention
     lines: list[str] = []
+    _family(lines, "engine_up", "gauge", "1 while the engine thread serves requests; 0 once it stopped or failed.",
+            [("", int(state.engine.running))])
     _family(lines, "http_responses_total", "counter", "HTTP responses by route and status code.",
             [(f'{{route="{route}",code="{code}"}}', n) for (route, code), n in sorted(state.responses.items())])
     _family(lines, "requests_total", "counter", "Generation requests accepted by the engine.",

@@ -1,0 +1,104 @@
+"""Request fields that would change the output but are not implemented here, with the value each may take
+because it changes nothing (a client library may send it by default).
+
+Any other value is refused with a 400 naming the field: a 200 with unconstrained text where the client asked
+for JSON, a tool call or a biased vocabulary is a wrong answer the client cannot see. Fields that do not
+change the output (user, metadata, store, service_tier, prediction, ...) and unknown fields are accepted.
+Names come from OpenAI's request objects and from the extensions of llama.cpp's and vLLM's servers, which
+clients written for those send.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+NoOp = Callable[[Any], bool]
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    """Equal and of the same kind: True is not 1 here, though Python says so; 1 and 1.0 are the same number."""
+    if isinstance(wanted, bool) or isinstance(value, bool):
+        return value is wanted
+    if isinstance(wanted, (int, float)):
+        return isinstance(value, (int, float)) and value == wanted
+    return type(value) is type(wanted) and value == wanted
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (str, list, dict)) and not value)
+
+
+def _is(*wanted: Any) -> NoOp:
+    return lambda value: value is None or any(_same(value, w) for w in wanted)
+
+
+def _text_format(value: Any) -> bool:
+    return value is None or _same(value, {"type": "text"})
+
+
+STRUCTURED = "structured output (JSON mode, JSON schemas, grammars) is not supported"
+TOOLS = "tool and function calling are not supported"
+
+# field -> (its no-op values, why anything else is refused)
+REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
+    "response_format": (_text_format, STRUCTURED + "; only {'type': 'text'}"),
+    "tools": (_empty, TOOLS),
+    "tool_choice": (_is("none"), TOOLS + "; only 'none'"),
+    "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), TOOLS),
+    "functions": (_empty, TOOLS),
+    "function_call": (_is("none"), TOOLS + "; only 'none'"),
+    "logit_bias": (_empty, "logit_bias is not supported"),
+    "best_of": (_is(1), "only best_of=1 is supported"),
+    "echo": (_is(False), "echo is not supported"),
+    "suffix": (_empty, "suffix (insertion) is not supported"),
+    "modalities": (lambda v: v is None or _same(v, ["text"]), "only the 'text' modality is supported"),
+    "audio": (_empty, "audio output is not supported"),
+    "reasoning_effort": (_empty, "reasoning_effort is not supported by this model"),
+    "verbosity": (_empty, "verbosity is not supported by this model"),
+    "web_search_options": (_empty, "web search is not supported"),
+    # llama.cpp's server
+    "grammar": (_empty, STRUCTURED),
+    "json_schema": (_empty, STRUCTURED),
+    "n_predict": (_empty, "n_predict is not supported here: use max_tokens"),
+    "n_probs": (_is(0), "n_probs is not supported here: use logprobs"),
+    "samplers": (_empty, "a custom sampler order is not supported"),
+    "mirostat": (_is(0), "mirostat sampling is not supported"),
+    "typical_p": (_is(1), "typical_p is not supported"),
+    "tfs_z": (_is(1), "tfs_z is not supported"),
+    "top_n_sigma": (_is(-1), "top_n_sigma is not supported"),
+    "xtc_probability": (_is(0), "XTC sampling is not supported"),
+    "dry_multiplier": (_is(0), "DRY sampling is not supported"),
+    "dynatemp_range": (_is(0), "dynamic temperature is not supported"),
+    "penalty_last_n": (_is(64), "the penalties look at the last 64 tokens; penalty_last_n cannot change that"),
+    # vLLM's server
+    "guided_json": (_empty, STRUCTURED),
+    "guided_regex": (_empty, STRUCTURED),
+    "guided_choice": (_empty, STRUCTURED),
+    "guided_grammar": (_empty, STRUCTURED),
+    "structured_outputs": (_empty, STRUCTURED),
+    "repetition_penalty": (_is(1), "repetition_penalty is not supported here: use repeat_penalty"),
+    "min_tokens": (_is(0), "min_tokens is not supported"),
+    "stop_token_ids": (_empty, "stop_token_ids is not supported: use stop"),
+    "include_stop_str_in_output": (_is(False), "include_stop_str_in_output is not supported"),
+    "use_beam_search": (_is(False), "beam search is not supported"),
+    "length_penalty": (_is(1), "length_penalty is not supported"),
+    "chat_template": (_empty, "a request's own chat template is not supported"),
+    "chat_template_kwargs": (_empty, "chat_template_kwargs is not supported"),
+    "add_generation_prompt": (_is(True), "the assistant's turn is always opened"),
+    "continue_final_message": (_is(False), "continue_final_message is not supported"),
+}
+
+# fields of one chat message that the chat template would drop
+MESSAGE_FIELDS: dict[str, tuple[NoOp, str]] = {
+    "tool_calls": (_empty, TOOLS),
+    "function_call": (_empty, TOOLS),
+    "name": (_empty, "message names are not supported (the chat template would drop them)"),
+    "audio": (_empty, "audio is not supported"),
+}
+
+
+def refused_field(body: dict, fields: dict[str, tuple[NoOp, str]] = REQUEST_FIELDS) -> tuple[str, str] | None:
+    """(field, why) for the first field of `body` with a value that would need a missing feature, else None."""
+    for name, (no_op, why) in fields.items():
+        if name in body and not no_op(body[name]):
+            return name, f"'{name}': {why}"
+    return None
