@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import warnings
@@ -478,7 +477,7 @@ class Model:
 
     def truncate(self, n_tokens: int) -> None:
         """Keep only the first `n_tokens` cached tokens."""
-        int_in_range("n_tokens", n_tokens, 0, sys.maxsize)
+        int_in_range("n_tokens", n_tokens, 0, INT32_MAX)  # a position (int32)
         with self._using_context("truncate the cache") as ctx:
             if n_tokens >= len(self._kv_tokens):
                 return

@@ -139,8 +139,8 @@ def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_voc
 
 def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) -> None:
     if saved.model_sha256 != expected.model_sha256:
-        raise StateFileError(f"{name}: was saved by another model (GGUF header sha256 {saved.model_sha256.hex()[:16]}..., "
-                             f"this model's is {expected.model_sha256.hex()[:16]}...)")
+        raise StateFileError(f"{name}: was saved by another model (GGUF header sha256 "
+                             f"{saved.model_sha256.hex()[:16]}..., this model's is {expected.model_sha256.hex()[:16]}...)")
     for what, field in (("K cache type", "type_k"), ("V cache type", "type_v"), ("n_ctx", "n_ctx"),
                         ("n_seq_max", "n_seq_max")):
         was, want = getattr(saved, field), getattr(expected, field)

@@ -1,6 +1,7 @@
 """Bad input gives a clear exception from pyllama90a.errors: never a crash, hang or abort."""
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 
@@ -18,6 +19,26 @@ def test_missing_file(tmp_path) -> None:
 def test_directory(tmp_path) -> None:
     with pytest.raises(ModelFormatError, match="is a directory"):
         pl.Model(tmp_path)
+
+
+def test_fifo_is_refused_at_once(model_path, tmp_path) -> None:
+    """A FIFO used to hang the header reader forever. Here it has a writer and the GGUF's first bytes waiting
+    in it, so even a reader that opened it would not block: the test fails on a wrong answer, never hangs."""
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        with open(model_path, "rb") as f:
+            os.write(writer, f.read(4096))
+        with pytest.raises(ModelFormatError, match="is a FIFO, not a regular file"):
+            pl.Model(fifo)
+    finally:
+        os.close(writer)
+
+
+def test_device_is_refused(tmp_path) -> None:
+    with pytest.raises(ModelFormatError, match="is a character device, not a regular file"):
+        pl.Model("/dev/zero")
 
 
 def test_not_gguf(tmp_path) -> None:
@@ -65,10 +86,43 @@ def test_block_size_must_divide_head_dim(tmp_path) -> None:
         assert m.generate("hi", max_tokens=2, temperature=0).finish_reason in ("stop", "length")
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "512", True])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "512", True, 2**40, 2**32, 2**31])
 def test_bad_n_ctx(model_path, bad) -> None:
     with pytest.raises(pl.InvalidArgumentError, match="n_ctx"):
         pl.Model(model_path, n_ctx=bad)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    # values cffi cannot fit in the C fields (uint32/int32) raised OverflowError
+    ({"n_threads": 2**31}, "n_threads"), ({"n_gpu_layers": 2**31}, "n_gpu_layers"),
+    ({"n_gpu_layers": -2}, "n_gpu_layers"), ({"n_gpu_layers": "all"}, "n_gpu_layers"),
+    ({"n_batch": 2**31}, "n_batch"), ({"n_ubatch": 0}, "n_ubatch"), ({"seed": 2**32}, "seed"),
+    # more threads than CPUs only wait for each other (10,000 made a tiny generation take 38 s)
+    ({"n_threads": (os.cpu_count() or 1) + 1}, "logical CPUs"),
+    # llama.cpp aborted the process (n_outputs_max assert) or refused
+    ({"n_ctx": 128, "n_seq_max": 256}, "n_ctx must be at least 65536"),
+    ({"n_ctx": 4096, "n_seq_max": 32}, "n_ctx must be at least 8192"),
+    ({"n_ctx": 2**20, "n_seq_max": 257}, "at most 256"),
+    ({"n_ctx": 4096, "n_batch": 2, "n_seq_max": 4}, "n_batch=2 must be at least n_seq_max=4"),
+    ({"n_seq_max": 0}, "n_seq_max"),
+    # wrong kinds
+    ({"flash_attn": []}, "flash_attn"), ({"embedding": "yes"}, "embedding"),
+])
+def test_bad_model_arguments(model_path, kwargs: dict, match: str) -> None:
+    with pytest.raises(pl.InvalidArgumentError, match=match):
+        pl.Model(model_path, **kwargs)
+
+
+@pytest.mark.parametrize("path, match", [("/tmp/a\0b.gguf", "NUL"), (5, "os.PathLike"), ("", "empty")])
+def test_bad_model_path(path, match: str) -> None:
+    with pytest.raises(pl.InvalidArgumentError, match=match):
+        pl.Model(path)
+
+
+def test_several_sequences_within_the_limits_work(model_path) -> None:
+    with pl.Model(model_path, n_ctx=1024, n_seq_max=4, n_batch=4) as m:
+        assert m.n_ctx_seq == 256
+        assert m.generate("Hi", max_tokens=2, temperature=0).usage.completion_tokens == 2
 
 
 def test_n_ctx_over_training_context_warns(model_path) -> None:
@@ -113,10 +167,71 @@ def test_empty_and_non_str_prompts(model) -> None:
     {"temperature": -1}, {"temperature": float("nan")}, {"top_p": 1.5}, {"top_k": -3}, {"min_p": 2},
     {"repeat_penalty": 0}, {"max_tokens": 0}, {"max_tokens": -5}, {"max_tokens": 2.5}, {"seed": -1},
     {"stop": [""]}, {"stop": [3]}, {"temperature": "hot"},
+    {"temperature": float("inf")}, {"top_p": float("nan")}, {"min_p": float("-inf")}, {"top_k": 2**31},
+    {"top_k": 10**30}, {"seed": 2**32}, {"seed": 2**64}, {"repeat_penalty": 10**400},
+    {"frequency_penalty": float("nan")}, {"presence_penalty": 3}, {"max_tokens": 2**31}, {"max_tokens": 10**5000},
+    {"stop": 5}, {"stop": [None]}, {"stop": "\udc00"}, {"stream": 1}, {"top_k": True},
 ])
 def test_invalid_sampling_values(model, kwargs) -> None:
-    with pytest.raises(pl.InvalidArgumentError):
+    with pytest.raises(pl.InvalidArgumentError, match=next(iter(kwargs))):
         model.generate("Hello", **kwargs)
+    with pytest.raises(pl.InvalidArgumentError, match=next(iter(kwargs))):
+        model.chat([{"role": "user", "content": "Hello"}], **kwargs)
+
+
+def test_stop_none_means_no_stop_strings(model) -> None:
+    none = model.generate("Count: 1, 2, 3,", max_tokens=6, temperature=0, stop=None)
+    empty = model.generate("Count: 1, 2, 3,", max_tokens=6, temperature=0, stop=())
+    assert none.tokens == empty.tokens and none.finish_reason == "length"
+
+
+LONE_SURROGATE = "caf\udce9"  # what a bytes -> str decode with surrogateescape leaves behind
+
+METHOD_CALLS = {
+    # lone surrogates raised UnicodeEncodeError; NULs would be cut off silently by C
+    "prompt surrogate": (lambda m: m.generate(LONE_SURROGATE, max_tokens=1), "not valid Unicode"),
+    "tokenize surrogate": (lambda m: m.tokenize(LONE_SURROGATE), "not valid Unicode"),
+    "chat content surrogate": (lambda m: m.chat([{"role": "user", "content": LONE_SURROGATE}]), "content"),
+    "chat role surrogate": (lambda m: m.chat([{"role": LONE_SURROGATE, "content": "hi"}]), "role"),
+    "chat content NUL": (lambda m: m.apply_chat_template([{"role": "user", "content": "a\0b"}]), "NUL"),
+    "metadata surrogate": (lambda m: m.metadata(LONE_SURROGATE), "not valid Unicode"),
+    "metadata NUL": (lambda m: m.metadata("general.name\0x"), "NUL"),
+    # wrong kinds raised TypeError or AttributeError
+    "metadata int": (lambda m: m.metadata(5), "key must be a str"),
+    "tokenize None": (lambda m: m.tokenize(None), "text must be a str"),
+    "tokenize flag": (lambda m: m.tokenize("x", add_special="yes"), "add_special"),
+    "detokenize None": (lambda m: m.detokenize(None), "tokens"),
+    "detokenize bools": (lambda m: m.detokenize([True]), "tokens"),
+    "detokenize flag": (lambda m: m.detokenize([5], special=None), "special"),
+    "eval None": (lambda m: m.eval(None), "tokens"),
+    "logits str": (lambda m: m.logits("abc"), "tokens"),
+    "truncate str": (lambda m: m.truncate("1"), "n_tokens"),
+    "truncate huge": (lambda m: m.truncate(2**70), "n_tokens"),
+    "save_state None": (lambda m: m.save_state(None), "path"),
+    "load_state int": (lambda m: m.load_state(5), "path"),
+    "save_state NUL": (lambda m: m.save_state("/tmp/a\0b"), "NUL"),
+}
+
+
+@pytest.mark.parametrize("name", METHOD_CALLS)
+def test_bad_method_arguments(model, name: str) -> None:
+    call, match = METHOD_CALLS[name]
+    with pytest.raises(pl.InvalidArgumentError, match=match):
+        call(model)
+    assert model.generate("Hi", max_tokens=2, temperature=0).usage.completion_tokens == 2
+
+
+@pytest.fixture(scope="module")
+def embedder(model_path):
+    with pl.Model(model_path, embedding=True, n_ctx=256) as m:
+        yield m
+
+
+@pytest.mark.parametrize("bad", [None, 5, b"bytes", [], [""], ["ok", None], LONE_SURROGATE, ["ok", LONE_SURROGATE]])
+def test_bad_embed_arguments(embedder, bad) -> None:
+    with pytest.raises(pl.InvalidArgumentError, match="embed|text"):
+        embedder.embed(bad)
+    assert embedder.embed("ok").shape == (576,)
 
 
 def test_embed_needs_an_embedding_model(model) -> None:

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pyllama90a as pl
+from pyllama90a.errors import BusyError
 
 
 def test_tokenize_detokenize_round_trip(model) -> None:
@@ -155,10 +157,43 @@ def test_garbage_collected_model_is_freed(model_path) -> None:
     assert growth < 60 * 1024 * 1024  # one model plus its 45 MB cache would be more than this
 
 
+def rss_growth_over_cycles(path, state: Path, cycles: int, warmup: int = 50) -> int:
+    """Bytes the process's RSS grew over `cycles` load / generate / stream / save+load state / close cycles,
+    after `warmup` cycles that let the allocators reach their steady size."""
+    import psutil
+
+    def cycle() -> None:
+        with pl.Model(path, n_ctx=256, n_threads=1) as m:
+            m.generate("hello there", max_tokens=8, temperature=0)
+            stream = m.generate("hello", max_tokens=8, temperature=0, stream=True)
+            next(stream)
+            stream.close()
+            m.save_state(state)
+            m.load_state(state)
+
+    for _ in range(warmup):
+        cycle()
+    gc.collect()
+    before = psutil.Process().memory_info().rss
+    for _ in range(cycles):
+        cycle()
+    gc.collect()
+    return psutil.Process().memory_info().rss - before
+
+
+def test_no_rss_growth_over_500_cycles(tmp_path) -> None:
+    from pyllama90a.synthetic import SHAPES, write_synthetic
+
+    tiny = write_synthetic(SHAPES["tiny"], tmp_path / "tiny.gguf", weight_type="f16")
+    growth = rss_growth_over_cycles(tiny, tmp_path / "s.state", cycles=500)
+    # one leaked model (5 MiB of weights) or context per cycle would be gigabytes; allocator noise is < 1 MiB
+    assert growth < 8 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB over 500 cycles"
+
+
 def test_a_running_stream_blocks_other_generations(model) -> None:
     stream = model.generate("Hello", max_tokens=4, temperature=0, stream=True)
     next(stream)
-    with pytest.raises(pl.LlamaError, match="another generation"):
+    with pytest.raises(BusyError, match="another generation"):
         model.generate("Hello", max_tokens=4)
     list(stream)
     assert model.generate("Hello", max_tokens=2, temperature=0).usage.completion_tokens == 2
