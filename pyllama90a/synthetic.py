@@ -105,6 +105,24 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
 )}
 
 
+def _gqa_shape(name: str, n_embd: int, n_head: int, n_head_kv: int) -> Shape:
+    return Shape(name, n_embd=n_embd, n_layer=2, n_head=n_head, n_head_kv=n_head_kv, n_ff=512, n_vocab=512)
+
+
+# Small shapes for checking attention paths (the tests, `python -m pyllama90a.selftest`): GQA ratios 1, 3, 4 and 8,
+# head dims 64 and 128. Two layers, so that layer 1 reads K and V quantized from layer 0's output.
+GQA_SHAPES: dict[str, Shape] = {s.name: s for s in (
+    _gqa_shape("gqa1-hd64", 256, 4, 4),
+    _gqa_shape("gqa1-hd128", 256, 2, 2),
+    _gqa_shape("gqa3-hd64", 384, 6, 2),
+    _gqa_shape("gqa4-hd64", 512, 8, 2),
+    _gqa_shape("gqa4-hd128", 512, 4, 1),
+    _gqa_shape("gqa4-hd128-2kv", 1024, 8, 2),  # GQA 4 with two KV heads, for code that groups KV heads
+    _gqa_shape("gqa8-hd64", 512, 8, 1),
+    _gqa_shape("gqa8-hd128", 1024, 8, 1),
+)}
+
+
 # -- the gguf package ------------------------------------------------------------------------------
 
 def _gguf_py_candidates() -> list[Path]:

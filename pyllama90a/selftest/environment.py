@@ -1,0 +1,59 @@
+"""What to tell a maintainer about the machine and the build: device, driver and toolkit versions, backends."""
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+import numpy as np
+
+from ..attention_policy import attention_device
+from ..bench import machine_name
+
+
+def _tool_line(command: list[str], containing: str = "") -> str | None:
+    """The first output line of a vendor tool that contains `containing`, if the tool is installed and answers."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line.strip() for line in (out.stdout or out.stderr).splitlines() if containing in line and line.strip()]
+    return lines[0] if out.returncode == 0 and lines else None
+
+
+def backend_devices() -> list[str]:
+    from .._ffi import ffi, lib
+
+    devices = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        devices.append(f"{ffi.string(lib.ggml_backend_dev_name(dev)).decode()} "
+                       f"({ffi.string(lib.ggml_backend_dev_description(dev)).decode()})")
+    return devices
+
+
+def describe() -> list[tuple[str, str]]:
+    """(what, value) rows for the report."""
+    from .._ffi import ffi, lib
+
+    kind, gpu = attention_device(n_gpu_layers=-1)
+    rows = [("machine", machine_name()),
+            ("os", platform.platform()),
+            ("python / numpy", f"{sys.version.split()[0]} / {np.__version__}"),
+            ("pyllama90a", metadata.version("pyllama90a")),
+            ("ggml devices", "; ".join(backend_devices())),
+            ("attention device", f"{gpu} ({kind})"),
+            ("llama.cpp system info", ffi.string(lib.llama_print_system_info()).decode().strip())]
+    tools = {"nvidia driver": (["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"], ""),
+             "cuda toolkit": (["nvcc", "--version"], "release"),
+             "rocm driver": (["rocm-smi", "--showdriverversion"], "ersion"),
+             "hip toolkit": (["hipcc", "--version"], "HIP version")}
+    for what, (command, containing) in tools.items():
+        line = _tool_line(command, containing)
+        if line:
+            rows.append((what, line))
+    return rows
