@@ -71,6 +71,10 @@ struct ggml_tensor * ggml_transpose(struct ggml_context * ctx, struct ggml_tenso
 struct ggml_tensor * ggml_cont(struct ggml_context * ctx, struct ggml_tensor * a);
 struct ggml_tensor * ggml_cast(struct ggml_context * ctx, struct ggml_tensor * a, enum ggml_type type);
 struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+/* FLASH_ATTN_EXT, for the CK FlashAttention mapping tests (tests/test_ck_fmha_reference.py) */
+struct ggml_tensor * ggml_flash_attn_ext(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
+                                         struct ggml_tensor * v, struct ggml_tensor * mask, float scale,
+                                         float max_bias, float logit_softcap);
 struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
 void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 enum ggml_status { GGML_STATUS_SUCCESS, ... };
