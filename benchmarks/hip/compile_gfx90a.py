@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""Compile our CUDA/HIP kernels (patches 0005, 0007, 0008) for AMD MI210 (gfx90a, wavefront 64) with hipcc.
+
+No AMD GPU is needed: each translation unit of the patched ggml-cuda that our patches touch is compiled
+the way ggml-hip compiles it (the .cu file as HIP, GGML_USE_HIP, --offload-arch=gfx90a, the defines of
+ggml/src/ggml-hip/CMakeLists.txt with its default options), one unit at a time. ggml-hip wants
+ROCm/HIP >= 6.1; the toolchain reachable here is Debian's hipcc 5.2.3 (clang 15), so the compile adds
+the small compile-only shims of benchmarks/hip/shims/ (see hip52_compat.h for what each one stands in
+for). Each object's gfx90a code object is then unbundled and its AMDGPU metadata read: the target must
+be gfx90a, every kernel must have wavefront size 64, and the kernels our patches add must be there
+(register counts, spills and LDS are reported).
+
+A unit that does not compile is reported with its first errors. For one known failure (convert.cu,
+patch 0008: an overloaded dequantize_iq4_nl that clang's HIP mode rejects as a template argument) the
+script also compiles a scratch copy with the rename proposed for the patch, labelled as a proposal.
+
+  python3 benchmarks/hip/compile_gfx90a.py [--src TREE] [--out DIR] [--unit NAME ...]
+                                           [--markdown FILE] [--json FILE]
+
+The source tree is the patched one vendor/prepare_source.py prints (cached), unless --src is given.
+Needs Debian's `hipcc libamdhip64-dev rocm-device-libs` (apt-get install -y ...); without hipcc it
+exits 77 and says so. Exit code: 0 when every unit compiled and passed the checks (the proposal
+variant and units listed as expected failures in --expect-fail aside), 1 otherwise, 2 on bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIMS = Path(__file__).resolve().parent / "shims"
+COMPAT = SHIMS / "hip52_compat.h"
+SKIP = 77
+
+# ggml-hip's compile of a ggml-cuda .cu file with its default options (ggml/src/ggml-hip/CMakeLists.txt,
+# ggml/src/CMakeLists.txt): GGML_HIP_GRAPHS=ON, GGML_HIP_NO_VMM=ON, GGML_HIP_MMQ_MFMA=ON (so no
+# GGML_HIP_NO_MMQ_MFMA), GGML_CUDA_FA=ON (so no GGML_CUDA_NO_FA), shared libraries, Release.
+DEFINES = [
+    "GGML_USE_HIP", "GGML_SCHED_MAX_COPIES=4", "_GNU_SOURCE", "_XOPEN_SOURCE=600",
+    "GGML_BACKEND_BUILD", "GGML_BACKEND_SHARED", "GGML_SHARED", "GGML_BUILD",
+    "GGML_HIP_GRAPHS", "GGML_HIP_NO_VMM", "NDEBUG",
+]
+ARCH = "gfx90a"
+
+
+@dataclasses.dataclass
+class Unit:
+    name: str                 # file under ggml/src/ggml-cuda/
+    patches: str              # which of our patches change it
+    marker: str               # text that the patched file has (proves the tree is patched)
+    kernels: tuple[str, ...]  # regexes over demangled kernel names: each must match >= 1 kernel
+    host_strings: tuple[str, ...] = ()  # strings that must be in the host object (patched host code)
+    what: str = ""
+
+
+UNITS = [
+    Unit("out-prod.cu", "0005", "k_out_prod_q_small",
+         (r"^void k_out_prod_q_small<", r"^k_out_prod_q_reduce\(", r"^void k_out_prod_dequantize_rows<"),
+         ("GGML_CUDA_OUT_PROD_CHUNK",),
+         "OUT_PROD with a quantized src0: decode kernel, chunk reduction, dequantize for the cuBLAS path"),
+    Unit("cpy.cu", "0005", "ggml_cpy_iq4_nl_f32_cuda",
+         (r"dequantize_iq4_nl_pair",), (),
+         "iq4_nl -> F32 copy"),
+    Unit("mmvq.cu", "0007", "mul_mat_vec_q_short_rows",
+         (r"^void mul_mat_vec_q_short_rows<",), ("GGML_CUDA_MMVQ_SHORT_ROWS",),
+         "MMVQ for rows of a few quant blocks (quantized K heads)"),
+    Unit("convert.cu", "0008", "[pyllama90a]",
+         (r"^void dequantize_block<32, 2, &\(?dequantize_iq4_nl",), (),
+         "iq4_nl in the non-contiguous F16/BF16/F32 converters (K cache -> F16 for cuBLAS)"),
+    Unit("getrows.cu", "0008 (dequantize.cuh)", "[pyllama90a]",
+         (), (),
+         "unchanged, but includes dequantize.cuh, where patch 0008 adds the overloaded dequantize_iq4_nl"),
+    Unit("ggml-cuda.cu", "0005, 0008", "ggml_cuda_mul_mat_kv_cublas",
+         (), ("GGML_CUDA_KV_CUBLAS",),
+         "host side: OUT_PROD/CPY supports_op (0005), quantized-K prefill through cuBLAS (0008)"),
+]
+
+# The rename proposed for patch 0008 (applied only to a scratch copy, reported as a proposal): patch 0008
+# adds a non-template dequantize_iq4_nl(vx, ib, iqs, float2 &) next to upstream's template
+# dequantize_iq4_nl<dst_t>(vx, ibs, yy, tid); clang (HIP mode) rejects the overload set as the
+# dequantize_kernel_t template argument of dequantize_block_cuda. A distinct name removes the overload.
+PROPOSED_NAME = "dequantize_iq4_nl_f2"
+
+
+def proposal_convert(tree_cuda: Path, scratch: Path) -> Path:
+    """A scratch copy of ggml-cuda's headers + convert.cu with patch 0008's helper renamed; returns its dir."""
+    dst = scratch / "ggml-cuda"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(tree_cuda, dst, ignore=shutil.ignore_patterns("*.cu", "template-instances"))
+    shutil.copy2(tree_cuda / "convert.cu", dst / "convert.cu")
+    deq = (dst / "dequantize.cuh").read_text()
+    pat = re.compile(r"(\[pyllama90a\] IQ4_NL[^\n]*\n(?://[^\n]*\n)*static __device__ __forceinline__ void )"
+                     r"dequantize_iq4_nl\(")
+    deq, n = pat.subn(lambda m: m.group(1) + PROPOSED_NAME + "(", deq)
+    if n != 1:
+        raise RuntimeError("proposal: patch 0008's dequantize_iq4_nl not found in dequantize.cuh")
+    (dst / "dequantize.cuh").write_text(deq)
+    conv = (dst / "convert.cu").read_text()
+    conv, n = re.subn(r"dequantize_block_cuda<QK4_NL, QR4_NL, dequantize_iq4_nl>",
+                      f"dequantize_block_cuda<QK4_NL, QR4_NL, {PROPOSED_NAME}>", conv)
+    if n != 3:
+        raise RuntimeError(f"proposal: expected 3 IQ4_NL converter cases in convert.cu, found {n}")
+    (dst / "convert.cu").write_text(conv)
+    return dst
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+def log(msg: str) -> None:
+    print(f"compile_gfx90a: {msg}", file=sys.stderr, flush=True)
+
+
+def find_hipcc() -> str | None:
+    hipcc = os.environ.get("HIPCC") or shutil.which("hipcc")
+    if not hipcc:
+        return None
+    return hipcc
+
+
+def hip_env() -> dict:
+    # Debian's hipcc picks nvcc when it finds CUDA; the AMD platform is what we want
+    return {**os.environ, "HIP_PLATFORM": "amd", "HIP_COMPILER": "clang"}
+
+
+def toolchain(hipcc: str) -> dict:
+    out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, env=hip_env(), timeout=120)
+    text = out.stdout + out.stderr
+    hip = re.search(r"HIP version: (\S+)", text)
+    clang = re.search(r"clang version (\d+)\.(\S+)", text)
+    inst = re.search(r"InstalledDir: (\S+)", text)
+    return {
+        "hipcc": hipcc,
+        "hip_version": hip.group(1) if hip else "?",
+        "clang_version": f"{clang.group(1)}.{clang.group(2)}" if clang else "?",
+        "clang_major": int(clang.group(1)) if clang else None,
+        "clang_dir": inst.group(1) if inst else None,
+        "version_text": "\n".join(l for l in text.splitlines() if "rocm_agent_enumerator" not in l)[:600],
+    }
+
+
+def find_tool(name: str, tc: dict) -> str:
+    cands = []
+    if tc.get("clang_major"):
+        cands += [f"/usr/lib/llvm-{tc['clang_major']}/bin/{name}", f"{name}-{tc['clang_major']}"]
+    if tc.get("clang_dir"):
+        cands.append(str(Path(tc["clang_dir"]) / name))
+    cands.append(name)
+    for c in cands:
+        p = shutil.which(c) if "/" not in c else (c if Path(c).is_file() else None)
+        if p:
+            return p
+    raise RuntimeError(f"{name} not found (tried {', '.join(cands)})")
+
+
+def prepared_tree() -> Path:
+    out = subprocess.run([sys.executable, str(ROOT / "vendor" / "prepare_source.py")],
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError("vendor/prepare_source.py failed:\n" + out.stderr[-2000:])
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def compile_cmd(hipcc: str, src: Path, obj: Path, tree: Path, cuda_dir: Path) -> list[str]:
+    ggml = tree / "ggml"
+    return [hipcc, "-x", "hip", f"--offload-arch={ARCH}", "-std=gnu++17", "-O3", "-fPIC",
+            *[f"-D{d}" for d in DEFINES],
+            f"-I{SHIMS}", "-include", str(COMPAT),
+            f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{cuda_dir}",
+            "-c", str(src), "-o", str(obj)]
+
+
+def first_errors(text: str, n: int = 6) -> list[str]:
+    errs = [l.strip() for l in text.splitlines() if re.search(r"\berror\b", l)]
+    return errs[:n]
+
+
+def kernel_metadata(obj: Path, work: Path, tc: dict) -> dict:
+    """Unbundle the gfx90a code object of a hipcc object file and read its AMDGPU metadata."""
+    objcopy = find_tool("llvm-objcopy", tc)
+    bundler = find_tool("clang-offload-bundler", tc)
+    readelf = find_tool("llvm-readelf", tc)
+    fatbin = work / (obj.stem + ".hip_fatbin")
+    code = work / (obj.stem + f".{ARCH}.co")
+    subprocess.run([objcopy, f"--dump-section=.hip_fatbin={fatbin}", str(obj), str(work / "discard.o")],
+                   check=True, capture_output=True, timeout=300)
+    listed = subprocess.run([bundler, "--list", "--type=o", f"--input={fatbin}"],
+                            check=True, capture_output=True, text=True, timeout=300).stdout.split()
+    target = next((t for t in listed if t.endswith(f"--{ARCH}")), None)
+    if target is None:
+        return {"bundle_targets": listed, "target": None, "kernels": []}
+    subprocess.run([bundler, "--unbundle", "--type=o", f"--input={fatbin}", f"--targets={target}",
+                    f"--output={code}"], check=True, capture_output=True, timeout=300)
+    notes = subprocess.run([readelf, "--notes", str(code)], check=True, capture_output=True, text=True,
+                           timeout=300).stdout
+    hsa_target = re.search(r"amdhsa\.target:\s*(\S+)", notes)
+    kernels: list[dict] = []
+    cur: dict | None = None
+    for line in notes.splitlines():
+        if re.match(r"^  - \.", line):            # a new entry of amdhsa.kernels
+            cur = {}
+            kernels.append(cur)
+            line = "    " + line[4:]
+        m = re.match(r"^    \.([a-z_]+):\s*(\S+)\s*$", line)   # kernel-level keys (args are deeper)
+        if cur is not None and m:
+            cur[m.group(1)] = m.group(2)
+        if line.startswith("amdhsa.target"):
+            cur = None
+    names = [k.get("name", "") for k in kernels]
+    demangled = demangle(names)
+    for k, d in zip(kernels, demangled):
+        k["demangled"] = d
+    return {"bundle_targets": listed, "target": hsa_target.group(1) if hsa_target else None,
+            "kernels": kernels}
+
+
+def demangle(names: list[str]) -> list[str]:
+    filt = shutil.which("c++filt") or shutil.which("llvm-cxxfilt")
+    if not filt or not names:
+        return names
+    out = subprocess.run([filt], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    return lines if len(lines) == len(names) else names
+
+
+def short_name(demangled: str) -> str:
+    """A demangled kernel name without its parameter list and template arguments' details."""
+    depth, cut = 0, len(demangled)
+    for i in range(len(demangled) - 1, -1, -1):   # the parameter list is the last balanced (...)
+        c = demangled[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                cut = i
+                break
+    name = demangled[:cut]
+    return re.sub(r"^void ", "", name)
+
+
+def summarize(kernels: list[dict]) -> dict:
+    def ints(key):
+        return [int(k.get(key, 0)) for k in kernels]
+    if not kernels:
+        return {"count": 0}
+    return {
+        "count": len(kernels),
+        "wavefront_sizes": sorted({int(k.get("wavefront_size", 0)) for k in kernels}),
+        "max_vgpr": max(ints("vgpr_count")), "max_agpr": max(ints("agpr_count")),
+        "max_sgpr": max(ints("sgpr_count")),
+        "spills": sum(ints("vgpr_spill_count")) + sum(ints("sgpr_spill_count")),
+        "max_scratch_bytes": max(ints("private_segment_fixed_size")),
+        "max_lds_bytes": max(ints("group_segment_fixed_size")),
+    }
+
+
+def run_unit(unit: Unit, hipcc: str, tc: dict, tree: Path, out: Path, cuda_dir: Path | None = None,
+             label: str | None = None) -> dict:
+    cuda_dir = cuda_dir or tree / "ggml" / "src" / "ggml-cuda"
+    src = cuda_dir / unit.name
+    label = label or unit.name
+    res: dict = {"unit": label, "patches": unit.patches, "what": unit.what, "problems": []}
+    text = src.read_text(errors="replace") + (cuda_dir / "dequantize.cuh").read_text(errors="replace")
+    if unit.marker not in text:
+        res["problems"].append(f"{unit.name} is not patched (no '{unit.marker}'): wrong tree?")
+    obj = out / (label.replace("/", "_").replace(" ", "_") + ".o")
+    cmd = compile_cmd(hipcc, src, obj, tree, cuda_dir)
+    res["command"] = " ".join(["HIP_PLATFORM=amd"] + cmd)
+    log(f"compiling {label} ...")
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=3600)
+    res["seconds"] = round(time.monotonic() - t0, 1)
+    res["rc"] = proc.returncode
+    (out / (obj.stem + ".log")).write_text(proc.stdout + proc.stderr)
+    res["warnings"] = len(re.findall(r"\bwarning:", proc.stderr))
+    if proc.returncode != 0 or not obj.is_file():
+        res["compiled"] = False
+        errs = first_errors(proc.stderr) or proc.stderr.strip().splitlines()[-6:]
+        res["errors"] = [e.replace(str(cuda_dir) + "/", "").replace(str(tree) + "/", "") for e in errs]
+        res["problems"].append("did not compile")
+        log(f"{label}: FAILED ({res['seconds']} s): {res['errors'][:1]}")
+        return res
+    res["compiled"] = True
+    meta = kernel_metadata(obj, out, tc)
+    res["bundle_targets"] = meta["bundle_targets"]
+    res["target"] = meta["target"]
+    if not (meta["target"] or "").endswith(ARCH):
+        res["problems"].append(f"code object target is {meta['target']}, not {ARCH}")
+    kernels = meta["kernels"]
+    res["all_kernels"] = summarize(kernels)
+    if kernels and res["all_kernels"]["wavefront_sizes"] != [64]:
+        res["problems"].append(f"wavefront sizes {res['all_kernels']['wavefront_sizes']}, expected [64]")
+    ours: list[dict] = []
+    res["expected"] = {}
+    for pat in unit.kernels:
+        hits = [k for k in kernels if re.search(pat, k["demangled"])]
+        res["expected"][pat] = len(hits)
+        if not hits:
+            res["problems"].append(f"no kernel matches {pat!r}")
+        ours += [k for k in hits if k not in ours]
+    res["our_kernels"] = summarize(ours)
+    bases: dict[str, int] = {}
+    for k in ours:   # kernel -> number of template instances
+        base = re.sub(r"<.*>$", "", short_name(k["demangled"]))
+        bases[base] = bases.get(base, 0) + 1
+    res["our_kernels_by_name"] = bases
+    if unit.host_strings:
+        data = obj.read_bytes()
+        for s in unit.host_strings:
+            if s.encode() not in data:
+                res["problems"].append(f"host object lacks {s!r}")
+    log(f"{label}: compiled in {res['seconds']} s, {res['all_kernels'].get('count', 0)} kernels "
+        f"({res['our_kernels'].get('count', 0)} ours){'; PROBLEMS: ' + '; '.join(res['problems']) if res['problems'] else ''}")
+    return res
+
+
+def plain_kernel_check(hipcc: str, tc: dict, out: Path) -> dict:
+    """The toolchain itself: a plain HIP kernel with a width-64 shuffle compiled for gfx90a."""
+    src = out / "plain.hip"
+    src.write_text(
+        "#include <hip/hip_runtime.h>\n"
+        "__global__ void plain(float * x) {\n"
+        "    const float v = x[threadIdx.x];\n"
+        "    x[threadIdx.x] = v + __shfl_xor(v, 32, 64) + (float) warpSize;\n"
+        "}\n")
+    obj = out / "plain.o"
+    cmd = [hipcc, f"--offload-arch={ARCH}", "-O3", "-c", str(src), "-o", str(obj)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=600)
+    res = {"unit": "plain HIP kernel", "rc": proc.returncode, "command": " ".join(["HIP_PLATFORM=amd"] + cmd),
+           "problems": []}
+    if proc.returncode != 0:
+        res["problems"].append("plain HIP kernel did not compile: " + "; ".join(first_errors(proc.stderr)))
+        return res
+    meta = kernel_metadata(obj, out, tc)
+    res["target"] = meta["target"]
+    res["all_kernels"] = summarize(meta["kernels"])
+    if not (meta["target"] or "").endswith(ARCH) or res["all_kernels"].get("wavefront_sizes") != [64]:
+        res["problems"].append(f"unexpected code object: target {meta['target']}, {res['all_kernels']}")
+    return res
+
+
+def markdown(report: dict) -> str:
+    tc = report["toolchain"]
+    lines = [
+        f"Toolchain: hipcc (HIP {tc['hip_version']}, clang {tc['clang_version']}), `--offload-arch={ARCH}`; "
+        f"tree `{report['tree']}`.",
+        "",
+        "| unit | patches | compiled | s | kernels (ours) | wavefront | ours: max VGPR/AGPR/SGPR | ours: spills | ours: static LDS B | problems |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["units"]:
+        if r.get("compiled"):
+            a, o = r["all_kernels"], r["our_kernels"]
+            ours = f"{a.get('count', 0)} ({o.get('count', 0)})"
+            wave = ",".join(map(str, a.get("wavefront_sizes", []))) or "-"
+            regs = (f"{o['max_vgpr']}/{o['max_agpr']}/{o['max_sgpr']}" if o.get("count") else "-")
+            spills = str(o.get("spills", "-")) if o.get("count") else "-"
+            lds = str(o.get("max_lds_bytes", "-")) if o.get("count") else "-"
+            comp = "yes"
+        else:
+            ours = wave = regs = spills = lds = "-"
+            comp = "**no**: " + (r.get("errors") or ["?"])[0].replace("|", "\\|")
+        probs = "; ".join(r["problems"]).replace("|", "\\|") or "none"
+        lines.append(f"| {r['unit']} | {r['patches']} | {comp} | {r.get('seconds', '-')} | {ours} | {wave} | "
+                     f"{regs} | {spills} | {lds} | {probs} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", type=Path, help="patched llama.cpp tree (default: vendor/prepare_source.py's)")
+    ap.add_argument("--out", type=Path, help="work directory for objects and logs (default: a temp dir)")
+    ap.add_argument("--unit", action="append", default=[],
+                    help="compile only these units (file names under ggml/src/ggml-cuda/); repeatable")
+    ap.add_argument("--no-proposal", action="store_true", help="skip the convert.cu rename proposal")
+    ap.add_argument("--expect-fail", action="append", default=[],
+                    help="units whose failure does not fail the exit code (known, reported defects)")
+    ap.add_argument("--markdown", type=Path, help="write the results table here")
+    ap.add_argument("--json", type=Path, help="write the full results here")
+    args = ap.parse_args(argv)
+
+    hipcc = find_hipcc()
+    if not hipcc:
+        log("SKIP: hipcc not found. Install Debian's HIP toolchain: "
+            "apt-get install -y hipcc libamdhip64-dev rocm-device-libs")
+        return SKIP
+    tc = toolchain(hipcc)
+    log(f"hipcc {hipcc}: HIP {tc['hip_version']}, clang {tc['clang_version']}")
+
+    names = {u.name for u in UNITS}
+    bad = [u for u in args.unit + args.expect_fail if u not in names]
+    if bad:
+        log(f"unknown unit(s) {bad}; known: {sorted(names)}")
+        return 2
+    units = [u for u in UNITS if not args.unit or u.name in args.unit]
+
+    tree = (args.src or prepared_tree()).resolve()
+    out = args.out or Path(tempfile.mkdtemp(prefix="pyllama90a-gfx90a-"))
+    out.mkdir(parents=True, exist_ok=True)
+    log(f"tree {tree}, work dir {out}")
+
+    report: dict = {"toolchain": tc, "tree": str(tree), "arch": ARCH, "units": []}
+    plain = plain_kernel_check(hipcc, tc, out)
+    report["plain"] = plain
+    if plain["problems"]:
+        log("toolchain check failed: " + "; ".join(plain["problems"]))
+        report["units"].append({**plain, "patches": "-", "compiled": False, "errors": plain["problems"]})
+    else:
+        log(f"plain HIP kernel: {plain['target']}, wavefront {plain['all_kernels']['wavefront_sizes']}")
+
+    failed = bool(plain["problems"])
+    for unit in units:
+        res = run_unit(unit, hipcc, tc, tree, out)
+        report["units"].append(res)
+        if res["problems"] and unit.name not in args.expect_fail:
+            failed = True
+        if unit.name == "convert.cu" and not res.get("compiled") and not args.no_proposal:
+            try:
+                scratch = proposal_convert(tree / "ggml" / "src" / "ggml-cuda", out / "proposal")
+                prop = run_unit(unit, hipcc, tc, tree, out, cuda_dir=scratch,
+                                label=f"convert.cu (proposal: rename to {PROPOSED_NAME})")
+            except RuntimeError as e:
+                prop = {"unit": "convert.cu (proposal)", "patches": unit.patches, "compiled": False,
+                        "errors": [str(e)], "problems": [str(e)]}
+            report["units"].append(prop)
+
+    md = markdown(report)
+    print(md)
+    if args.markdown:
+        args.markdown.write_text(md)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
