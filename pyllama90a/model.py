@@ -17,7 +17,7 @@ from . import _log
 from ._ffi import ffi, lib
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextError, ContextOverflowError, DecodeError,
                      InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError, StateFileError, check, flag,
-                     fs_path, int_in_range, positive_int, utf8)
+                     fs_path, int_in_range, positive_int, token_ids, utf8)
 from .attention_policy import AttentionChoice, choose
 from .gguf_header import read_header
 from .kv_types import block_size, check_kv_type, ggml_type
@@ -133,15 +133,6 @@ def check_limits(max_tokens: object, stop: str | Sequence[str] | None) -> list[s
     for s in stops:
         utf8("a stop string", s)
     return stops
-
-
-def check_token_list(tokens: object, n_vocab: int) -> list[int]:
-    """`tokens` (a list, tuple or range of ints) as a list, every one an id in [0, n_vocab)."""
-    if not isinstance(tokens, (list, tuple, range)):
-        raise InvalidArgumentError(f"tokens must be a list of integers, got {type(tokens).__name__}")
-    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
-        raise InvalidArgumentError(f"tokens must be integers in [0, {n_vocab})")
-    return list(tokens)
 
 
 def check_sequences(n_ctx: int, n_batch: int, n_seq_max: int) -> None:
@@ -404,7 +395,7 @@ class Model:
         return ffi.unpack(buf, check(n, LlamaError, "detokenization failed")).decode("utf-8", "replace")
 
     def _checked_tokens(self, tokens: object) -> list[int]:
-        return check_token_list(tokens, self._n_vocab)
+        return token_ids(tokens, self._n_vocab)
 
     def _piece(self, token: int) -> bytes:
         buf = ffi.new("char[]", 64)
