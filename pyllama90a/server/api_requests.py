@@ -79,6 +79,15 @@ def _boolean(body: dict, name: str, default: bool) -> bool:
     return value
 
 
+def _check_unused(body: dict) -> None:
+    """Fields that change nothing here are still checked for their type: a wrong one is a client's bug."""
+    for name, kind, label in (("user", str, "a string"), ("metadata", dict, "an object"), ("store", bool, "a boolean"),
+                              ("service_tier", str, "a string")):
+        value = body.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise _bad(name, f"'{name}' must be {label}, got {_shown(value)}")
+
+
 def _stops(body: dict) -> list[str]:
     value = body.get("stop")
     if value is None:
@@ -132,9 +141,11 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
     if n != 1:
         raise _bad("n", "only n=1 is supported")
     _refuse_unimplemented(body)
+    _check_unused(body)
     max_tokens = _max_tokens(body, min(max_tokens_default, limits.max_tokens_limit), limits.max_tokens_limit)
     stream = _boolean(body, "stream", False)
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    options = {} if options is None else options
     if not isinstance(options, dict):
         raise _bad("stream_options", "'stream_options' must be an object")
     include_usage = _boolean(options, "include_usage", False)

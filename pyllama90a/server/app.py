@@ -24,6 +24,7 @@ from ..errors import ClosedError, ContextOverflowError, InvalidArgumentError, Ll
 from ..model import Model
 from .api_requests import APIError, Generation, Limits, chat_request, completion_request, embedding_request
 from .metrics import render_metrics
+from .openapi_doc import route_docs
 from .request_body import read_json
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class _Mailbox:
 def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="pyllama90a", docs_url=None, redoc_url=None)
     app.state.server = state
+    docs = route_docs(state.limits)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -106,7 +108,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     app.add_middleware(_AuthAndCount, state=state)
 
-    @app.get("/health")
+    @app.get("/health", **docs["health"])
     async def health() -> JSONResponse:
         stats = state.engine.stats()
         body: dict[str, Any] = {"status": "ok", "slots_busy": stats.busy_slots,
@@ -119,27 +121,27 @@ def create_app(state: ServerState) -> FastAPI:
             body.update(status="shutting_down", reason="the server is shutting down")
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, **docs["metrics"])
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(render_metrics(state), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", **docs["models"])
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [_model_card(state)]}
 
-    @app.get("/v1/models/{model_id:path}")
+    @app.get("/v1/models/{model_id:path}", **docs["model"])
     async def model(model_id: str) -> dict[str, Any]:
         if model_id != state.model_name:
             raise APIError(404, f"The model '{model_id}' does not exist; this server serves '{state.model_name}'",
                            param="model", code="model_not_found")
         return _model_card(state)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", **docs["completions"])
     async def completions(request: Request) -> Response:
         gen = completion_request(await read_json(request, state.max_request_bytes), state.limits)
         return await _generate(state, request, gen, gen.prompt, chat=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", **docs["chat"])
     async def chat_completions(request: Request) -> Response:
         gen = chat_request(await read_json(request, state.max_request_bytes), state.limits)
         try:
@@ -152,7 +154,7 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
         return await _generate(state, request, gen, prompt, chat=True)
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> dict[str, Any]:
         req = embedding_request(await read_json(request, state.max_request_bytes))
         vectors, n_tokens = await asyncio.to_thread(_embed, state, req.texts)

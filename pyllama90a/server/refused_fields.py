@@ -23,11 +23,8 @@ def _same(value: Any, wanted: Any) -> bool:
     return type(value) is type(wanted) and value == wanted
 
 
-def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, (str, list, dict)) and not value)
-
-
 def _is(*wanted: Any) -> NoOp:
+    """None or one of `wanted` (of its type: {} is no empty suffix); _is() alone: only None."""
     return lambda value: value is None or any(_same(value, w) for w in wanted)
 
 
@@ -41,26 +38,26 @@ TOOLS = "tool and function calling are not supported"
 # field -> (its no-op values, why anything else is refused)
 REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "response_format": (_text_format, STRUCTURED + "; only {'type': 'text'}"),
-    "tools": (_empty, TOOLS),
+    "tools": (_is([]), TOOLS),
     "tool_choice": (_is("none"), TOOLS + "; only 'none'"),
     "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), TOOLS),
-    "functions": (_empty, TOOLS),
+    "functions": (_is([]), TOOLS),
     "function_call": (_is("none"), TOOLS + "; only 'none'"),
-    "logit_bias": (_empty, "logit_bias is not supported"),
+    "logit_bias": (_is({}), "logit_bias is not supported"),
     "best_of": (_is(1), "only best_of=1 is supported"),
     "echo": (_is(False), "echo is not supported"),
-    "suffix": (_empty, "suffix (insertion) is not supported"),
+    "suffix": (_is(""), "suffix (insertion) is not supported"),
     "modalities": (lambda v: v is None or _same(v, ["text"]), "only the 'text' modality is supported"),
-    "audio": (_empty, "audio output is not supported"),
-    "reasoning_effort": (_empty, "reasoning_effort is not supported by this model"),
-    "verbosity": (_empty, "verbosity is not supported by this model"),
-    "web_search_options": (_empty, "web search is not supported"),
+    "audio": (_is(), "audio output is not supported"),
+    "reasoning_effort": (_is(), "reasoning_effort is not supported by this model"),
+    "verbosity": (_is(), "verbosity is not supported by this model"),
+    "web_search_options": (_is(), "web search is not supported"),
     # llama.cpp's server
-    "grammar": (_empty, STRUCTURED),
-    "json_schema": (_empty, STRUCTURED),
-    "n_predict": (_empty, "n_predict is not supported here: use max_tokens"),
+    "grammar": (_is(""), STRUCTURED),
+    "json_schema": (_is({}), STRUCTURED),
+    "n_predict": (_is(), "n_predict is not supported here: use max_tokens"),
     "n_probs": (_is(0), "n_probs is not supported here: use logprobs"),
-    "samplers": (_empty, "a custom sampler order is not supported"),
+    "samplers": (_is(), "a custom sampler order is not supported"),
     "mirostat": (_is(0), "mirostat sampling is not supported"),
     "typical_p": (_is(1), "typical_p is not supported"),
     "tfs_z": (_is(1), "tfs_z is not supported"),
@@ -70,29 +67,29 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "dynatemp_range": (_is(0), "dynamic temperature is not supported"),
     "penalty_last_n": (_is(64), "the penalties look at the last 64 tokens; penalty_last_n cannot change that"),
     # vLLM's server
-    "guided_json": (_empty, STRUCTURED),
-    "guided_regex": (_empty, STRUCTURED),
-    "guided_choice": (_empty, STRUCTURED),
-    "guided_grammar": (_empty, STRUCTURED),
-    "structured_outputs": (_empty, STRUCTURED),
+    "guided_json": (_is(), STRUCTURED),
+    "guided_regex": (_is(), STRUCTURED),
+    "guided_choice": (_is(), STRUCTURED),
+    "guided_grammar": (_is(), STRUCTURED),
+    "structured_outputs": (_is(), STRUCTURED),
     "repetition_penalty": (_is(1), "repetition_penalty is not supported here: use repeat_penalty"),
     "min_tokens": (_is(0), "min_tokens is not supported"),
-    "stop_token_ids": (_empty, "stop_token_ids is not supported: use stop"),
+    "stop_token_ids": (_is([]), "stop_token_ids is not supported: use stop"),
     "include_stop_str_in_output": (_is(False), "include_stop_str_in_output is not supported"),
     "use_beam_search": (_is(False), "beam search is not supported"),
     "length_penalty": (_is(1), "length_penalty is not supported"),
-    "chat_template": (_empty, "a request's own chat template is not supported"),
-    "chat_template_kwargs": (_empty, "chat_template_kwargs is not supported"),
+    "chat_template": (_is(""), "a request's own chat template is not supported"),
+    "chat_template_kwargs": (_is({}), "chat_template_kwargs is not supported"),
     "add_generation_prompt": (_is(True), "the assistant's turn is always opened"),
     "continue_final_message": (_is(False), "continue_final_message is not supported"),
 }
 
 # fields of one chat message that the chat template would drop
 MESSAGE_FIELDS: dict[str, tuple[NoOp, str]] = {
-    "tool_calls": (_empty, TOOLS),
-    "function_call": (_empty, TOOLS),
-    "name": (_empty, "message names are not supported (the chat template would drop them)"),
-    "audio": (_empty, "audio is not supported"),
+    "tool_calls": (_is([]), TOOLS),
+    "function_call": (_is(), TOOLS),
+    "name": (_is(""), "message names are not supported (the chat template would drop them)"),
+    "audio": (_is(), "audio is not supported"),
 }
 
 

@@ -1,0 +1,197 @@
+"""The OpenAPI description of the routes (FastAPI serves it at /openapi.json): request bodies with the fields
+and ranges api_requests.py accepts, and every response with its status and shape.
+
+The routes parse their bodies themselves (request_body.py, api_requests.py: bounded, strict, errors in
+OpenAI's shape), so FastAPI cannot derive these schemas; they are written here for clients and for
+property-based testing (schemathesis generates requests from them and checks the answers against them).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .api_requests import MAX_EMBEDDING_INPUTS, Limits
+
+Schema = dict[str, Any]
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _number(lo: float, hi: float) -> Schema:
+    return _nullable({"type": "number", "minimum": lo, "maximum": hi})
+
+
+def _integer(lo: int, hi: int) -> Schema:
+    return _nullable({"type": "integer", "minimum": lo, "maximum": hi})
+
+
+ERROR: Schema = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+
+USAGE: Schema = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+                 "properties": {k: {"type": "integer", "minimum": 0}
+                                for k in ("prompt_tokens", "completion_tokens", "total_tokens")}}
+
+FINISH_REASON: Schema = {"enum": ["stop", "length", None]}
+
+# what the fields refused by refused_fields.py may be: only their no-op values
+NO_OP_FIELDS: dict[str, Schema] = {
+    "response_format": _nullable({"type": "object", "properties": {"type": {"const": "text"}},
+                                  "required": ["type"], "additionalProperties": False}),
+    "tools": _nullable({"type": "array", "maxItems": 0}),
+    "tool_choice": _nullable({"const": "none"}),
+    "functions": _nullable({"type": "array", "maxItems": 0}),
+    "logit_bias": _nullable({"type": "object", "maxProperties": 0}),
+    "grammar": _nullable({"type": "string", "maxLength": 0}),
+}
+
+
+def _generation_fields(limits: Limits) -> dict[str, Schema]:
+    max_tokens = _integer(1, limits.max_tokens_limit)
+    return {
+        "model": _nullable({"type": "string", "description": "any name: the one loaded model answers"}),
+        "max_tokens": max_tokens,
+        "max_completion_tokens": max_tokens,
+        "temperature": _number(0.0, 2.0),
+        "top_p": _number(0.0, 1.0),
+        "top_k": _integer(0, 1 << 30),
+        "min_p": _number(0.0, 1.0),
+        "repeat_penalty": _number(1e-6, 100.0),
+        "frequency_penalty": _number(-2.0, 2.0),
+        "presence_penalty": _number(-2.0, 2.0),
+        "seed": _integer(-(2**63), 2**64 - 1),
+        "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+                           {"type": "null"}]},
+        "stream": _nullable({"type": "boolean"}),
+        "stream_options": _nullable({"type": "object",
+                                     "properties": {"include_usage": _nullable({"type": "boolean"})}}),
+        "n": _integer(1, 1),
+        "ignore_eos": _nullable({"type": "boolean"}),
+        "user": _nullable({"type": "string"}),
+        **NO_OP_FIELDS,
+    }
+
+
+def _completion_request(limits: Limits) -> Schema:
+    tokens: Schema = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+    prompt = {"anyOf": [{"type": "string", "minLength": 1}, tokens,
+                        {"type": "array", "items": {"anyOf": [{"type": "string", "minLength": 1}, tokens]},
+                         "minItems": 1, "maxItems": 1}]}
+    return {"type": "object", "required": ["prompt"],
+            "properties": {**_generation_fields(limits), "prompt": prompt, "logprobs": _integer(0, 5),
+                           "best_of": _integer(1, 1), "echo": _nullable({"const": False}),
+                           "suffix": _nullable({"type": "string", "maxLength": 0})}}
+
+
+def _chat_request(limits: Limits) -> Schema:
+    part = {"type": "object", "required": ["type", "text"],
+            "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+    message = {"type": "object", "required": ["role"],
+               "properties": {"role": {"type": "string", "minLength": 1},
+                              "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part},
+                                                    {"type": "null"}]},
+                              "name": _nullable({"type": "string", "maxLength": 0}),
+                              "tool_calls": _nullable({"type": "array", "maxItems": 0})}}
+    return {"type": "object", "required": ["messages"],
+            "properties": {**_generation_fields(limits),
+                           "messages": {"type": "array", "items": message, "minItems": 1},
+                           "logprobs": _nullable({"type": "boolean"}), "top_logprobs": _integer(0, 20)}}
+
+
+EMBEDDING_REQUEST: Schema = {
+    "type": "object", "required": ["input"],
+    "properties": {"model": _nullable({"type": "string"}),
+                   "input": {"anyOf": [{"type": "string", "minLength": 1},
+                                       {"type": "array", "items": {"type": "string", "minLength": 1},
+                                        "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]},
+                   "encoding_format": _nullable({"enum": ["float", "base64"]})}}
+
+
+def _object(obj: str | list[str], choice: Schema) -> Schema:
+    return {"type": "object", "required": ["id", "object", "created", "model", "choices"],
+            "properties": {"id": {"type": "string"}, "object": {"enum": [obj] if isinstance(obj, str) else obj},
+                           "created": {"type": "integer"}, "model": {"type": "string"},
+                           "choices": {"type": "array", "items": choice}, "usage": USAGE}}
+
+
+COMPLETION = _object("text_completion", {
+    "type": "object", "required": ["index", "text", "finish_reason", "logprobs"],
+    "properties": {"index": {"type": "integer"}, "text": {"type": "string"}, "finish_reason": FINISH_REASON,
+                   "logprobs": {"type": ["object", "null"]}}})
+
+CHAT_COMPLETION = _object("chat.completion", {
+    "type": "object", "required": ["index", "message", "finish_reason"],
+    "properties": {"index": {"type": "integer"}, "finish_reason": FINISH_REASON,
+                   "message": {"type": "object", "required": ["role", "content"],
+                               "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}},
+                   "logprobs": {"type": ["object", "null"]}}})
+
+EMBEDDINGS: Schema = {
+    "type": "object", "required": ["object", "data", "model", "usage"],
+    "properties": {"object": {"const": "list"}, "model": {"type": "string"},
+                   "data": {"type": "array", "items": {
+                       "type": "object", "required": ["object", "index", "embedding"],
+                       "properties": {"object": {"const": "embedding"}, "index": {"type": "integer"},
+                                      "embedding": {"anyOf": [{"type": "array", "items": {"type": "number"}},
+                                                              {"type": "string"}]}}}},
+                   "usage": {"type": "object"}}}
+
+MODEL: Schema = {"type": "object", "required": ["id", "object", "created", "owned_by"],
+                 "properties": {"id": {"type": "string"}, "object": {"const": "model"},
+                                "created": {"type": "integer"}, "owned_by": {"type": "string"}}}
+
+HEALTH: Schema = {"type": "object", "required": ["status", "slots_busy", "slots_idle", "queue_depth"],
+                  "properties": {"status": {"enum": ["ok", "shutting_down", "error"]}, "reason": {"type": "string"},
+                                 "slots_busy": {"type": "integer"}, "slots_idle": {"type": "integer"},
+                                 "queue_depth": {"type": "integer"}}}
+
+
+def _json(description: str, schema: Schema) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
+    why = {400: "malformed body, wrong type or range, unimplemented field (param names it)",
+           401: "wrong or missing API key (--api-key)", 404: "no such model or route",
+           413: "body larger than --max-request-bytes", 429: "queue full (Retry-After)",
+           500: "a bug of this server", 503: "shutting down, or the engine stopped (code says which)"}
+    return {s: _json(why[s], ERROR) for s in statuses}
+
+
+def _generation_route(summary: str, request: Schema, answer: Schema) -> dict[str, Any]:
+    ok = _json("the whole answer, or with stream=true server-sent events ending in `data: [DONE]`", answer)
+    # (OpenAPI 3.1: the schema of an event stream describes one event; data is a JSON chunk, or [DONE] last)
+    ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
+                                                     "properties": {"data": {"type": "string"}}}}
+    return {"summary": summary,
+            "openapi_extra": {"requestBody": {"required": True,
+                                              "content": {"application/json": {"schema": request}}}},
+            "responses": {200: ok, **_errors(400, 401, 413, 429, 500, 503)}}
+
+
+def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
+    """Keyword arguments of each route's decorator (summary, openapi_extra, responses)."""
+    return {
+        "completions": _generation_route("Text completion", _completion_request(limits), COMPLETION),
+        "chat": _generation_route("Chat completion", _chat_request(limits), CHAT_COMPLETION),
+        "embeddings": {"summary": "Embeddings",
+                       "openapi_extra": {"requestBody": {"required": True, "content": {
+                           "application/json": {"schema": EMBEDDING_REQUEST}}}},
+                       "responses": {200: _json("one vector per input", EMBEDDINGS),
+                                     **_errors(400, 401, 413, 500, 503)}},
+        "models": {"summary": "The served model", "responses": {
+            200: _json("a list of one model", {"type": "object", "required": ["object", "data"],
+                                               "properties": {"object": {"const": "list"},
+                                                              "data": {"type": "array", "items": MODEL}}}),
+            **_errors(401, 503)}},
+        "model": {"summary": "One model", "responses": {200: _json("the model", MODEL), **_errors(401, 404, 503)}},
+        "health": {"summary": "Liveness and load", "responses": {
+            200: _json("serving", HEALTH), 503: _json("shutting down, or the engine stopped (reason)", HEALTH)}},
+        "metrics": {"summary": "Prometheus metrics", "responses": {
+            200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+    }
