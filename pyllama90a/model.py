@@ -678,7 +678,8 @@ class Model:
 
     def save_state(self, path: str | os.PathLike) -> None:
         """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
-        model, KV types and n_ctx and a checksum (state_file.py). The file appears whole or not at all."""
+        model, KV types and n_ctx and a checksum (state_file.py). The file appears whole or not at all, readable
+        by its owner only (it holds the conversation)."""
         raw_path = fs_path("path", path)
         with self._using_context("save the state") as ctx:
             write_state_file(raw_path, self._state_identity(ctx), self._kv_tokens, self._state_bytes(ctx))

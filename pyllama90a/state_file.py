@@ -63,7 +63,8 @@ def model_fingerprint(path: str | os.PathLike[str], header_bytes: int) -> bytes:
 
 def write_state_file(path: bytes, identity: StateIdentity, tokens: Sequence[int], payload: memoryview) -> None:
     """Write a state file to `path` (bytes, as from errors.fs_path). The file appears whole or not at all: it
-    is written next to `path` under a temporary name, then renamed over it."""
+    is written next to `path` under a temporary name, then renamed over it; like any tempfile.mkstemp file it
+    is readable by its owner only."""
     name = os.fsdecode(path)
     try:
         mode = os.stat(path).st_mode
