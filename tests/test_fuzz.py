@@ -23,7 +23,8 @@ from pyllama90a.fuzz.model_case import case_job
 from pyllama90a.fuzz.runner import run_one
 from pyllama90a.gguf_header import read_header
 
-SAMPLE_CASES = 240  # with the real model's metadata: about a minute on 2 cores when nothing hangs
+# with the real model's metadata: about a minute on 2 cores when nothing hangs
+GGUF_SAMPLE_CASES, API_SAMPLE_CASES = 800, 60
 
 
 def _mutation(*ops: dict) -> dict:
@@ -177,10 +178,11 @@ def test_shrink_keeps_only_what_reproduces(tmp_path) -> None:
 
 # -- the bounded sample -----------------------------------------------------------------------------------
 
-def test_bounded_sample_has_no_defects(tmp_path, model_path, capsys) -> None:
-    rc = fuzz_main(["--cases", str(SAMPLE_CASES), "--seed", "1", "--jobs", "2", "--timeout", "10",
+@pytest.mark.parametrize("target, n_cases", [("gguf", GGUF_SAMPLE_CASES), ("api", API_SAMPLE_CASES)])
+def test_bounded_sample_has_no_defects(tmp_path, model_path, capsys, target: str, n_cases: int) -> None:
+    rc = fuzz_main(["--target", target, "--cases", str(n_cases), "--seed", "1", "--jobs", "2", "--timeout", "10",
                     "--out", str(tmp_path), "--real-model", "--batch", "1000"])
     report = capsys.readouterr().out
     assert (tmp_path / "results.jsonl").is_file() and (tmp_path / "findings.md").is_file()
-    assert f"{SAMPLE_CASES} cases" in report
-    assert rc == 0, "the fuzz sample found defects:\n" + report
+    assert f"{n_cases} cases" in report
+    assert rc == 0, "the fuzz sample found defects:\n" + report + "\n" + (tmp_path / "findings.md").read_text()

@@ -99,7 +99,7 @@ GGML_TYPES = [0, 1, 2, 3, 8, 12, 14, 30, 4, 5, 39, 40, 1000, 2**32 - 1]
 
 VALUE_CLASSES = ("int-boundary", "float-special", "string", "enum", "type-change", "per-layer-array",
                  "token-dup", "token-type", "array-length", "merges", "missing-key", "extra-key", "alignment",
-                 "experts", "token-id", "charsmap")
+                 "experts", "token-id", "charsmap", "reshape-heads")
 STRUCT_CLASSES = ("truncate", "flip", "count", "tensor-shape", "tensor-type", "tensor-offset", "tensor-name",
                   "tensor-missing")
 MUTATION_CLASSES = tuple(f"value:{c}" for c in VALUE_CLASSES) + tuple(f"struct:{c}" for c in STRUCT_CLASSES)
@@ -444,6 +444,30 @@ class _Generator:
         blob = rng.choice([[], [1], list(size.to_bytes(4, "little")) + body, body])
         return [{"op": "set", "key": "tokenizer.ggml.model", "value": typed(STRING, rng.choice(["t5", "ugm"]))},
                 {"op": "set", "key": "tokenizer.ggml.precompiled_charsmap", "value": typed(ARRAY, blob, U8)}]
+
+    def m_reshape_heads(self) -> list[dict]:
+        """Other head counts that still fit the tensors (n_embd and n_embd_kv unchanged), so the load can pass
+        and the values reach the graph: head dims of 16-256, often with a rope dimension that disagrees."""
+        rng = self.rng
+        n_embd, n_head, n_head_kv = (self.value(f"{self.arch}.{k}", 0) for k in
+                                     ("embedding_length", "attention.head_count", "attention.head_count_kv"))
+        if not (n_embd and n_head and n_head_kv):
+            return self.m_int_boundary()
+        factor = rng.choice([2, 4, 8, 16])  # scale both counts down or up by the same factor
+        down = n_head % factor == 0 and n_head_kv % factor == 0 and rng.random() < 0.5
+        if not down and n_embd % (n_head * factor):
+            factor = 2
+        heads = (n_head // factor, n_head_kv // factor) if down else (n_head * factor, n_head_kv * factor)
+        head_dim = n_embd // heads[0]
+        ops = [{"op": "set", "key": f"{self.arch}.attention.head_count", "value": typed(U32, heads[0])},
+               {"op": "set", "key": f"{self.arch}.attention.head_count_kv", "value": typed(U32, heads[1])}]
+        rope = rng.choice([head_dim, head_dim, head_dim // 2, head_dim + 2, 0])
+        ops.append({"op": "set", "key": f"{self.arch}.rope.dimension_count", "value": typed(U32, rope)})
+        return ops
+
+    def value(self, key: str, default: Any) -> Any:
+        v = self.base.get(key)
+        return v.value if v is not None and v.vtype in INT_TYPES else default
 
     # structure classes
 
