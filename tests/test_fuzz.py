@@ -7,9 +7,11 @@ a pyllama90a.errors exception (issue 9); its message lists each distinct failure
 from __future__ import annotations
 
 import collections
+import json
 import math
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -174,6 +176,18 @@ def test_shrink_keeps_only_what_reproduces(tmp_path) -> None:
     finding = Finding(outcome.signature(), spec, outcome)
     shrink([finding], Limits(), tmp_path)
     assert finding.spec["mutations"] == [cause]
+
+
+# -- failures found before: each must end cleanly now ------------------------------------------------------
+
+REPRODUCERS = sorted((Path(__file__).parent / "data" / "fuzz").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
+def test_known_reproducer_ends_cleanly(path, tmp_path) -> None:
+    spec = json.loads(path.read_text())
+    outcome = run_one(case_job(spec, tmp_path / "case.gguf"))
+    assert not outcome.is_defect, f"{spec['note']}; now: {outcome.signature()}\n" + "\n".join(outcome.stderr_tail)
 
 
 # -- the bounded sample -----------------------------------------------------------------------------------
