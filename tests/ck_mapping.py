@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,6 +35,19 @@ def cdef_text(header: Path) -> str:
         elif not in_cplusplus and not stripped.startswith("#"):
             kept.append(line)
     return "\n".join(kept)
+
+
+def struct_fields(header: str, name: str) -> list[tuple[str, str]]:
+    """(type, field) of a struct in CK's header or in our mirror, comments and default values dropped."""
+    body = re.search(r"struct %s\s*\{(.*?)\n\};" % name, header, re.S).group(1)
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
+    fields = []
+    for declaration in body.split(";"):
+        declaration = " ".join(declaration.split()).split("=")[0].strip()
+        if declaration:
+            ctype, field = re.fullmatch(r"(.+?)\s*\b(\w+)", declaration).groups()
+            fields.append((ctype.replace(" *", "*").replace("* ", "*"), field))
+    return fields
 
 
 def llama_cpp_source() -> Path:
@@ -69,9 +83,12 @@ class Mapping:
         """A pyllama90a._ffi ggml_tensor pointer as this library's (the same memory)."""
         return self.ffi.cast("struct ggml_tensor *", int(native_ffi.cast("uintptr_t", tensor)))
 
-    def options(self, *, min_queries: int | None = None, causal_offset: int | None = None):  # noqa: ANN201
+    def options(self, *, min_queries: int | None = None, causal_offset: int | None = None,
+                max_staging_bytes: int | None = None):  # noqa: ANN201
         opts = self.ffi.new("struct pyllama90a_ck_fa_options *")
         opts.min_queries = self.lib.pyllama90a_ck_fa_default_min_queries() if min_queries is None else min_queries
+        opts.max_staging_bytes = (self.lib.pyllama90a_ck_fa_default_max_staging_bytes()
+                                  if max_staging_bytes is None else max_staging_bytes)
         opts.causal = causal_offset is not None
         opts.causal_offset = causal_offset or 0
         return opts

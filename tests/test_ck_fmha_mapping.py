@@ -12,24 +12,11 @@ import pytest
 
 from ck_dispatch import namespace, parse_api, select, trait_parameters
 from ck_fa_graph import Shape, build
-from ck_mapping import Mapping, ck_mapping, ggml_ctx  # noqa: F401  (fixtures)
+from ck_mapping import Mapping, ck_mapping, ggml_ctx, struct_fields  # noqa: F401  (fixtures)
 from ck_tree import ck_root, fmha_dir  # noqa: F401  (fixtures)
 from pyllama90a._ffi import ffi, lib
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def struct_fields(header: str, name: str) -> list[tuple[str, str]]:
-    """(type, field) of a struct in CK's header or in our mirror, comments and default values dropped."""
-    body = re.search(r"struct %s\s*\{(.*?)\n\};" % name, header, re.S).group(1)
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
-    fields = []
-    for declaration in body.split(";"):
-        declaration = " ".join(declaration.split()).split("=")[0].strip()
-        if declaration:
-            ctype, field = re.fullmatch(r"(.+?)\s*\b(\w+)", declaration).groups()
-            fields.append((ctype.replace(" *", "*").replace("* ", "*"), field))
-    return fields
 
 
 def enum_values(header: str, name: str) -> dict[str, int]:
@@ -131,6 +118,11 @@ def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx, m
     node = eligible_node(ggml_ctx, n_seq=2)
     node.src[1].nb[3] = 1 << 33  # a stream stride beyond int32 elements
     assert check(node) == "strides"
+    node = eligible_node(ggml_ctx, kv_type="q8_0")  # Q (F32), K and V (q8_0) copied, plus the output
+    needed = 2 * (64 * 32 * 8 + 2 * 64 * 200 * 2 + 64 * 8 * 32)  # fp16 bytes of Q, K + V, O
+    assert ck_mapping.lib.pyllama90a_ck_fa_staging_bytes(ck_mapping.node(node)) == needed
+    assert check(node, max_staging_bytes=needed) == "ok"
+    assert check(node, max_staging_bytes=needed - 1) == "staging"
     monkeypatch.setenv("PYLLAMA90A_CK_FA", "0")
     assert check(eligible_node(ggml_ctx)) == "disabled"
 

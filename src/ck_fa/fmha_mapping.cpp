@@ -19,6 +19,8 @@ namespace {
 constexpr int64_t kHeadDims[] = {64, 128};  // the head dims vendor/ck_fmha_codegen.py generates
 // below this many queries per sequence the node is a decode step: ggml's (quantized) kernels keep it
 constexpr int32_t kDefaultMinQueries = 16;
+// a quantized cache is dequantized whole: beyond this the copies are not worth their memory, ggml keeps the node
+constexpr int64_t kDefaultMaxStagingBytes = int64_t(1) << 30;
 constexpr size_t kF16 = 2;
 
 struct Strides {  // in elements, as CK's index_t wants them
@@ -81,11 +83,17 @@ int32_t min_queries(const pyllama90a_ck_fa_options * options) {
     return options ? options->min_queries : kDefaultMinQueries;
 }
 
+int64_t max_staging_bytes(const pyllama90a_ck_fa_options * options) {
+    return options ? options->max_staging_bytes : kDefaultMaxStagingBytes;
+}
+
 }  // namespace
 
 extern "C" {
 
 int32_t pyllama90a_ck_fa_default_min_queries(void) { return kDefaultMinQueries; }
+
+int64_t pyllama90a_ck_fa_default_max_staging_bytes(void) { return kDefaultMaxStagingBytes; }
 
 const char * pyllama90a_ck_fa_verdict_name(int verdict) {
     switch (verdict) {
@@ -99,11 +107,21 @@ const char * pyllama90a_ck_fa_verdict_name(int verdict) {
         case PYLLAMA90A_CK_FA_DECODE_BATCH: return "decode_batch";
         case PYLLAMA90A_CK_FA_BROADCAST: return "broadcast";
         case PYLLAMA90A_CK_FA_STRIDES: return "strides";
+        case PYLLAMA90A_CK_FA_STAGING: return "staging";
         default: return "unknown";
     }
 }
 
 bool pyllama90a_ck_fa_needs_f16_copy(const ggml_tensor * operand) { return operand->type != GGML_TYPE_F16; }
+
+int64_t pyllama90a_ck_fa_staging_bytes(const ggml_tensor * node) {
+    int64_t elements = node->ne[0] * node->ne[1] * node->ne[2] * node->ne[3];  // the output staging
+    for (int i = 0; i < 3; ++i) {
+        const ggml_tensor * t = node->src[i];
+        if (pyllama90a_ck_fa_needs_f16_copy(t)) elements += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    }
+    return elements * int64_t(kF16);
+}
 
 int pyllama90a_ck_fa_check(const ggml_tensor * node, const pyllama90a_ck_fa_options * options) {
     const char * env = std::getenv("PYLLAMA90A_CK_FA");
@@ -150,6 +168,7 @@ int pyllama90a_ck_fa_check(const ggml_tensor * node, const pyllama90a_ck_fa_opti
             return PYLLAMA90A_CK_FA_STRIDES;
         }
     }
+    if (pyllama90a_ck_fa_staging_bytes(node) > max_staging_bytes(options)) return PYLLAMA90A_CK_FA_STAGING;
     return PYLLAMA90A_CK_FA_OK;
 }
 

@@ -23,7 +23,8 @@ enum pyllama90a_ck_fa_verdict {
     PYLLAMA90A_CK_FA_SOFTCAP = 6,       /* logit softcap: CK allows it only without a bias (our mask) */
     PYLLAMA90A_CK_FA_DECODE_BATCH = 7,  /* too few queries: decode stays on the quantized ggml path */
     PYLLAMA90A_CK_FA_BROADCAST = 8,     /* a broadcast CK's strides cannot express (GQA ratio, mask) */
-    PYLLAMA90A_CK_FA_STRIDES = 9        /* an extent or stride does not fit CK's int32 element offsets */
+    PYLLAMA90A_CK_FA_STRIDES = 9,       /* an extent or stride does not fit CK's int32 element offsets */
+    PYLLAMA90A_CK_FA_STAGING = 10       /* the F16 copies and output staging would exceed max_staging_bytes */
 };
 
 struct pyllama90a_ck_fa_options {
@@ -32,6 +33,7 @@ struct pyllama90a_ck_fa_options {
                                j <= i + causal_offset, causal_offset >= 0), which skips masked tiles;
                                the KQ mask still applies */
     int32_t causal_offset;
+    int64_t max_staging_bytes;  /* bound on the pool memory of the F16 copies and the output staging */
 };
 
 /* Where the F16 operands live. A Q, K or V that is already F16 is read in place (these are its data);
@@ -45,10 +47,14 @@ struct pyllama90a_ck_fa_buffers {
 };
 
 int32_t pyllama90a_ck_fa_default_min_queries(void);
+int64_t pyllama90a_ck_fa_default_max_staging_bytes(void);
 const char * pyllama90a_ck_fa_verdict_name(int verdict);
 
 /* Does this operand (src 0..2 of the node) need the contiguous F16 copy described above? */
 bool pyllama90a_ck_fa_needs_f16_copy(const struct ggml_tensor * operand);
+
+/* Bytes of pool memory the caller needs for the node: the F16 copies plus the F16 output staging. */
+int64_t pyllama90a_ck_fa_staging_bytes(const struct ggml_tensor * node);
 
 /* The verdict for a FLASH_ATTN_EXT node, without touching any data. */
 int pyllama90a_ck_fa_check(const struct ggml_tensor * node, const struct pyllama90a_ck_fa_options * options);
