@@ -68,7 +68,7 @@ def describe_spec(spec: dict) -> str:
 def _smaller(spec: dict) -> list[dict]:
     """Every spec with one mutation, or one op of a many-op mutation, left out."""
     muts = spec["mutations"]
-    out = []
+    out = [{k: v for k, v in spec.items() if k != "model_args"}] if spec.get("model_args") else []
     if len(muts) > 1:
         out += [{**spec, "mutations": muts[:i] + muts[i + 1:]} for i in range(len(muts))]
     for i, m in enumerate(muts):
