@@ -26,8 +26,8 @@ from ._log import set_native_log_level
 from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk, QueueFullError
-from .errors import (ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
-                     LlamaError, ModelFormatError, ModelLoadError)
+from .errors import (BusyError, ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
+                     LlamaError, ModelFormatError, ModelLoadError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .model import Completion, KVCacheInfo, Model, Piece, Timings, Usage
@@ -38,5 +38,5 @@ __all__ = [
     "Model", "BatchEngine", "Chunk", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "KV_TYPES", "QUANTIZED_KV_TYPES",
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
-    "ContextOverflowError", "DecodeError", "ClosedError",
+    "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError",
 ]

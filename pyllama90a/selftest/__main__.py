@@ -10,6 +10,7 @@ from ..attention_policy import attention_device
 from ..bench import Mode, add_ratios, markdown, run
 from ..synthetic import SHAPES, synthetic_model
 from .environment import describe
+from .cpu_side import run_cpu_side
 from .paths import CHECK_SHAPES, CUDA_ONLY_MODES, NOISE_FACTOR, PATH_MODES, PathResult, check_device
 
 # the seeds' comparison on MI210: FA on/off x f16/q8_0/q4_0 (shared/seeds); FA-off f16 is the baseline
@@ -51,12 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     progress = sys.stderr
     kind, gpu = attention_device(n_gpu_layers=-1)
-    devices = [("CPU", 0)] + ([(gpu, -1)] if kind != "cpu" else [])
     shapes = CHECK_SHAPES[:1] if args.quick else CHECK_SHAPES
-    results: list[PathResult] = []
-    for device, n_gpu_layers in devices:
-        modes = PATH_MODES + (CUDA_ONLY_MODES if n_gpu_layers and kind == "cuda" else ())
-        results += check_device(device, n_gpu_layers, modes, shapes, args.noise_factor, progress)
+    gpu_modes = PATH_MODES + (CUDA_ONLY_MODES if kind == "cuda" else ()) if kind != "cpu" else ()
+    references, results = run_cpu_side(shapes, PATH_MODES, gpu_modes, args.noise_factor)
+    if gpu_modes:
+        results += check_device(gpu, -1, gpu_modes, references, shapes, args.noise_factor, progress)
 
     report = ["# pyllama90a self-test", "", f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
               f"`python -m pyllama90a.selftest {' '.join(argv if argv is not None else sys.argv[1:])}`", "",

@@ -80,22 +80,32 @@ def path_logits(model_path: Path, mode: Mode, n_gpu_layers: int, tokens: list[in
         Mode("off", "f16", "f16").apply_environment()  # no variant switch left set
 
 
-def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], ...],
+References = dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]  # (shape, ctk, ctv) -> logits
+
+
+def shape_inputs(shape_name: str) -> tuple[Path, list[int]]:
+    model_path = synthetic_model(GQA_SHAPES[shape_name], weight_type="f16")
+    tokens = np.random.default_rng(1).integers(10, GQA_SHAPES[shape_name].n_vocab, size=N_PREFILL + N_DECODE)
+    return model_path, tokens.tolist()
+
+
+def reference_logits(shapes: tuple[str, ...], kv_pairs: set[tuple[str, str]]) -> References:
+    """The CPU's FA-on logits for every shape and K/V pair (f16/f16 always: the noise pair's reference)."""
+    refs: References = {}
+    for shape_name in shapes:
+        model_path, tokens = shape_inputs(shape_name)
+        for ctk, ctv in sorted(kv_pairs | {("f16", "f16")}):
+            refs[shape_name, ctk, ctv] = path_logits(model_path, Mode("on", ctk, ctv), 0, tokens)
+    return refs
+
+
+def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], ...], references: References,
                  shapes: tuple[str, ...] = CHECK_SHAPES, noise_factor: float = NOISE_FACTOR,
                  progress=None) -> list[PathResult]:  # noqa: ANN001
     results = []
     for shape_name in shapes:
-        model_path = synthetic_model(GQA_SHAPES[shape_name], weight_type="f16")
-        tokens = np.random.default_rng(1).integers(10, GQA_SHAPES[shape_name].n_vocab,
-                                                   size=N_PREFILL + N_DECODE).tolist()
-        references: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
-
-        def reference(ctk: str, ctv: str) -> tuple[np.ndarray, np.ndarray]:
-            if (ctk, ctv) not in references:
-                references[ctk, ctv] = path_logits(model_path, Mode("on", ctk, ctv), 0, tokens)
-            return references[ctk, ctv]
-
-        ref_pre, ref_dec = reference("f16", "f16")
+        model_path, tokens = shape_inputs(shape_name)
+        ref_pre, ref_dec = references[shape_name, "f16", "f16"]
         noise_pre, noise_dec = path_logits(model_path, Mode.parse(NOISE_MODE), n_gpu_layers, tokens)
         noise = max(relative_error(noise_pre, ref_pre), relative_error(noise_dec, ref_dec))
         bound = noise_factor * max(noise, MIN_NOISE)
@@ -104,7 +114,7 @@ def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], .
             if mode.flash_attn == "on" and n_gpu_layers == 0:
                 continue  # that is the reference itself
             got_pre, got_dec = path_logits(model_path, mode, n_gpu_layers, tokens)
-            ref_pre, ref_dec = reference(mode.ctk, mode.ctv)
+            ref_pre, ref_dec = references[shape_name, mode.ctk, mode.ctv]
             result = PathResult(device, text, shape_name, what, relative_error(got_pre, ref_pre),
                                 relative_error(got_dec, ref_dec), noise, bound)
             if progress:
@@ -113,3 +123,7 @@ def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], .
                       file=progress, flush=True)
             results.append(result)
     return results
+
+
+def kv_pairs_of(modes: tuple[tuple[str, str], ...]) -> set[tuple[str, str]]:
+    return {(m.ctk, m.ctv) for m in (Mode.parse(text) for text, _ in modes)}
