@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
+from pyllama90a.server.malformed_requests import MUTATIONS, campaign
 from pyllama90a.server.process import ServerProcess
 
 CHAT = "/v1/chat/completions"
@@ -247,3 +248,12 @@ def test_a_dead_engine_is_reported_and_requests_get_503(model_path) -> None:
         assert _error(client.post(CHAT, json={"messages": HI}), 503)["code"] == "engine_stopped"
     finally:
         engine.close()
+
+
+def test_a_malformed_request_campaign_gets_no_5xx(server) -> None:
+    """A bounded sample of pyllama90a.server.malformed_requests (the long run is its command line)."""
+    outcomes, failures = campaign(server.base_url, 150, seed=1)
+    assert not failures
+    assert {name for name, _ in outcomes} >= set(MUTATIONS)  # every class was sent
+    assert sum(n for (_, status), n in outcomes.items() if 400 <= status < 500) > 100
+    assert httpx.get(server.base_url + "/health").status_code == 200
