@@ -192,11 +192,16 @@ def test_sigterm_ends_generating_and_queued_streams_with_an_error_event_and_done
     assert all(started.wait(60) for _, started in clients[:4])  # 4 slots generating
     for t in threads[4:]:
         t.start()
-    assert _wait_for(lambda: httpx.get(srv.base_url + "/health").json()["queue_depth"] == 4)  # 4 queued
+    whole: list[httpx.Response] = []  # and a request for a whole answer, queued too
+    threads.append(threading.Thread(target=lambda: whole.append(httpx.post(
+        srv.base_url + COMPLETIONS, json={**body, "stream": False}, timeout=120))))
+    threads[-1].start()
+    assert _wait_for(lambda: httpx.get(srv.base_url + "/health").json()["queue_depth"] == 5)  # 5 queued
     code, output = srv.stop(signal.SIGTERM, timeout=60)
     for t in threads:
         t.join(timeout=60)
     assert code == 0, output
+    assert _error(whole[0], 503)["code"] == "server_shutting_down"
     for events, _ in clients:
         assert events[0] == 200 and events[-1] == "data: [DONE]", events[-3:]
         last = json.loads(events[-2][len("data: "):])
