@@ -235,8 +235,9 @@ def _short(j: Any, limit: int = 60) -> str:
     if isinstance(j, dict) and "hex" in j:
         return f"bytes {j['hex']}"
     text = repr(j)
-    return text if len(text) <= limit else text[:limit] + f"... ({len(j)} items)" if isinstance(j, list) \
-        else text[:limit] + "..."
+    if len(text) <= limit:
+        return text
+    return text[:limit] + (f"... ({len(j)} items)" if isinstance(j, list) else "...")
 
 
 def describe_op(op: dict) -> str:

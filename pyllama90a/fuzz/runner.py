@@ -75,8 +75,8 @@ class Outcome:
             return f"{self.kind} at {self.stage}"
         message = re.sub(r"\S*[.]gguf\b", "FILE", self.message)  # case files have different names
         message = re.sub(r"\S*/(?=[^/\s]+[.](?:c|cpp|h|cu):\d)", "", message)  # llama.cpp's source folder
-        message = re.sub(r"(?<![.][ch]pp:)(?<![.][ch]:)(?<![.]cu:)\b0x[0-9a-f]+|(?<![.][ch]pp:)(?<![.][ch]:)\b\d+",
-                         "#", message)
+        # source file:line stays (it names the assert); other numbers are the values of this case
+        message = re.sub(r"([\w.-]+[.](?:c|cpp|h|cu):\d+)|0x[0-9a-fA-F]+|\d+", lambda m: m.group(1) or "#", message)
         return " | ".join(x for x in (self.kind, self.signal, self.error_type, message) if x)
 
     def to_json(self) -> dict:
