@@ -262,3 +262,17 @@ def test_a_malformed_request_campaign_gets_no_5xx(server) -> None:
     assert {name for name, _ in outcomes} >= set(MUTATIONS)  # every class was sent
     assert sum(n for (_, status), n in outcomes.items() if 400 <= status < 500) > 100
     assert httpx.get(server.base_url + "/health").status_code == 200
+
+
+def test_limit_flags_are_checked_and_read_from_the_environment(monkeypatch, capsys) -> None:
+    from pyllama90a.server.__main__ import parse_args
+
+    monkeypatch.setenv("PYLLAMA90A_MAX_TOKENS_LIMIT", "100")
+    monkeypatch.setenv("PYLLAMA90A_SHUTDOWN_GRACE", "2.5")
+    args = parse_args(["--max-tokens-default", "50"])
+    assert (args.max_tokens_default, args.max_tokens_limit, args.shutdown_grace) == (50, 100, 2.5)
+    for bad in (["--max-tokens-default", "101"], ["--max-tokens-limit", "0"], ["--shutdown-grace", "nan"],
+                ["--max-request-bytes", "-1"], ["--max-tokens-limit", str(2**31)]):
+        with pytest.raises(SystemExit) as e:
+            parse_args(bad)
+        assert e.value.code == 2 and bad[0] in capsys.readouterr().err

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..kv_types import KV_TYPES
+from .api_requests import Limits
 
 ENV = "PYLLAMA90A_"
 
@@ -36,12 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None), help="require 'Authorization: Bearer <key>' on /v1/*")
-    p.add_argument("--max-tokens-default", type=int, default=_env("max-tokens-default", 1024),
+    p.add_argument("--max-tokens-default", type=int, default=_env("max-tokens-default", Limits.max_tokens_default),
                    help="max_tokens of a chat request that gives none (completions: OpenAI's 16) (default 1024)")
-    p.add_argument("--max-tokens-limit", type=int, default=_env("max-tokens-limit", 32768),
+    p.add_argument("--max-tokens-limit", type=int, default=_env("max-tokens-limit", Limits.max_tokens_limit),
                    help="the largest max_tokens / max_completion_tokens a request may ask; more is a 400 "
                         "(default 32768; a generation also ends when its slot is full)")
-    p.add_argument("--max-request-bytes", type=int, default=_env("max-request-bytes", 16 * 2**20),
+    p.add_argument("--max-request-bytes", type=int, default=_env("max-request-bytes", Limits.max_request_bytes),
                    help="largest request body; more is a 413 (default 16 MiB)")
     p.add_argument("--shutdown-grace", type=float, default=_env("shutdown-grace", 10.0),
                    help="seconds running requests get to finish after SIGTERM/SIGINT; then each remaining one "
@@ -76,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ..engine import BatchEngine
     from ..errors import LlamaError
-    from .api_requests import Limits
     from .app import ServerState, create_app
     from .shutdown import GracefulServer
 
@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     name = args.model_name or Path(engine.model.path).name
     state = ServerState(engine, name, api_key=args.api_key or None,
-                        limits=Limits(args.max_tokens_default, args.max_tokens_limit),
-                        max_request_bytes=args.max_request_bytes)
+                        limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes))
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "

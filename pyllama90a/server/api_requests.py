@@ -40,6 +40,7 @@ class Limits:
     """The server's bounds on a request (flags of `python -m pyllama90a.server`)."""
     max_tokens_default: int = 1024  # a chat request's max_tokens when it gives none
     max_tokens_limit: int = 32768   # the most max_tokens (max_completion_tokens) a request may ask for
+    max_request_bytes: int = 16 * 2**20  # the largest body (a 128K-token prompt as JSON text is a few MiB)
 
 
 def _shown(value: Any) -> str:

@@ -29,8 +29,6 @@ from .request_body import read_json
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEST_BYTES = 16 * 2**20  # a full 128K-token prompt as JSON text is a few MiB
-
 
 @dataclass
 class ServerState:
@@ -39,7 +37,6 @@ class ServerState:
     api_key: str | None = None
     embedder: Model | None = None
     limits: Limits = field(default_factory=Limits)
-    max_request_bytes: int = MAX_REQUEST_BYTES
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
@@ -138,12 +135,12 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/completions", **docs["completions"])
     async def completions(request: Request) -> Response:
-        gen = completion_request(await read_json(request, state.max_request_bytes), state.limits)
+        gen = completion_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         return await _generate(state, request, gen, gen.prompt, chat=False)
 
     @app.post("/v1/chat/completions", **docs["chat"])
     async def chat_completions(request: Request) -> Response:
-        gen = chat_request(await read_json(request, state.max_request_bytes), state.limits)
+        gen = chat_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         try:
             prompt = state.engine.chat_prompt(gen.messages)
         except ClosedError as e:
@@ -156,7 +153,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> dict[str, Any]:
-        req = embedding_request(await read_json(request, state.max_request_bytes))
+        req = embedding_request(await read_json(request, state.limits.max_request_bytes))
         vectors, n_tokens = await asyncio.to_thread(_embed, state, req.texts)
         data = []
         for i, vec in enumerate(vectors):
