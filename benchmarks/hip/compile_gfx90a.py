@@ -14,8 +14,12 @@ A unit that does not compile is reported with its first errors. For one known fa
 patch 0008: an overloaded dequantize_iq4_nl that clang's HIP mode rejects as a template argument) the
 script also compiles a scratch copy with the rename proposed for the patch, labelled as a proposal.
 
-  python3 benchmarks/hip/compile_gfx90a.py [--src TREE] [--out DIR] [--unit NAME ...]
+  python3 benchmarks/hip/compile_gfx90a.py [--cxx clang++-19] [--src TREE] [--out DIR] [--unit NAME ...]
                                            [--markdown FILE] [--json FILE]
+
+Units that need clang >= 17 (fattn.cu with patch 0010, ck_fa_hip.cpp with CK's ck_tile headers) fail
+with hipcc 5.2.3's clang 15; `--cxx clang++-19` (Debian's clang 19 over the same HIP 5.2.3 headers and
+device libraries) compiles them.
 
 The source tree is the patched one vendor/prepare_source.py prints (cached), unless --src is given.
 Needs Debian's `hipcc libamdhip64-dev rocm-device-libs` (apt-get install -y ...); without hipcc it
@@ -49,6 +53,14 @@ DEFINES = [
     "GGML_BACKEND_BUILD", "GGML_BACKEND_SHARED", "GGML_SHARED", "GGML_BUILD",
     "GGML_HIP_GRAPHS", "GGML_HIP_NO_VMM", "NDEBUG",
 ]
+# ggml/cmake/common.cmake's ggml_cuda_fattn_vec_instances (called by ggml-hip) defines these for every
+# ggml-hip source: the default GGML_CUDA_FA_QUANTS and a 0/1 per K-V type combination
+FA_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "f16"]
+FA_QUANTS = ["q4_0-q4_0", "q8_0-q8_0", "f16-f16", "bf16-bf16"]
+DEFINES += [f'GGML_CUDA_FA_QUANTS="{",".join(FA_QUANTS)}"'] + [
+    f"GGML_CUDA_FA_{k.upper()}_{v.upper()}={int(f'{k}-{v}' in FA_QUANTS)}" for v in FA_TYPES for k in FA_TYPES]
+# what cmake/ck_fa.cmake gives the HIP glue (src/ck_fa/ck_fa_hip.cpp) and ggml-hip with -DPYLLAMA90A_CK_FA=ON
+CK_DEFINES = ["CK_TILE_FMHA_FWD_FAST_EXP2=1", "CK_ENABLE_FP16", "CK_USE_XDL"]
 ARCH = "gfx90a"
 
 
@@ -60,6 +72,10 @@ class Unit:
     kernels: tuple[str, ...]  # regexes over demangled kernel names: each must match >= 1 kernel
     host_strings: tuple[str, ...] = ()  # strings that must be in the host object (patched host code)
     what: str = ""
+    repo_path: str | None = None  # a file of this repository instead of ggml-cuda's (skipped when absent)
+    defines: tuple[str, ...] = ()   # on top of DEFINES
+    ck: bool = False                # needs CK's headers (vendor/prepare_ck.py) and CK_DEFINES
+    flags: tuple[str, ...] = ()
 
 
 UNITS = [
@@ -82,7 +98,28 @@ UNITS = [
     Unit("ggml-cuda.cu", "0005, 0008", "ggml_cuda_mul_mat_kv_cublas",
          (), ("GGML_CUDA_KV_CUBLAS",),
          "host side: OUT_PROD/CPY supports_op (0005), quantized-K prefill through cuBLAS (0008)"),
+    Unit("fmha_mapping.cpp", "CK FA glue (src/ck_fa)", "fmha_fwd", (), (),
+         "the ggml -> CK fmha_fwd argument mapping, host code, compiled as HIP with GGML_USE_HIP",
+         repo_path="src/ck_fa/fmha_mapping.cpp"),
+    Unit("fattn.cu", "0010", "pyllama90a_ck_fa_try", (), ("pyllama90a_ck_fa_try",),
+         "FLASH_ATTN_EXT asks CK first (patch 0010), compiled as with -DPYLLAMA90A_CK_FA=ON",
+         defines=("PYLLAMA90A_CK_FA",)),
+    Unit("ck_fa_hip.cpp", "0010 glue (src/ck_fa)", "fmha_fwd", (), ("pyllama90a_ck_fa_try",),
+         "the HIP glue: stages F16 operands, calls CK's fmha_fwd (needs CK's ck_tile headers)",
+         repo_path="src/ck_fa/ck_fa_hip.cpp", defines=("PYLLAMA90A_CK_FA",), ck=True,
+         # ck_tile's pk_fp4.hpp subscripts ext_vector types in constexpr functions, which clang < 20
+         # rejects as -Winvalid-constexpr (an error by default); they are never constant-evaluated here
+         flags=("-Wno-invalid-constexpr",)),
 ]
+
+
+def ck_dir() -> Path:
+    """CK's source as cmake/ck_fa.cmake gets it (vendor/prepare_ck.py prints its path)."""
+    out = subprocess.run([sys.executable, str(ROOT / "vendor" / "prepare_ck.py")],
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise RuntimeError("vendor/prepare_ck.py failed:\n" + out.stderr[-2000:])
+    return Path(out.stdout.strip().splitlines()[-1])
 
 # The rename proposed for patch 0008 (applied only to a scratch copy, reported as a proposal): patch 0008
 # adds a non-template dequantize_iq4_nl(vx, ib, iqs, float2 &) next to upstream's template
@@ -121,10 +158,7 @@ def log(msg: str) -> None:
 
 
 def find_hipcc() -> str | None:
-    hipcc = os.environ.get("HIPCC") or shutil.which("hipcc")
-    if not hipcc:
-        return None
-    return hipcc
+    return os.environ.get("HIPCC") or shutil.which("hipcc")
 
 
 def hip_env() -> dict:
@@ -132,20 +166,46 @@ def hip_env() -> dict:
     return {**os.environ, "HIP_PLATFORM": "amd", "HIP_COMPILER": "clang"}
 
 
-def toolchain(hipcc: str) -> dict:
-    out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, env=hip_env(), timeout=120)
-    text = out.stdout + out.stderr
-    hip = re.search(r"HIP version: (\S+)", text)
+def _versions(text: str) -> dict:
     clang = re.search(r"clang version (\d+)\.(\S+)", text)
     inst = re.search(r"InstalledDir: (\S+)", text)
     return {
-        "hipcc": hipcc,
-        "hip_version": hip.group(1) if hip else "?",
         "clang_version": f"{clang.group(1)}.{clang.group(2)}" if clang else "?",
         "clang_major": int(clang.group(1)) if clang else None,
         "clang_dir": inst.group(1) if inst else None,
-        "version_text": "\n".join(l for l in text.splitlines() if "rocm_agent_enumerator" not in l)[:600],
     }
+
+
+def toolchain(hipcc: str) -> dict:
+    """hipcc (Debian's HIP 5.2.3 driver over its clang), on the AMD platform."""
+    out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, env=hip_env(), timeout=120)
+    text = out.stdout + out.stderr
+    hip = re.search(r"HIP version: (\S+)", text)
+    return {"kind": "hipcc", "driver": [hipcc], "name": f"hipcc {hipcc}",
+            "hip_version": hip.group(1) if hip else "?", **_versions(text)}
+
+
+def rocm_root() -> Path:
+    return Path(os.environ.get("ROCM_PATH") or ("/opt/rocm" if Path("/opt/rocm").is_dir() else "/usr"))
+
+
+def clang_toolchain(cxx: str) -> dict:
+    """A clang++ driving HIP itself (--offload-arch) over the installed HIP headers and device libraries:
+    e.g. Debian's clang++-19 with Debian's HIP 5.2.3 headers, a newer compiler front end than hipcc's."""
+    path = shutil.which(cxx) or cxx
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120)
+    root = rocm_root()
+    ver_h = root / "include" / "hip" / "hip_version.h"
+    vals = dict(re.findall(r"#define HIP_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)", ver_h.read_text())) \
+        if ver_h.is_file() else {}
+    hip_version = f"{vals.get('MAJOR', '?')}.{vals.get('MINOR', '?')}.{vals.get('PATCH', '?')}"
+    bitcode = [Path(p).parent for pat in ("lib/*/amdgcn/bitcode", "lib/amdgcn/bitcode", "amdgcn/bitcode")
+               for p in map(str, root.glob(pat + f"/oclc_isa_version_{ARCH[3:]}.bc"))]
+    if not bitcode:
+        raise RuntimeError(f"no {ARCH} device libraries (oclc_isa_version_{ARCH[3:]}.bc) under {root}")
+    driver = [path, f"--rocm-path={root}", f"--hip-device-lib-path={bitcode[0]}", f"--hip-version={hip_version}"]
+    return {"kind": "clang", "driver": driver, "name": f"{Path(path).name} (HIP {hip_version} headers)",
+            "hip_version": hip_version, **_versions(out.stdout + out.stderr)}
 
 
 def find_tool(name: str, tc: dict) -> str:
@@ -170,10 +230,17 @@ def prepared_tree() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def compile_cmd(hipcc: str, src: Path, obj: Path, tree: Path, cuda_dir: Path) -> list[str]:
+def compile_cmd(tc: dict, src: Path, obj: Path, tree: Path, cuda_dir: Path, unit: Unit | None = None,
+                ck: Path | None = None) -> list[str]:
     ggml = tree / "ggml"
-    return [hipcc, "-x", "hip", f"--offload-arch={ARCH}", "-std=gnu++17", "-O3", "-fPIC",
-            *[f"-D{d}" for d in DEFINES],
+    extra: list[str] = []
+    if unit is not None:
+        extra += [f"-D{d}" for d in unit.defines] + list(unit.flags)
+        if unit.ck:
+            extra += [f"-D{d}" for d in CK_DEFINES]
+            extra += [f"-I{ck / 'include'}", f"-I{ck / 'example' / 'ck_tile' / '01_fmha'}"]
+    return [*tc["driver"], "-x", "hip", f"--offload-arch={ARCH}", "-std=gnu++17", "-O3", "-fPIC",
+            *[f"-D{d}" for d in DEFINES], *extra,
             f"-I{SHIMS}", "-include", str(COMPAT),
             f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{cuda_dir}",
             "-c", str(src), "-o", str(obj)]
@@ -191,6 +258,10 @@ def kernel_metadata(obj: Path, work: Path, tc: dict) -> dict:
     readelf = find_tool("llvm-readelf", tc)
     fatbin = work / (obj.stem + ".hip_fatbin")
     code = work / (obj.stem + f".{ARCH}.co")
+    sections = subprocess.run([readelf, "-S", "-W", str(obj)], check=True, capture_output=True, text=True,
+                              timeout=300).stdout
+    if ".hip_fatbin" not in sections:   # host code only: no device code object in this unit
+        return {"bundle_targets": [], "target": None, "kernels": []}
     subprocess.run([objcopy, f"--dump-section=.hip_fatbin={fatbin}", str(obj), str(work / "discard.o")],
                    check=True, capture_output=True, timeout=300)
     listed = subprocess.run([bundler, "--list", "--type=o", f"--input={fatbin}"],
@@ -264,17 +335,31 @@ def summarize(kernels: list[dict]) -> dict:
     }
 
 
-def run_unit(unit: Unit, hipcc: str, tc: dict, tree: Path, out: Path, cuda_dir: Path | None = None,
+def run_unit(unit: Unit, tc: dict, tree: Path, out: Path, cuda_dir: Path | None = None,
              label: str | None = None) -> dict:
     cuda_dir = cuda_dir or tree / "ggml" / "src" / "ggml-cuda"
-    src = cuda_dir / unit.name
+    src = ROOT / unit.repo_path if unit.repo_path else cuda_dir / unit.name
     label = label or unit.name
     res: dict = {"unit": label, "patches": unit.patches, "what": unit.what, "problems": []}
-    text = src.read_text(errors="replace") + (cuda_dir / "dequantize.cuh").read_text(errors="replace")
+    if unit.repo_path and not src.is_file():
+        res.update(compiled=None, absent=True, errors=[f"{unit.repo_path} does not exist in this checkout"])
+        log(f"{label}: absent, skipped")
+        return res
+    text = src.read_text(errors="replace")
+    if not unit.repo_path:
+        text += (cuda_dir / "dequantize.cuh").read_text(errors="replace")
     if unit.marker not in text:
         res["problems"].append(f"{unit.name} is not patched (no '{unit.marker}'): wrong tree?")
     obj = out / (label.replace("/", "_").replace(" ", "_") + ".o")
-    cmd = compile_cmd(hipcc, src, obj, tree, cuda_dir)
+    ck = None
+    if unit.ck:
+        try:
+            ck = ck_dir()
+        except RuntimeError as e:
+            res.update(compiled=None, absent=True, errors=[f"CK source not available: {e}"])
+            log(f"{label}: CK source not available, skipped")
+            return res
+    cmd = compile_cmd(tc, src, obj, tree, cuda_dir, unit, ck)
     res["command"] = " ".join(["HIP_PLATFORM=amd"] + cmd)
     log(f"compiling {label} ...")
     t0 = time.monotonic()
@@ -286,7 +371,8 @@ def run_unit(unit: Unit, hipcc: str, tc: dict, tree: Path, out: Path, cuda_dir: 
     if proc.returncode != 0 or not obj.is_file():
         res["compiled"] = False
         errs = first_errors(proc.stderr) or proc.stderr.strip().splitlines()[-6:]
-        res["errors"] = [e.replace(str(cuda_dir) + "/", "").replace(str(tree) + "/", "") for e in errs]
+        res["errors"] = [e.replace(str(cuda_dir) + "/", "").replace(str(tree) + "/", "")
+                         .replace(str(ck) + "/" if ck else "\0", "CK/").replace(str(ROOT) + "/", "") for e in errs]
         res["problems"].append("did not compile")
         log(f"{label}: FAILED ({res['seconds']} s): {res['errors'][:1]}")
         return res
@@ -294,7 +380,10 @@ def run_unit(unit: Unit, hipcc: str, tc: dict, tree: Path, out: Path, cuda_dir: 
     meta = kernel_metadata(obj, out, tc)
     res["bundle_targets"] = meta["bundle_targets"]
     res["target"] = meta["target"]
-    if not (meta["target"] or "").endswith(ARCH):
+    host_only = not meta["bundle_targets"] and not unit.kernels
+    if host_only:
+        res["target"] = "(host code only)"
+    elif not (meta["target"] or "").endswith(ARCH):
         res["problems"].append(f"code object target is {meta['target']}, not {ARCH}")
     kernels = meta["kernels"]
     res["all_kernels"] = summarize(kernels)
@@ -324,7 +413,7 @@ def run_unit(unit: Unit, hipcc: str, tc: dict, tree: Path, out: Path, cuda_dir: 
     return res
 
 
-def plain_kernel_check(hipcc: str, tc: dict, out: Path) -> dict:
+def plain_kernel_check(tc: dict, out: Path) -> dict:
     """The toolchain itself: a plain HIP kernel with a width-64 shuffle compiled for gfx90a."""
     src = out / "plain.hip"
     src.write_text(
@@ -334,7 +423,7 @@ def plain_kernel_check(hipcc: str, tc: dict, out: Path) -> dict:
         "    x[threadIdx.x] = v + __shfl_xor(v, 32, 64) + (float) warpSize;\n"
         "}\n")
     obj = out / "plain.o"
-    cmd = [hipcc, f"--offload-arch={ARCH}", "-O3", "-c", str(src), "-o", str(obj)]
+    cmd = [*tc["driver"], "-x", "hip", f"--offload-arch={ARCH}", "-O3", "-c", str(src), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=600)
     res = {"unit": "plain HIP kernel", "rc": proc.returncode, "command": " ".join(["HIP_PLATFORM=amd"] + cmd),
            "problems": []}
@@ -352,13 +441,16 @@ def plain_kernel_check(hipcc: str, tc: dict, out: Path) -> dict:
 def markdown(report: dict) -> str:
     tc = report["toolchain"]
     lines = [
-        f"Toolchain: hipcc (HIP {tc['hip_version']}, clang {tc['clang_version']}), `--offload-arch={ARCH}`; "
+        f"Toolchain: {tc['name']} (HIP {tc['hip_version']}, clang {tc['clang_version']}), `--offload-arch={ARCH}`; "
         f"tree `{report['tree']}`.",
         "",
         "| unit | patches | compiled | s | kernels (ours) | wavefront | ours: max VGPR/AGPR/SGPR | ours: spills | ours: static LDS B | problems |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["units"]:
+        if r.get("absent"):
+            lines.append(f"| {r['unit']} | {r['patches']} | absent | - | - | - | - | - | - | - |")
+            continue
         if r.get("compiled"):
             a, o = r["all_kernels"], r["our_kernels"]
             ours = f"{a.get('count', 0)} ({o.get('count', 0)})"
@@ -378,6 +470,8 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cxx", help="compile with this clang++ in HIP mode (e.g. clang++-19) over the installed "
+                                  "HIP headers/device libraries instead of hipcc")
     ap.add_argument("--src", type=Path, help="patched llama.cpp tree (default: vendor/prepare_source.py's)")
     ap.add_argument("--out", type=Path, help="work directory for objects and logs (default: a temp dir)")
     ap.add_argument("--unit", action="append", default=[],
@@ -389,13 +483,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the full results here")
     args = ap.parse_args(argv)
 
-    hipcc = find_hipcc()
-    if not hipcc:
-        log("SKIP: hipcc not found. Install Debian's HIP toolchain: "
-            "apt-get install -y hipcc libamdhip64-dev rocm-device-libs")
-        return SKIP
-    tc = toolchain(hipcc)
-    log(f"hipcc {hipcc}: HIP {tc['hip_version']}, clang {tc['clang_version']}")
+    if args.cxx:
+        if not shutil.which(args.cxx):
+            log(f"SKIP: {args.cxx} not found")
+            return SKIP
+        try:
+            tc = clang_toolchain(args.cxx)
+        except RuntimeError as e:
+            log(f"SKIP: {e}. Install Debian's HIP toolchain: apt-get install -y hipcc libamdhip64-dev rocm-device-libs")
+            return SKIP
+    else:
+        hipcc = find_hipcc()
+        if not hipcc:
+            log("SKIP: hipcc not found. Install Debian's HIP toolchain: "
+                "apt-get install -y hipcc libamdhip64-dev rocm-device-libs")
+            return SKIP
+        tc = toolchain(hipcc)
+    log(f"{tc['name']}: HIP {tc['hip_version']}, clang {tc['clang_version']}")
 
     names = {u.name for u in UNITS}
     bad = [u for u in args.unit + args.expect_fail if u not in names]
@@ -410,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"tree {tree}, work dir {out}")
 
     report: dict = {"toolchain": tc, "tree": str(tree), "arch": ARCH, "units": []}
-    plain = plain_kernel_check(hipcc, tc, out)
+    plain = plain_kernel_check(tc, out)
     report["plain"] = plain
     if plain["problems"]:
         log("toolchain check failed: " + "; ".join(plain["problems"]))
@@ -420,14 +524,14 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = bool(plain["problems"])
     for unit in units:
-        res = run_unit(unit, hipcc, tc, tree, out)
+        res = run_unit(unit, tc, tree, out)
         report["units"].append(res)
         if res["problems"] and unit.name not in args.expect_fail:
             failed = True
         if unit.name == "convert.cu" and not res.get("compiled") and not args.no_proposal:
             try:
                 scratch = proposal_convert(tree / "ggml" / "src" / "ggml-cuda", out / "proposal")
-                prop = run_unit(unit, hipcc, tc, tree, out, cuda_dir=scratch,
+                prop = run_unit(unit, tc, tree, out, cuda_dir=scratch,
                                 label=f"convert.cu (proposal: rename to {PROPOSED_NAME})")
             except RuntimeError as e:
                 prop = {"unit": "convert.cu (proposal)", "patches": unit.patches, "compiled": False,
