@@ -1,5 +1,6 @@
 """CK's generated fmha instances compile for gfx90a here, with the flags cmake/ck_fa.cmake uses, and yield
-wave64 kernels on the matrix cores (MFMA) without register spills.
+wave64 kernels on the matrix cores (MFMA) without register spills; the HIP glue compiles against ggml-cuda's
+and CK's headers and needs nothing from CK but what the compiled dispatcher defines.
 
 ggml-hip itself needs ROCm >= 6.1, which is not reachable here; CK's header-only ck_tile is not tied to it.
 A clang with HIP support (Debian's clang++-19) over Debian's HIP 5.2.3 headers and ROCm device libraries
@@ -106,7 +107,51 @@ def test_an_instance_compiles_to_a_wave64_mfma_kernel(generated: list[Path], ck_
     assert "v_mfma_f32_32x32x8f16" in disassembly or "v_mfma_f32_32x32x8_f16" in disassembly
 
 
-def test_the_dispatcher_compiles(generated: list[Path], ck_root: Path, tmp_path: Path):
+@pytest.fixture(scope="module")
+def dispatcher_object(generated: list[Path], ck_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     driver, _ = toolchain()
     [api] = [p for p in generated if p.name == "fmha_fwd_api.cpp"]
-    assert compile_for_gfx90a(driver, ck_root, api, tmp_path / "api.o", False).stat().st_size > 0
+    return compile_for_gfx90a(driver, ck_root, api, tmp_path_factory.mktemp("ck_api") / "api.o", False)
+
+
+def symbols(llvm_bin: Path, obj: Path, kind: str) -> set[str]:
+    """Mangled names an object defines (kind "defined") or needs ("undefined")."""
+    flag = "--defined-only" if kind == "defined" else "--undefined-only"
+    out = subprocess.run([str(llvm_bin / "llvm-nm"), flag, "--format=just-symbols", str(obj)],
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_the_dispatcher_compiles(dispatcher_object: Path):
+    _, llvm_bin = toolchain()
+    assert any("fmha_fwd" in s for s in symbols(llvm_bin, dispatcher_object, "defined"))
+
+
+def test_the_glue_compiles_against_ggml_cuda_and_ck_and_links_to_the_dispatcher(
+        ck_root: Path, dispatcher_object: Path, tmp_path: Path):
+    """src/ck_fa/ck_fa_hip.cpp against the patched ggml-cuda headers (with the compile-only shims of
+    benchmarks/hip/shims standing in for what HIP 5.2 lacks) and CK's fmha_fwd.hpp: every CK function it
+    calls is one the compiled dispatcher defines, under the same mangled name."""
+    driver, llvm_bin = toolchain()
+    shims = REPO / "benchmarks" / "hip" / "shims"
+    if not (shims / "hip52_compat.h").is_file():
+        pytest.skip("benchmarks/hip/shims/hip52_compat.h (the HIP 5.2 compile shims) is not in this tree")
+    from ck_mapping import llama_cpp_source
+    ggml = llama_cpp_source() / "ggml"
+    ggml_hip_defines = ["GGML_USE_HIP", "GGML_BACKEND_BUILD", "GGML_BACKEND_SHARED", "GGML_SHARED", "GGML_BUILD",
+                        "GGML_HIP_NO_VMM", "NDEBUG"]
+    glue = tmp_path / "glue.o"
+    command = [*driver, "-x", "hip", f"--offload-arch={ARCH}", "-std=gnu++17", "-O3", "-fPIC",
+               *[f"-D{d}" for d in ggml_hip_defines + cmake_list("PYLLAMA90A_CK_DEFINITIONS")],
+               *cmake_list("PYLLAMA90A_CK_OPTIONS"), f"-I{shims}", "-include", str(shims / "hip52_compat.h"),
+               f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{ggml / 'src' / 'ggml-cuda'}",
+               f"-I{ck_root / 'include'}", f"-I{ck_root / 'example' / 'ck_tile' / '01_fmha'}",
+               f"-I{REPO / 'src' / 'ck_fa'}", "-c", str(REPO / "src" / "ck_fa" / "ck_fa_hip.cpp"), "-o", str(glue)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    defined = symbols(llvm_bin, glue, "defined")
+    assert "_Z20pyllama90a_ck_fa_tryR25ggml_backend_cuda_contextP11ggml_tensor" in defined  # what patch 0010 calls
+    needed = symbols(llvm_bin, glue, "undefined")
+    ck_calls = {s for s in needed if "fmha_fwd" in s}
+    assert ck_calls and ck_calls <= symbols(llvm_bin, dispatcher_object, "defined")
+    assert {"pyllama90a_ck_fa_map", "pyllama90a_ck_fa_check"} <= needed  # the tested mapping decides
