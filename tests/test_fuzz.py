@@ -25,8 +25,9 @@ from pyllama90a.fuzz.model_case import case_job
 from pyllama90a.fuzz.runner import run_one
 from pyllama90a.gguf_header import read_header
 
-# with the real model's metadata: about a minute on 2 cores when nothing hangs
-GGUF_SAMPLE_CASES, API_SAMPLE_CASES = 800, 60
+# with the real model's metadata: about a minute on 2 cores when nothing hangs. Seed 9's GGUF sample holds
+# several tokenizer.ggml.model values that abort today (see tests/data/fuzz).
+GGUF_SAMPLE_CASES, API_SAMPLE_CASES = 500, 40
 
 
 def _mutation(*ops: dict) -> dict:
@@ -192,9 +193,9 @@ def test_known_reproducer_ends_cleanly(path, tmp_path) -> None:
 
 # -- the bounded sample -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target, n_cases", [("gguf", GGUF_SAMPLE_CASES), ("api", API_SAMPLE_CASES)])
-def test_bounded_sample_has_no_defects(tmp_path, model_path, capsys, target: str, n_cases: int) -> None:
-    rc = fuzz_main(["--target", target, "--cases", str(n_cases), "--seed", "1", "--jobs", "2", "--timeout", "10",
+@pytest.mark.parametrize("target, n_cases, seed", [("gguf", GGUF_SAMPLE_CASES, 9), ("api", API_SAMPLE_CASES, 1)])
+def test_bounded_sample_has_no_defects(tmp_path, model_path, capsys, target: str, n_cases: int, seed: int) -> None:
+    rc = fuzz_main(["--target", target, "--cases", str(n_cases), "--seed", str(seed), "--jobs", "2", "--timeout", "10",
                     "--out", str(tmp_path), "--real-model", "--batch", "1000"])
     report = capsys.readouterr().out
     assert (tmp_path / "results.jsonl").is_file() and (tmp_path / "findings.md").is_file()
