@@ -25,7 +25,7 @@ _use_installed_native_module()
 from ._log import set_native_log_level
 from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
-from .engine import BatchEngine, Chunk, QueueFullError
+from .engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError
 from .errors import (BusyError, ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
                      LlamaError, ModelFormatError, ModelLoadError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
@@ -38,5 +38,5 @@ __all__ = [
     "Model", "BatchEngine", "Chunk", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "KV_TYPES", "QUANTIZED_KV_TYPES",
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
-    "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError",
+    "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",
 ]

@@ -13,6 +13,7 @@ prompt, a chat history) decodes only the rest.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import queue
@@ -137,6 +138,9 @@ class BatchEngine:
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._counts = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
+        # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
+        self._model_hold = contextlib.ExitStack()
+        self._model_hold.enter_context(self.model._held_by("a BatchEngine"))
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
         self._thread.start()
 
@@ -228,6 +232,7 @@ class BatchEngine:
             self._cv.notify()
         self._thread.join()
         lib.llama_batch_free(self._batch)
+        self._model_hold.close()
         self.model.close()
 
     def __enter__(self) -> BatchEngine:

@@ -156,6 +156,16 @@ def max_threads() -> int:
     return min(os.cpu_count() or 1, GGML_MAX_N_THREADS)
 
 
+def _load_reason() -> str:
+    """': <why>' from llama.cpp's "error loading model: <why>" log line (the key and value a check refused),
+    so the exception's first line says it; '' when it logged none."""
+    marker = "error loading model: "
+    for line in reversed(_log.recent_native_log()):
+        if marker in line:
+            return ": " + line.split(marker, 1)[1]
+    return ""
+
+
 class Model:
     """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.
 
@@ -177,7 +187,7 @@ class Model:
                  embedding: bool = False, n_seq_max: int = 1) -> None:
         self._ctx = self._model = None
         self._lock = threading.RLock()
-        self._busy = False
+        self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         if path is None:
             from .default_model import default_model
 
@@ -214,7 +224,7 @@ class Model:
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         model = lib.llama_model_load_from_file(raw_path, mparams)
-        self._model = check(model, ModelLoadError, f"llama.cpp could not load {self.path}")
+        self._model = check(model, ModelLoadError, f"llama.cpp could not load {self.path}{_load_reason()}")
         self._finalizer = weakref.finalize(self, _free_native, None, self._model)
 
         cparams = lib.llama_context_default_params()
@@ -293,10 +303,21 @@ class Model:
             raise ClosedError("this Model is closed")
         return self._ctx
 
+    @contextmanager
+    def _held_by(self, holder: str) -> Iterator[None]:
+        """Mark the context as used by `holder` (e.g. a BatchEngine) while the block runs: every context call is
+        refused with BusyError meanwhile; calls that only read the model stay allowed."""
+        with self._using_context(f"start {holder}"):
+            self._busy = holder
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy = None
+
     def _refuse_if_busy(self, action: str) -> None:
         if self._busy:
-            raise BusyError(f"cannot {action}: another generation is running on this Model; finish or close its "
-                            f"stream first")
+            raise BusyError(f"cannot {action}: {self._busy} is using this Model; finish or close it first")
 
     @contextmanager
     def _using_context(self, action: str) -> Iterator:
@@ -596,11 +617,11 @@ class Model:
 
     def _run(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams) -> Iterator[Piece]:
         with self._using_context("start a generation"):
-            self._busy = True
+            self._busy = "another generation"
         try:
             yield from self._generate_pieces(prompt, max_tokens, stops, params)
         finally:
-            self._busy = False
+            self._busy = None
 
     def _generate_pieces(self, prompt: list[int], max_tokens: int, stops: list[str],
                          params: SamplingParams) -> Iterator[Piece]:

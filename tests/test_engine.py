@@ -79,6 +79,20 @@ def test_a_failing_consumer_does_not_stop_the_engine(engine) -> None:
     assert _text(engine, "Hello", max_tokens=4, temperature=0)
 
 
+def test_the_engine_holds_its_models_context(engine) -> None:
+    """engine.model shares the engine's context: calls that would race with the engine thread are refused,
+    calls that only read the model are not."""
+    with pytest.raises(pl.BusyError, match="a BatchEngine is using this Model"):
+        engine.model.eval([1])
+    with pytest.raises(pl.BusyError):
+        engine.model.generate("Hi", max_tokens=1)
+    with pytest.raises(pl.BusyError):
+        engine.model.truncate(0)
+    with pytest.raises(pl.BusyError):
+        engine.model.close()
+    assert engine.model.tokenize("Hi") and engine.model.n_ctx == 2048
+
+
 def test_queue_limit_and_close(model_path) -> None:
     engine = pl.BatchEngine(model_path, parallel=1, queue_size=1, n_ctx=1024, n_threads=2)
     ends: list[pl.Chunk] = []

@@ -61,7 +61,7 @@ def _load_in_child(path: Path) -> dict:
 def test_bad_value_is_a_load_error_naming_it(tmp_path: Path, key: str, value: float, named: str) -> None:
     result = _load_in_child(_edited_copy(tmp_path, key, value))
     assert result["outcome"] == "ModelLoadError", result
-    assert named in result["message"], result["message"]
+    assert named in result["message"].splitlines()[0], result["message"]  # the first line says why
 
 
 def test_unedited_copy_loads(tmp_path: Path) -> None:

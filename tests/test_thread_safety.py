@@ -74,7 +74,7 @@ def test_context_calls_are_refused_while_a_stream_runs(m, state_path, name: str)
 
     _, error = _in_other_thread(lambda: call(m, state_path))
     assert isinstance(error, BusyError), error
-    assert "another generation is running" in str(error)
+    assert "another generation is using this Model" in str(error)
     with pytest.raises(BusyError):  # the stream's own thread is refused too
         call(m, state_path)
 
