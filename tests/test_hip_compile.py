@@ -65,17 +65,11 @@ def test_plain_hip_kernel_is_gfx90a_wave64(env) -> None:
     assert res["all_kernels"]["count"] == 1 and res["all_kernels"]["wavefront_sizes"] == [64]
 
 
-CONVERT_0008 = ("patch 0008 adds a non-template dequantize_iq4_nl(vx, ib, iqs, float2 &) beside upstream's "
-                "template dequantize_iq4_nl<dst_t>; clang's HIP mode rejects that overload set as the "
-                "dequantize_kernel_t argument of dequantize_block_cuda (convert.cu, 3 IQ4_NL cases). "
-                "Fix: rename it (see test_convert_with_proposed_rename); then drop this xfail")
-
-
 @pytest.mark.parametrize("name", [
     "out-prod.cu",
     "cpy.cu",
     "mmvq.cu",
-    pytest.param("convert.cu", marks=pytest.mark.xfail(strict=True, reason=CONVERT_0008)),
+    "convert.cu",
     "getrows.cu",
     "ggml-cuda.cu",
 ])
@@ -95,6 +89,9 @@ def test_unit_compiles_for_gfx90a(env, name: str) -> None:
         assert res["our_kernels_by_name"] == {"k_out_prod_q_small": 24, "k_out_prod_dequantize_rows": 6,
                                               "k_out_prod_q_reduce": 1}, res["our_kernels_by_name"]
         assert res["our_kernels"]["spills"] == 0
+    if name == "convert.cu":
+        # patch 0008's dequantize_iq4_nl_f2 in the F16, BF16 and F32 non-contiguous converters
+        assert res["expected"][_unit(name).kernels[0]] == 3, res["expected"]
 
 
 def test_ck_glue_compiles_as_hip(env) -> None:
@@ -126,22 +123,3 @@ def test_ck_dispatch_units(env, name: str) -> None:
     else:
         assert res["compiled"], res.get("errors")
         assert res["problems"] == [], res["problems"]  # includes: the object references pyllama90a_ck_fa_try
-
-
-def test_convert_fails_only_on_the_0008_overload(env) -> None:
-    """convert.cu's failure is exactly the known one (not some other error hidden behind the xfail)."""
-    res = cg.run_unit(_unit("convert.cu"), env["tc"], env["tree"], env["out"])
-    if res["compiled"]:
-        pytest.fail("convert.cu compiles now: drop the xfail of test_unit_compiles_for_gfx90a[convert.cu]")
-    assert len(res["errors"]) == 3, res["errors"]
-    assert all("address of overloaded function 'dequantize_block_cuda'" in e for e in res["errors"]), res["errors"]
-
-
-def test_convert_with_proposed_rename(env) -> None:
-    scratch = cg.proposal_convert(env["tree"] / "ggml" / "src" / "ggml-cuda", env["out"] / "proposal")
-    res = cg.run_unit(_unit("convert.cu"), env["tc"], env["tree"], env["out"],
-                      cuda_dir=scratch, label="convert-proposal")
-    assert res["compiled"], res.get("errors")
-    assert res["problems"] == []
-    # the F16, BF16 and F32 converters of IQ4_NL
-    assert res["expected"][_unit("convert.cu").kernels[0]] == 3

@@ -10,9 +10,7 @@ for). Each object's gfx90a code object is then unbundled and its AMDGPU metadata
 be gfx90a, every kernel must have wavefront size 64, and the kernels our patches add must be there
 (register counts, spills and LDS are reported).
 
-A unit that does not compile is reported with its first errors. For one known failure (convert.cu,
-patch 0008: an overloaded dequantize_iq4_nl that clang's HIP mode rejects as a template argument) the
-script also compiles a scratch copy with the rename proposed for the patch, labelled as a proposal.
+A unit that does not compile is reported with its first errors.
 
   python3 benchmarks/hip/compile_gfx90a.py [--cxx clang++-19] [--src TREE] [--out DIR] [--unit NAME ...]
                                            [--markdown FILE] [--json FILE]
@@ -23,8 +21,8 @@ device libraries) compiles them.
 
 The source tree is the patched one vendor/prepare_source.py prints (cached), unless --src is given.
 Needs Debian's `hipcc libamdhip64-dev rocm-device-libs` (apt-get install -y ...); without hipcc it
-exits 77 and says so. Exit code: 0 when every unit compiled and passed the checks (the proposal
-variant and units listed as expected failures in --expect-fail aside), 1 otherwise, 2 on bad usage.
+exits 77 and says so. Exit code: 0 when every unit compiled and passed the checks (units listed in
+--expect-fail aside), 1 otherwise, 2 on bad usage.
 """
 from __future__ import annotations
 
@@ -89,12 +87,12 @@ UNITS = [
     Unit("mmvq.cu", "0007", "mul_mat_vec_q_short_rows",
          (r"^void mul_mat_vec_q_short_rows<",), ("GGML_CUDA_MMVQ_SHORT_ROWS",),
          "MMVQ for rows of a few quant blocks (quantized K heads)"),
-    Unit("convert.cu", "0008", "[pyllama90a]",
-         (r"^void dequantize_block<32, 2, &\(?dequantize_iq4_nl",), (),
+    Unit("convert.cu", "0008", "dequantize_iq4_nl_f2",
+         (r"^void dequantize_block<32, 2, &\(?dequantize_iq4_nl_f2\b",), (),
          "iq4_nl in the non-contiguous F16/BF16/F32 converters (K cache -> F16 for cuBLAS)"),
-    Unit("getrows.cu", "0008 (dequantize.cuh)", "[pyllama90a]",
+    Unit("getrows.cu", "0008 (dequantize.cuh)", "dequantize_iq4_nl_f2",
          (), (),
-         "unchanged, but includes dequantize.cuh, where patch 0008 adds the overloaded dequantize_iq4_nl"),
+         "unchanged, but includes dequantize.cuh, where patch 0008 adds dequantize_iq4_nl_f2"),
     Unit("ggml-cuda.cu", "0005, 0008", "ggml_cuda_mul_mat_kv_cublas",
          (), ("GGML_CUDA_KV_CUBLAS",),
          "host side: OUT_PROD/CPY supports_op (0005), quantized-K prefill through cuBLAS (0008)"),
@@ -120,36 +118,6 @@ def ck_dir() -> Path:
     if out.returncode != 0 or not out.stdout.strip():
         raise RuntimeError("vendor/prepare_ck.py failed:\n" + out.stderr[-2000:])
     return Path(out.stdout.strip().splitlines()[-1])
-
-# The rename proposed for patch 0008 (applied only to a scratch copy, reported as a proposal): patch 0008
-# adds a non-template dequantize_iq4_nl(vx, ib, iqs, float2 &) next to upstream's template
-# dequantize_iq4_nl<dst_t>(vx, ibs, yy, tid); clang (HIP mode) rejects the overload set as the
-# dequantize_kernel_t template argument of dequantize_block_cuda. A distinct name removes the overload.
-PROPOSED_NAME = "dequantize_iq4_nl_f2"
-
-
-def proposal_convert(tree_cuda: Path, scratch: Path) -> Path:
-    """A scratch copy of ggml-cuda's headers + convert.cu with patch 0008's helper renamed; returns its dir."""
-    dst = scratch / "ggml-cuda"
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(tree_cuda, dst, ignore=shutil.ignore_patterns("*.cu", "template-instances"))
-    shutil.copy2(tree_cuda / "convert.cu", dst / "convert.cu")
-    deq = (dst / "dequantize.cuh").read_text()
-    pat = re.compile(r"(\[pyllama90a\] IQ4_NL[^\n]*\n(?://[^\n]*\n)*static __device__ __forceinline__ void )"
-                     r"dequantize_iq4_nl\(")
-    deq, n = pat.subn(lambda m: m.group(1) + PROPOSED_NAME + "(", deq)
-    if n != 1:
-        raise RuntimeError("proposal: patch 0008's dequantize_iq4_nl not found in dequantize.cuh")
-    (dst / "dequantize.cuh").write_text(deq)
-    conv = (dst / "convert.cu").read_text()
-    conv, n = re.subn(r"dequantize_block_cuda<QK4_NL, QR4_NL, dequantize_iq4_nl>",
-                      f"dequantize_block_cuda<QK4_NL, QR4_NL, {PROPOSED_NAME}>", conv)
-    if n != 3:
-        raise RuntimeError(f"proposal: expected 3 IQ4_NL converter cases in convert.cu, found {n}")
-    (dst / "convert.cu").write_text(conv)
-    return dst
-
 
 # ---------------------------------------------------------------------------------------------------------
 
@@ -335,33 +303,31 @@ def summarize(kernels: list[dict]) -> dict:
     }
 
 
-def run_unit(unit: Unit, tc: dict, tree: Path, out: Path, cuda_dir: Path | None = None,
-             label: str | None = None) -> dict:
-    cuda_dir = cuda_dir or tree / "ggml" / "src" / "ggml-cuda"
+def run_unit(unit: Unit, tc: dict, tree: Path, out: Path) -> dict:
+    cuda_dir = tree / "ggml" / "src" / "ggml-cuda"
     src = ROOT / unit.repo_path if unit.repo_path else cuda_dir / unit.name
-    label = label or unit.name
-    res: dict = {"unit": label, "patches": unit.patches, "what": unit.what, "problems": []}
+    res: dict = {"unit": unit.name, "patches": unit.patches, "what": unit.what, "problems": []}
     if unit.repo_path and not src.is_file():
         res.update(compiled=None, absent=True, errors=[f"{unit.repo_path} does not exist in this checkout"])
-        log(f"{label}: absent, skipped")
+        log(f"{unit.name}: absent, skipped")
         return res
     text = src.read_text(errors="replace")
     if not unit.repo_path:
         text += (cuda_dir / "dequantize.cuh").read_text(errors="replace")
     if unit.marker not in text:
         res["problems"].append(f"{unit.name} is not patched (no '{unit.marker}'): wrong tree?")
-    obj = out / (label.replace("/", "_").replace(" ", "_") + ".o")
+    obj = out / (unit.name + ".o")
     ck = None
     if unit.ck:
         try:
             ck = ck_dir()
         except RuntimeError as e:
             res.update(compiled=None, absent=True, errors=[f"CK source not available: {e}"])
-            log(f"{label}: CK source not available, skipped")
+            log(f"{unit.name}: CK source not available, skipped")
             return res
     cmd = compile_cmd(tc, src, obj, tree, cuda_dir, unit, ck)
     res["command"] = " ".join(["HIP_PLATFORM=amd"] + cmd)
-    log(f"compiling {label} ...")
+    log(f"compiling {unit.name} ...")
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=3600)
     res["seconds"] = round(time.monotonic() - t0, 1)
@@ -374,7 +340,7 @@ def run_unit(unit: Unit, tc: dict, tree: Path, out: Path, cuda_dir: Path | None 
         res["errors"] = [e.replace(str(cuda_dir) + "/", "").replace(str(tree) + "/", "")
                          .replace(str(ck) + "/" if ck else "\0", "CK/").replace(str(ROOT) + "/", "") for e in errs]
         res["problems"].append("did not compile")
-        log(f"{label}: FAILED ({res['seconds']} s): {res['errors'][:1]}")
+        log(f"{unit.name}: FAILED ({res['seconds']} s): {res['errors'][:1]}")
         return res
     res["compiled"] = True
     meta = kernel_metadata(obj, out, tc)
@@ -408,7 +374,7 @@ def run_unit(unit: Unit, tc: dict, tree: Path, out: Path, cuda_dir: Path | None 
         for s in unit.host_strings:
             if s.encode() not in data:
                 res["problems"].append(f"host object lacks {s!r}")
-    log(f"{label}: compiled in {res['seconds']} s, {res['all_kernels'].get('count', 0)} kernels "
+    log(f"{unit.name}: compiled in {res['seconds']} s, {res['all_kernels'].get('count', 0)} kernels "
         f"({res['our_kernels'].get('count', 0)} ours){'; PROBLEMS: ' + '; '.join(res['problems']) if res['problems'] else ''}")
     return res
 
@@ -476,7 +442,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="work directory for objects and logs (default: a temp dir)")
     ap.add_argument("--unit", action="append", default=[],
                     help="compile only these units (file names under ggml/src/ggml-cuda/); repeatable")
-    ap.add_argument("--no-proposal", action="store_true", help="skip the convert.cu rename proposal")
     ap.add_argument("--expect-fail", action="append", default=[],
                     help="units whose failure does not fail the exit code (known, reported defects)")
     ap.add_argument("--markdown", type=Path, help="write the results table here")
@@ -528,15 +493,6 @@ def main(argv: list[str] | None = None) -> int:
         report["units"].append(res)
         if res["problems"] and unit.name not in args.expect_fail:
             failed = True
-        if unit.name == "convert.cu" and not res.get("compiled") and not args.no_proposal:
-            try:
-                scratch = proposal_convert(tree / "ggml" / "src" / "ggml-cuda", out / "proposal")
-                prop = run_unit(unit, tc, tree, out, cuda_dir=scratch,
-                                label=f"convert.cu (proposal: rename to {PROPOSED_NAME})")
-            except RuntimeError as e:
-                prop = {"unit": "convert.cu (proposal)", "patches": unit.patches, "compiled": False,
-                        "errors": [str(e)], "problems": [str(e)]}
-            report["units"].append(prop)
 
     md = markdown(report)
     print(md)
