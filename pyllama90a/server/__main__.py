@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from pathlib import Path
 
 from ..kv_types import KV_TYPES
-from .api_requests import Limits
+from .api_requests import UNKNOWN_FIELDS_MODES, Limits
 
 ENV = "PYLLAMA90A_"
 
@@ -44,6 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default 32768; a generation also ends when its slot is full)")
     p.add_argument("--max-request-bytes", type=int, default=_env("max-request-bytes", Limits.max_request_bytes),
                    help="largest request body; more is a 413 (default 16 MiB)")
+    p.add_argument("--unknown-fields", default=_env("unknown-fields", Limits.unknown_fields),
+                   choices=UNKNOWN_FIELDS_MODES,
+                   help="request fields this server does not know (a typo, another server's extension): 'warn' "
+                        "serves the request, names them in an X-Ignored-Fields response header and logs a warning; "
+                        "'reject' answers 400 naming them (default warn). Fields that would change the answer but "
+                        "are not implemented get a 400 either way; ones that change nothing (user, metadata, ...) "
+                        "are accepted")
     p.add_argument("--shutdown-grace", type=float, default=_env("shutdown-grace", 10.0),
                    help="seconds running requests get to finish after SIGTERM/SIGINT; then each remaining one "
                         "ends with an error (streams: an error event and [DONE]) (default 10)")
@@ -89,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     name = args.model_name or Path(engine.model.path).name
     state = ServerState(engine, name, api_key=args.api_key or None,
-                        limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes))
+                        limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
+                                      args.unknown_fields))
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
@@ -97,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
           f"  attention: flash_attn={att.flash_attn} on {att.backend} ({att.reason})\n"
           f"  listening on http://{args.host}:{args.port}/v1" + ("  (API key required)" if state.api_key else ""),
           flush=True)
-    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level)
+    # the server's own warnings (unknown request fields) go where uvicorn's go, at the same --log-level
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["pyllama90a.server"] = {"handlers": ["default"], "level": args.log_level.upper(),
+                                                  "propagate": False}
+    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level,
+                            log_config=log_config)
     try:
         GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
     finally:

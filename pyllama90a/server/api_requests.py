@@ -1,16 +1,21 @@
 """OpenAI request bodies to engine arguments, with OpenAI's 400 errors for anything malformed.
 
 Known fields of the wrong type or out of range name the field in the error's `param`; so do fields that would
-change the output but are not implemented (refused_fields.py). Other unknown fields are accepted. A few
-llama.cpp extensions are implemented: top_k, min_p, repeat_penalty, ignore_eos.
+change the output but are not implemented (refused_fields.py). Fields that change nothing are accepted
+(refused_fields.HARMLESS_FIELDS). Any other field, top-level or of a chat message, is unknown: with
+Limits.unknown_fields "warn" the request is served and the parsed request lists them (`ignored`, sent back in
+the X-Ignored-Fields header), with "reject" it is a 400 naming them. A few llama.cpp extensions are
+implemented: top_k, min_p, repeat_penalty, ignore_eos.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
-from .refused_fields import MESSAGE_FIELDS, REQUEST_FIELDS, refused_field
+from .refused_fields import HARMLESS_FIELDS, HARMLESS_MESSAGE_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS, refused_field
 
 
 class APIError(Exception):
@@ -34,6 +39,8 @@ MISSING = object()
 
 COMPLETIONS_MAX_TOKENS_DEFAULT = 16  # OpenAI's, for /v1/completions
 
+UNKNOWN_FIELDS_MODES = ("warn", "reject")
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -41,6 +48,55 @@ class Limits:
     max_tokens_default: int = 1024  # a chat request's max_tokens when it gives none
     max_tokens_limit: int = 32768   # the most max_tokens (max_completion_tokens) a request may ask for
     max_request_bytes: int = 16 * 2**20  # the largest body (a 128K-token prompt as JSON text is a few MiB)
+    unknown_fields: str = "warn"    # fields known nowhere here: "warn" (served, named in a header) or "reject" (400)
+
+    def __post_init__(self) -> None:
+        if self.unknown_fields not in UNKNOWN_FIELDS_MODES:
+            raise ValueError(f"unknown_fields must be one of {', '.join(UNKNOWN_FIELDS_MODES)}, "
+                             f"got {self.unknown_fields!r}")
+
+
+# the fields each route implements; with refused_fields.py's REQUEST_FIELDS (generation routes only) and
+# HARMLESS_FIELDS they are the known ones, and every other field of a request is unknown
+_GENERATION_FIELDS = frozenset({
+    "model", "n", "max_tokens", "max_completion_tokens", "stream", "stream_options", "temperature", "top_p", "top_k",
+    "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed", "stop", "ignore_eos"})
+COMPLETION_FIELDS = _GENERATION_FIELDS | {"prompt", "logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
+CHAT_FIELDS = _GENERATION_FIELDS | {"messages", "logprobs", "top_logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
+CHAT_MESSAGE_FIELDS = frozenset({"role", "content"}) | MESSAGE_FIELDS.keys() | HARMLESS_MESSAGE_FIELDS
+EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format"}) | HARMLESS_FIELDS
+
+IGNORED_HEADER = "X-Ignored-Fields"
+_SHOWN_NAMES, _SHOWN_NAME_CHARS = 20, 64  # bounds on the names one header, log line or error message carries
+
+
+def _unknown(body: dict, known: frozenset[str], prefix: str = "") -> list[str]:
+    """The names of `body`'s unknown fields, in the request's order."""
+    return [prefix + name for name in body if name not in known]
+
+
+def _settle_unknown(names: list[str], limits: Limits) -> list[str]:
+    """The unknown fields of a request (in its order) as the sorted list it reports; a 400 in "reject" mode."""
+    if names and limits.unknown_fields == "reject":
+        raise APIError(400, f"unknown request field(s): {shown_names(sorted(names))} (this server's "
+                            "--unknown-fields is 'reject'; check the spelling, or send only fields it implements)",
+                       param=names[0][:200], code="unknown_field")
+    return sorted(names)
+
+
+def shown_names(names: list[str]) -> str:
+    """'a, b, c' for a header, a log line or an error message: each name percent-encoded where it is not plain
+    ASCII (a header holds no control or non-Latin-1 characters, and a comma inside a name would read as two)
+    and cut short, and at most 20 of them: a request cannot make a header larger than a client accepts."""
+    shown = []
+    for name in names[:_SHOWN_NAMES]:
+        text = quote(name, safe="[]")
+        if len(text) > _SHOWN_NAME_CHARS:  # cut, and not inside a %XX
+            text = re.sub(r"%[0-9A-F]?$", "", text[:_SHOWN_NAME_CHARS]) + "..."
+        shown.append(text)
+    if len(names) > _SHOWN_NAMES:
+        shown.append(f"...({len(names) - _SHOWN_NAMES} more)")
+    return ", ".join(shown)
 
 
 def _shown(value: Any) -> str:
@@ -111,6 +167,7 @@ class Generation:
     sampling: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, str]] | None = None
     ignore_eos: bool = False
+    ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
 
 
 def _check_model(body: dict) -> None:
@@ -183,6 +240,7 @@ def completion_request(body: Any, limits: Limits) -> Generation:
         raise _bad("prompt", "'prompt' must be a non-empty string or a list of token ids")
     gen.prompt = prompt
     gen.logprobs = _integer(body, "logprobs", None, 0, 5)
+    gen.ignored = _settle_unknown(_unknown(body, COMPLETION_FIELDS), limits)
     return gen
 
 
@@ -210,15 +268,18 @@ def chat_request(body: Any, limits: Limits) -> Generation:
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "'messages' must be a non-empty list")
     gen.messages = []
+    unknown = _unknown(body, CHAT_FIELDS)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
             raise _bad(f"messages[{i}]", "each message must be an object with a string 'role'")
         _refuse_unimplemented(m, MESSAGE_FIELDS, f"messages[{i}].")
+        unknown += _unknown(m, CHAT_MESSAGE_FIELDS, f"messages[{i}].")
         gen.messages.append({"role": m["role"], "content": _message_text(m.get("content"), i)})
     if _boolean(body, "logprobs", False):
         gen.logprobs = _integer(body, "top_logprobs", 0, 0, 20)
     elif body.get("top_logprobs") is not None:
         raise _bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+    gen.ignored = _settle_unknown(unknown, limits)
     return gen
 
 
@@ -229,13 +290,15 @@ MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit; also bounds the work one request 
 class EmbeddingRequest:
     texts: list[str]
     base64: bool
+    ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
 
 
-def embedding_request(body: Any) -> EmbeddingRequest:
+def embedding_request(body: Any, limits: Limits | None = None) -> EmbeddingRequest:
     """POST /v1/embeddings: input is a string or a list of strings."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     _check_model(body)
+    _check_unused(body)
     value = body.get("input", MISSING)
     if value is MISSING or value is None:
         raise _bad("input", "'input' is required")
@@ -248,4 +311,5 @@ def embedding_request(body: Any) -> EmbeddingRequest:
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
-    return EmbeddingRequest(texts, encoding == "base64")
+    return EmbeddingRequest(texts, encoding == "base64",
+                            _settle_unknown(_unknown(body, EMBEDDING_FIELDS), limits or Limits()))

@@ -22,7 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError, TokenLogprob
 from ..errors import ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError
 from ..model import Model
-from .api_requests import APIError, Generation, Limits, chat_request, completion_request, embedding_request
+from .api_requests import (IGNORED_HEADER, APIError, Generation, Limits, chat_request, completion_request,
+                           embedding_request, shown_names)
 from .metrics import render_metrics
 from .openapi_doc import route_docs
 from .request_body import read_json
@@ -152,16 +153,17 @@ def create_app(state: ServerState) -> FastAPI:
         return await _generate(state, request, gen, prompt, chat=True)
 
     @app.post("/v1/embeddings", **docs["embeddings"])
-    async def embeddings(request: Request) -> dict[str, Any]:
-        req = embedding_request(await read_json(request, state.limits.max_request_bytes))
+    async def embeddings(request: Request) -> Response:
+        req = embedding_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         vectors, n_tokens = await asyncio.to_thread(_embed, state, req.texts)
         data = []
         for i, vec in enumerate(vectors):
             value: Any = (base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
                           else vec.astype(float).tolist())
             data.append({"object": "embedding", "index": i, "embedding": value})
-        return {"object": "list", "data": data, "model": state.model_name,
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+        return JSONResponse({"object": "list", "data": data, "model": state.model_name,
+                             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}},
+                            headers=_ignored_fields(request, req.ignored))
 
     return app
 
@@ -228,6 +230,15 @@ def _generation_failed(error: Exception) -> APIError:
     return APIError(500, f"generation failed: {error}", type="server_error")
 
 
+def _ignored_fields(request: Request, names: list[str]) -> dict[str, str]:
+    """The response headers that name a request's unknown fields (--unknown-fields warn), and its log line."""
+    if not names:
+        return {}
+    shown = shown_names(names)
+    log.warning("%s: unknown request field(s) ignored: %s", request.url.path, shown)
+    return {IGNORED_HEADER: shown}
+
+
 def _model_card(state: ServerState) -> dict[str, Any]:
     return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "pyllama90a"}
 
@@ -270,11 +281,12 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
     except ClosedError as e:
         raise _unavailable(e) from None
 
+    headers = _ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     shape = _ChatShape(ident, state.model_name) if chat else _CompletionShape(ident, state.model_name)
     if gen.stream:
         return StreamingResponse(_sse(chunks, handle, shape, gen.include_usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     try:
         parts: list[Chunk] = []
         next_check = time.monotonic() + DISCONNECT_POLL_S
@@ -296,7 +308,7 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
                 break
     finally:
         handle.cancel()  # a client gone before the end (or an error) frees the slot
-    return JSONResponse(shape.whole(parts))
+    return JSONResponse(shape.whole(parts), headers=headers)
 
 
 async def _sse(chunks: asyncio.Queue, handle: Any, shape: Any, include_usage: bool) -> AsyncIterator[str]:

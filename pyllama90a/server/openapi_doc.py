@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api_requests import MAX_EMBEDDING_INPUTS, Limits
+from .api_requests import IGNORED_HEADER, MAX_EMBEDDING_INPUTS, Limits
 
 Schema = dict[str, Any]
 
@@ -155,34 +155,54 @@ def _json(description: str, schema: Schema) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _unknown_fields(limits: Limits) -> str:
+    """How the server treats request fields it does not know (--unknown-fields)."""
+    if limits.unknown_fields == "reject":
+        return "Fields this server does not know are refused with a 400 (code unknown_field) naming them."
+    return (f"Fields this server does not know are ignored and named in the {IGNORED_HEADER} response header "
+            "(and the server's log).")
+
+
+def _ok_headers(limits: Limits) -> dict[str, Any]:
+    if limits.unknown_fields == "reject":
+        return {}
+    return {"headers": {IGNORED_HEADER: {
+        "description": "the request's unknown fields, which were ignored: sorted, comma-separated, percent-encoded "
+                       "where not plain ASCII (a chat message's as messages[i].name); absent when there are none",
+        "schema": {"type": "string"}}}}
+
+
+def _request_body(schema: Schema, limits: Limits) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "description": _unknown_fields(limits),
+                            "content": {"application/json": {"schema": schema}}}}
+
+
 def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
-    why = {400: "malformed body, wrong type or range, unimplemented field (param names it)",
+    why = {400: "malformed body, wrong type or range, unimplemented or (--unknown-fields reject) unknown field "
+                "(param names it)",
            401: "wrong or missing API key (--api-key)", 404: "no such model or route",
            413: "body larger than --max-request-bytes", 429: "queue full (Retry-After)",
            500: "a bug of this server", 503: "shutting down, or the engine stopped (code says which)"}
     return {s: _json(why[s], ERROR) for s in statuses}
 
 
-def _generation_route(summary: str, request: Schema, answer: Schema) -> dict[str, Any]:
+def _generation_route(summary: str, request: Schema, answer: Schema, limits: Limits) -> dict[str, Any]:
     ok = _json("the whole answer, or with stream=true server-sent events ending in `data: [DONE]`", answer)
+    ok.update(_ok_headers(limits))
     # (OpenAPI 3.1: the schema of an event stream describes one event; data is a JSON chunk, or [DONE] last)
     ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
                                                      "properties": {"data": {"type": "string"}}}}
-    return {"summary": summary,
-            "openapi_extra": {"requestBody": {"required": True,
-                                              "content": {"application/json": {"schema": request}}}},
+    return {"summary": summary, "openapi_extra": _request_body(request, limits),
             "responses": {200: ok, **_errors(400, 401, 413, 429, 500, 503)}}
 
 
 def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
     """Keyword arguments of each route's decorator (summary, openapi_extra, responses)."""
     return {
-        "completions": _generation_route("Text completion", _completion_request(limits), COMPLETION),
-        "chat": _generation_route("Chat completion", _chat_request(limits), CHAT_COMPLETION),
-        "embeddings": {"summary": "Embeddings",
-                       "openapi_extra": {"requestBody": {"required": True, "content": {
-                           "application/json": {"schema": EMBEDDING_REQUEST}}}},
-                       "responses": {200: _json("one vector per input", EMBEDDINGS),
+        "completions": _generation_route("Text completion", _completion_request(limits), COMPLETION, limits),
+        "chat": _generation_route("Chat completion", _chat_request(limits), CHAT_COMPLETION, limits),
+        "embeddings": {"summary": "Embeddings", "openapi_extra": _request_body(EMBEDDING_REQUEST, limits),
+                       "responses": {200: {**_json("one vector per input", EMBEDDINGS), **_ok_headers(limits)},
                                      **_errors(400, 401, 413, 500, 503)}},
         "models": {"summary": "The served model", "responses": {
             200: _json("a list of one model", {"type": "object", "required": ["object", "data"],

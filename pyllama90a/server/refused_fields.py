@@ -2,8 +2,9 @@
 because it changes nothing (a client library may send it by default).
 
 Any other value is refused with a 400 naming the field: a 200 with unconstrained text where the client asked
-for JSON, a tool call or a biased vocabulary is a wrong answer the client cannot see. Fields that do not
-change the output (user, metadata, store, service_tier, prediction, ...) and unknown fields are accepted.
+for JSON, a tool call or a biased vocabulary is a wrong answer the client cannot see. Fields known not to
+change the output are accepted (HARMLESS_FIELDS). Any other field is unknown here (a typo, a newer API's
+field): the server's --unknown-fields says whether it is served and named (X-Ignored-Fields) or refused.
 Names come from OpenAI's request objects and from the extensions of llama.cpp's and vLLM's servers, which
 clients written for those send.
 """
@@ -91,6 +92,17 @@ MESSAGE_FIELDS: dict[str, tuple[NoOp, str]] = {
     "name": (_is(""), "message names are not supported (the chat template would drop them)"),
     "audio": (_is(), "audio is not supported"),
 }
+
+
+# top-level fields accepted on every route because they change nothing in the answer (bookkeeping, caching
+# hints, routing); api_requests.py still checks the types of user, metadata, store and service_tier
+HARMLESS_FIELDS: frozenset[str] = frozenset({
+    "user", "metadata", "store", "service_tier", "prediction", "prompt_cache_key", "safety_identifier",
+    "cache_prompt",  # llama.cpp's server: reuse of the KV cache, which this server decides itself
+})
+
+# fields of one chat message accepted because the answer is the same without them (none so far)
+HARMLESS_MESSAGE_FIELDS: frozenset[str] = frozenset()
 
 
 def refused_field(body: dict, fields: dict[str, tuple[NoOp, str]] = REQUEST_FIELDS) -> tuple[str, str] | None:
