@@ -37,7 +37,8 @@ DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 # "+mmq": patch 0008 off, i.e. CUDA prefill's K^T Q over a quantized K cache on MMQ instead of cuBLAS;
 # "+norot": upstream's Hadamard rotation of Q/K/V for quantized caches off (what it costs; it buys accuracy)
 VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0"),
-               "mmq": ("GGML_CUDA_KV_CUBLAS", "0"), "norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
+               "mmq": ("GGML_CUDA_KV_CUBLAS", "0"), "norot": ("LLAMA_ATTN_ROT_DISABLE", "1"),
+               "nock": ("PYLLAMA90A_CK_FA", "0")}
 
 
 @dataclass(frozen=True)
