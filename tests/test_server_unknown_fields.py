@@ -111,8 +111,14 @@ def test_refused_fields_are_a_400_in_both_modes(warn, reject, path) -> None:
             assert error["param"] == field
 
 
+def test_embedding_dimensions_are_refused_not_ignored(warn, reject) -> None:
+    for client in (warn, reject):
+        assert _error(client.post(EMBEDDINGS, json={"input": "Hi", "dimensions": 8}))["param"] == "dimensions"
+    assert HEADER not in warn.post(EMBEDDINGS, json={"input": "Hi", "dimensions": None}).headers
+
+
 def test_a_field_of_another_route_is_unknown(warn) -> None:
-    assert warn.post(EMBEDDINGS, json={"input": "Hi", "dimensions": 8}).headers[HEADER] == "dimensions"
+    assert warn.post(EMBEDDINGS, json={"input": "Hi", "max_tokens": 8}).headers[HEADER] == "max_tokens"
     assert warn.post(COMPLETIONS, json={**BASES[COMPLETIONS], "messages": HI}).headers[HEADER] == "messages"
 
 

@@ -64,7 +64,7 @@ _GENERATION_FIELDS = frozenset({
 COMPLETION_FIELDS = _GENERATION_FIELDS | {"prompt", "logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
 CHAT_FIELDS = _GENERATION_FIELDS | {"messages", "logprobs", "top_logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
 CHAT_MESSAGE_FIELDS = frozenset({"role", "content"}) | MESSAGE_FIELDS.keys() | HARMLESS_MESSAGE_FIELDS
-EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format"}) | HARMLESS_FIELDS
+EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions"}) | HARMLESS_FIELDS
 
 IGNORED_HEADER = "X-Ignored-Fields"
 _SHOWN_NAMES, _SHOWN_NAME_CHARS = 20, 64  # bounds on the names one header, log line or error message carries
@@ -308,6 +308,8 @@ def embedding_request(body: Any, limits: Limits | None = None) -> EmbeddingReque
                             "(token-id inputs are not supported)")
     if len(texts) > MAX_EMBEDDING_INPUTS:
         raise _bad("input", f"'input' may hold at most {MAX_EMBEDDING_INPUTS} strings, got {len(texts)}")
+    if body.get("dimensions") is not None:  # shorter vectors would be a different answer: not silently the full one
+        raise _bad("dimensions", "'dimensions' is not supported: embeddings have the model's size")
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")

@@ -109,7 +109,8 @@ EMBEDDING_REQUEST: Schema = {
                    "input": {"anyOf": [{"type": "string", "minLength": 1},
                                        {"type": "array", "items": {"type": "string", "minLength": 1},
                                         "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]},
-                   "encoding_format": _nullable({"enum": ["float", "base64"]})}}
+                   "encoding_format": _nullable({"enum": ["float", "base64"]}),
+                   "dimensions": {"type": "null", "description": "only null: shorter embeddings are not supported"}}}
 
 
 def _object(obj: str | list[str], choice: Schema) -> Schema:
