@@ -121,7 +121,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse, **docs["metrics"])
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(state), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(render_metrics(state.engine, state.responses), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", **docs["models"])
     async def models() -> dict[str, Any]:

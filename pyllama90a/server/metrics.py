@@ -1,10 +1,11 @@
 """/metrics in Prometheus' text format: requests, tokens, queue, slots, throughput, KV cache."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .app import ServerState
+    from ..engine import BatchEngine
 
 PREFIX = "pyllama90a_"
 
@@ -19,15 +20,16 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def render_metrics(state: ServerState) -> str:
-    stats = state.engine.stats()
-    kv = state.engine.model.kv_cache
-    attention = state.engine.model.attention
+def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int]) -> str:
+    """The engine's counters and configuration, and the HTTP responses counted by (route, status code)."""
+    stats = engine.stats()
+    kv = engine.model.kv_cache
+    attention = engine.model.attention
     lines: list[str] = []
     _family(lines, "engine_up", "gauge", "1 while the engine thread serves requests; 0 once it stopped or failed.",
-            [("", int(state.engine.running))])
+            [("", int(engine.running))])
     _family(lines, "http_responses_total", "counter", "HTTP responses by route and status code.",
-            [(f'{{route="{route}",code="{code}"}}', n) for (route, code), n in sorted(state.responses.items())])
+            [(f'{{route="{route}",code="{code}"}}', n) for (route, code), n in sorted(responses.items())])
     _family(lines, "requests_total", "counter", "Generation requests accepted by the engine.",
             [("", stats.requests_total)])
     _family(lines, "requests_failed_total", "counter", "Generation requests that ended in an error.",
@@ -45,6 +47,6 @@ def render_metrics(state: ServerState) -> str:
     _family(lines, "kv_cache_bytes", "gauge", "Bytes of the K and V caches.",
             [(f'{{cache="k",type="{kv.type_k}"}}', kv.k_bytes), (f'{{cache="v",type="{kv.type_v}"}}', kv.v_bytes)])
     _family(lines, "kv_cache_info", "gauge", "KV cache configuration (value is always 1).",
-            [(f'{{type_k="{kv.type_k}",type_v="{kv.type_v}",n_ctx="{kv.n_ctx}",n_ctx_slot="{state.engine.n_ctx_slot}",'
+            [(f'{{type_k="{kv.type_k}",type_v="{kv.type_v}",n_ctx="{kv.n_ctx}",n_ctx_slot="{engine.n_ctx_slot}",'
               f'flash_attn="{attention.flash_attn}"}}', 1)])
     return "\n".join(lines) + "\n"
