@@ -12,9 +12,7 @@ of the ratios unless --baseline says otherwise. Quote ratios; absolute times on 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -23,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .attention_policy import attention_device
+from .bench_report import machine_name, write_results
 from .errors import InvalidArgumentError
 from .kv_types import check_kv_type
 from .model import Model
@@ -72,18 +70,6 @@ class Mode:
         if VARIANT_ENV[self.variant]:
             name, value = VARIANT_ENV[self.variant]
             os.environ[name] = value
-
-
-def machine_name() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    name = f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
-    kind, gpu = attention_device(n_gpu_layers=-1)
-    return name if kind == "cpu" else f"{name} + {gpu}"
 
 
 def _timed(fn) -> float:  # noqa: ANN001
@@ -239,15 +225,6 @@ def plot(result: dict, path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
-
-
-def write_results(out: Path, stem: str, result: dict, table: str) -> Path:
-    """`out`/STEM.json and STEM.md (the folder is made if needed); returns `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{stem}.md").write_text(table)
-    print(f"wrote {out}/{stem}.json, {stem}.md", file=sys.stderr)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from .bench import machine_name, write_results
+from .bench_report import machine_name, write_results
 from .server.process import ServerProcess
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "the first city on Mars", "a dragon who cannot fly",

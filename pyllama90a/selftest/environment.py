@@ -10,7 +10,7 @@ from importlib import metadata
 import numpy as np
 
 from ..attention_policy import attention_device
-from ..bench import machine_name
+from ..bench_report import machine_name
 
 
 def _tool_line(command: list[str], containing: str = "") -> str | None:
