@@ -9,10 +9,7 @@ distinct tokens. The weights are noise of about std 0.02 (norms are 1.0), so act
 generation runs without NaN, but the text produced is meaningless: use them for speed and memory
 measurements and for checking that kernels run, never for quality.
 
-The files are written with the `gguf` package (GGUFWriter). When it is not installed, the copy in the
-llama.cpp source tree prepared by the build is used: $PYLLAMA90A_LLAMA_CPP_SRC/gguf-py when that
-variable names a directory, else the newest $PYLLAMA90A_CACHE/src/*/gguf-py (default cache
-~/.cache/pyllama90a).
+The files are written with llama.cpp's `gguf` package (GGUFWriter), a dependency of pyllama90a.
 
 Tensors are made and written one at a time, so memory stays at about one tensor. By default
 ("fast") quantized weights are built directly as random Q4_0 / Q8_0 blocks (a random fp16 scale
@@ -22,9 +19,7 @@ quantizing them; method="quantize" draws normal floats and runs gguf.quants.quan
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
-import importlib
 import os
 import sys
 import time
@@ -125,70 +120,14 @@ GQA_SHAPES: dict[str, Shape] = {s.name: s for s in (
 
 # -- the gguf package ------------------------------------------------------------------------------
 
-def _gguf_py_candidates() -> list[Path]:
-    found: list[Path] = []
-    src = os.environ.get("PYLLAMA90A_LLAMA_CPP_SRC")
-    if src and Path(src).is_dir() and (Path(src) / "gguf-py").is_dir():
-        found.append(Path(src) / "gguf-py")
-    cache = Path(os.environ.get("PYLLAMA90A_CACHE") or Path.home() / ".cache" / "pyllama90a")
-    trees = [Path(p) for p in glob.glob(str(cache / "src" / "*" / "gguf-py")) if Path(p).is_dir()]
-    trees.sort(key=lambda p: p.stat().st_mtime, reverse=True)  # newest first
-    found.extend(trees)
-    return found
-
-
-def _forget_gguf() -> None:
-    for name in [n for n in sys.modules if n == "gguf" or n.startswith("gguf.")]:
-        del sys.modules[name]
-
-
-def _import_gguf_here() -> types.ModuleType:
-    """`import gguf`; gguf.metadata imports yaml at the top only to read model cards, so when PyYAML
-    is missing a stand-in is put in place for the import (and taken away afterwards)."""
-    try:
-        return importlib.import_module("gguf")
-    except ModuleNotFoundError as e:
-        if e.name != "yaml":
-            raise
-    _forget_gguf()
-    stub = types.ModuleType("yaml")
-
-    def _no_yaml(*args: Any, **kwargs: Any) -> Any:
-        raise ImportError("PyYAML is not installed")
-
-    stub.safe_load = _no_yaml  # type: ignore[attr-defined]
-    sys.modules["yaml"] = stub
-    try:
-        return importlib.import_module("gguf")
-    finally:
-        if sys.modules.get("yaml") is stub:
-            del sys.modules["yaml"]
-
-
 def import_gguf() -> types.ModuleType:
-    """The `gguf` package: installed, else the gguf-py folder of the prepared llama.cpp tree."""
+    """llama.cpp's `gguf` package (a dependency of pyllama90a), imported on first use: only writing or
+    editing a model file needs it."""
     try:
-        return _import_gguf_here()
+        import gguf
     except ImportError as e:
-        first_error: ImportError = e
-    _forget_gguf()
-    tried = []
-    for folder in _gguf_py_candidates():
-        tried.append(str(folder))
-        sys.path.insert(0, str(folder))
-        try:
-            gguf = _import_gguf_here()
-            if hasattr(gguf, "GGUFWriter") and hasattr(gguf, "quants"):
-                return gguf
-        except ImportError:
-            pass
-        sys.path.remove(str(folder))
-        _forget_gguf()
-    raise ImportError(
-        "pyllama90a.synthetic needs the `gguf` package: `pip install gguf`, or set "
-        "PYLLAMA90A_LLAMA_CPP_SRC to a llama.cpp source tree (its gguf-py folder is used). "
-        f"`import gguf` failed ({first_error}); gguf-py folders tried: {tried or 'none found'} "
-        f"(looked in $PYLLAMA90A_LLAMA_CPP_SRC/gguf-py and $PYLLAMA90A_CACHE/src/*/gguf-py)") from first_error
+        raise ImportError(f"pyllama90a.synthetic needs the `gguf` package (pip install gguf): {e}") from e
+    return gguf
 
 
 # -- vocabulary ------------------------------------------------------------------------------------
