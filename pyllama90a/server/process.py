@@ -1,7 +1,8 @@
-"""Run a server in a child process until it answers /health: for tests, benchmarks and apps.
+"""Run a server in a child process until it answers /health, and stop it.
 
-Works for `python -m pyllama90a.server` and for llama.cpp's own llama-server (the load benchmark's
-reference), which share /health.
+Used at run time by the server load benchmark (`python -m pyllama90a.bench server`, for this package's
+server and llama.cpp's own llama-server, which share /health) and by the malformed-request campaign
+(`python -m pyllama90a.server.malformed_requests` without --url); the tests use it too.
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -23,27 +25,31 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`with ServerProcess([...flags]) as srv: srv.base_url` — started on a free port, stopped with SIGTERM."""
+    """`with ServerProcess([...flags]) as srv: srv.base_url` — started on a free port, stopped with SIGTERM.
+
+    The child's stdout and stderr go to an unnamed temporary file, not a pipe: nothing reads a pipe until
+    stop(), and a server that logs every request (llama-server does) would block once the pipe was full.
+    """
 
     def __init__(self, args: list[str], *, command: list[str] | None = None, env: dict[str, str] | None = None,
-                 port: int | None = None, timeout: float = 120.0, log: Path | None = None) -> None:
-        self.port = port or free_port()
+                 timeout: float = 120.0) -> None:
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         command = command or [sys.executable, "-m", "pyllama90a.server"]
         self.argv = [*command, *args, "--port", str(self.port)]
         self.env = {**os.environ, **(env or {})}
         self.timeout = timeout
-        self.log = log
         self.proc: subprocess.Popen | None = None
+        self._output: IO[bytes] | None = None
 
     def start(self) -> ServerProcess:
-        out = open(self.log, "wb") if self.log else subprocess.PIPE  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        self._output = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                output = self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {' '.join(self.argv)}\n{output}")
+                code, output = self.stop()
+                raise RuntimeError(f"server exited with {code}: {' '.join(self.argv)}\n{output}")
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -51,22 +57,31 @@ class ServerProcess:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"server did not answer /health within {self.timeout} s: {' '.join(self.argv)}")
+        _, output = self.stop()
+        raise TimeoutError(f"server did not answer /health within {self.timeout} s: {' '.join(self.argv)}\n"
+                           f"{output[-4000:]}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> tuple[int, str]:
-        """Signal the server and wait; returns (exit code, its output if it was captured)."""
+        """Signal the server and wait (SIGKILL after `timeout` s); returns (exit code, its output)."""
         if self.proc is None:
             return 0, ""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            output, _ = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            output, _ = self.proc.communicate()
+            self.proc.wait()
         code, self.proc = self.proc.returncode, None
-        return code, (output or b"").decode(errors="replace")
+        return code, self._take_output()
+
+    def _take_output(self) -> str:
+        out, self._output = self._output, None
+        if out is None:
+            return ""
+        with out:
+            out.seek(0)
+            return out.read().decode(errors="replace")
 
     def __enter__(self) -> ServerProcess:
         return self.start()
