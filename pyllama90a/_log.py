@@ -21,7 +21,7 @@ _partial = threading.local()
 
 
 @ffi.def_extern()
-def pyllama90a_on_log(level: int, text) -> None:  # noqa: ANN001 - called from C
+def pyllama90a_on_log(level: int, text) -> None:  # called from C
     # llama.cpp may send one line in several pieces: join them until the newline
     buf = getattr(_partial, "buf", "") + ffi.string(text).decode("utf-8", "replace")
     if not buf.endswith("\n"):

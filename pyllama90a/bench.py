@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TextIO
 
 import numpy as np
 
@@ -57,7 +58,8 @@ class Mode:
             ctk, ctv = kv.split("/")
             flash_attn = {"fa-on": "on", "fa-off": "off", "fa-auto": "auto"}[fa]
         except (ValueError, KeyError):
-            raise InvalidArgumentError(f"mode {text!r} is not fa-{{on,off,auto}}:CTK/CTV, e.g. fa-off:q4_0/q4_0")
+            raise InvalidArgumentError(
+                f"mode {text!r} is not fa-{{on,off,auto}}:CTK/CTV, e.g. fa-off:q4_0/q4_0") from None
         return cls(flash_attn, check_kv_type(ctk, "K"), check_kv_type(ctv, "V"), variant)
 
     def __str__(self) -> str:
@@ -72,7 +74,7 @@ class Mode:
             os.environ[name] = value
 
 
-def _timed(fn) -> float:  # noqa: ANN001
+def _timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -113,7 +115,7 @@ def measure_generate(model: Model, tokens: list[int], tg: int) -> float:
 
 def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int, reps: int,
         n_threads: int | None, n_gpu_layers: int, overhead: bool = True,
-        progress=sys.stderr) -> dict:  # noqa: ANN001
+        progress: TextIO = sys.stderr) -> dict:
     n_ctx = max(depths) + max(pp, tg) + 2  # the cache holds at least one token (fill)
     models = {}
     for mode in modes:

@@ -43,7 +43,7 @@ class FaGraph:
     scale: float
 
 
-def _fill_cache(ctx, kv_type: str, values: np.ndarray):  # noqa: ANN001, ANN202
+def _fill_cache(ctx, kv_type: str, values: np.ndarray):
     """A cache tensor [row, capacity, n_seq] holding values (n_seq, capacity, row), and what it reads back as."""
     n_seq, capacity, row = values.shape
     qtype = ggml_type(kv_type)
@@ -60,7 +60,7 @@ def _fill_cache(ctx, kv_type: str, values: np.ndarray):  # noqa: ANN001, ANN202
     return cache, back.reshape(values.shape)
 
 
-def _head_view(ctx, cache, kv_type: str, head_dim: int, n_head_kv: int, n_kv: int, n_seq: int):  # noqa: ANN001, ANN202
+def _head_view(ctx, cache, kv_type: str, head_dim: int, n_head_kv: int, n_kv: int, n_seq: int):
     """llama_kv_cache's view [D, n_head_kv, n_kv, n_seq] permuted as build_attn_mha does: [D, n_kv, n_head_kv, n_seq]."""
     qtype = ggml_type(kv_type)
     row = lib.ggml_row_size(qtype, head_dim * n_head_kv)
@@ -88,7 +88,7 @@ def _mask_values(shape: Shape, rng: np.random.Generator, n_past: int) -> np.ndar
     return values
 
 
-def build(ctx, shape: Shape, rng: np.random.Generator, *, max_bias: float = 0.0, softcap: float = 0.0) -> FaGraph:  # noqa: ANN001
+def build(ctx, shape: Shape, rng: np.random.Generator, *, max_bias: float = 0.0, softcap: float = 0.0) -> FaGraph:
     d, dv = shape.head_dim, shape.dv
     capacity = shape.n_kv + int(rng.integers(1, 40))  # the cache holds more cells than the graph reads
     n_past = int(rng.integers(0, shape.n_kv - shape.n_q + 1))
@@ -98,7 +98,7 @@ def build(ctx, shape: Shape, rng: np.random.Generator, *, max_bias: float = 0.0,
     ffi.memmove(q_full.data, q_values.tobytes(), q_values.nbytes)
     q = lib.ggml_permute(ctx, q_full, 0, 2, 1, 3)
 
-    def cache(dim: int):  # noqa: ANN202
+    def cache(dim: int):
         values = rng.standard_normal((shape.n_seq, capacity, shape.n_head_kv * dim)).astype(np.float32)
         tensor, read_back = _fill_cache(ctx, shape.kv_type, values)
         view = _head_view(ctx, tensor, shape.kv_type, dim, shape.n_head_kv, shape.n_kv, shape.n_seq)
@@ -120,7 +120,7 @@ def build(ctx, shape: Shape, rng: np.random.Generator, *, max_bias: float = 0.0,
     return FaGraph(node, q_values.transpose(0, 2, 1, 3), k_values, v_values, n_past, scale)
 
 
-def compute(ctx, node) -> np.ndarray:  # noqa: ANN001
+def compute(ctx, node) -> np.ndarray:
     """ggml's CPU FLASH_ATTN_EXT; returns dst as [n_seq, n_q, n_head, Dv] float32."""
     graph = lib.ggml_new_graph(ctx)
     lib.ggml_build_forward_expand(graph, node)

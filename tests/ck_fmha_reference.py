@@ -16,7 +16,7 @@ MASK_NO_MASK, MASK_TOP_LEFT, MASK_BOTTOM_RIGHT = 0, 1, 2
 BIAS_NO_BIAS, BIAS_ELEMENTWISE = 0, 1
 
 
-def strided_view(ffi, pointer, shape: tuple[int, ...], strides: tuple[int, ...], *, writable: bool = False) -> np.ndarray:  # noqa: ANN001
+def strided_view(ffi, pointer, shape: tuple[int, ...], strides: tuple[int, ...], *, writable: bool = False) -> np.ndarray:
     """fp16 elements at pointer + sum(index * stride), strides in elements, as CK addresses them."""
     extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
     raw = np.frombuffer(ffi.buffer(ffi.cast("char *", pointer), 2 * extent), dtype=np.float16)
@@ -42,7 +42,7 @@ def visible(mask_type: int, left: int, right: int, seqlen_q: int, seqlen_k: int)
     return (j >= -y + i + 1) & (j < np.minimum(i + x, seqlen_k))
 
 
-def fmha_fwd(ffi, args, traits) -> np.ndarray:  # noqa: ANN001
+def fmha_fwd(ffi, args, traits) -> np.ndarray:
     """Compute CK's forward into args.o_ptr; also returns O as float32 [batch, nhead_q, seqlen_q, hdim_v]."""
     assert not traits.is_group_mode and traits.is_v_rowmajor and not traits.has_logits_soft_cap
     assert not traits.has_lse and not traits.has_dropout and ffi.string(traits.data_type) == b"fp16"

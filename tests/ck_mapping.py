@@ -79,12 +79,12 @@ class Mapping:
         self.ffi.cdef(cdef_text(CK_FA_SRC / "fmha_mapping.h"))
         self.lib = self.ffi.dlopen(str(library))
 
-    def node(self, tensor):  # noqa: ANN001, ANN201
+    def node(self, tensor):
         """A pyllama90a._ffi ggml_tensor pointer as this library's (the same memory)."""
         return self.ffi.cast("struct ggml_tensor *", int(native_ffi.cast("uintptr_t", tensor)))
 
     def options(self, *, min_queries: int | None = None, causal_offset: int | None = None,
-                max_staging_bytes: int | None = None):  # noqa: ANN201
+                max_staging_bytes: int | None = None):
         opts = self.ffi.new("struct pyllama90a_ck_fa_options *")
         opts.min_queries = self.lib.pyllama90a_ck_fa_default_min_queries() if min_queries is None else min_queries
         opts.max_staging_bytes = (self.lib.pyllama90a_ck_fa_default_max_staging_bytes()
@@ -93,11 +93,11 @@ class Mapping:
         opts.causal_offset = causal_offset or 0
         return opts
 
-    def check(self, node, **options) -> str:  # noqa: ANN001
+    def check(self, node, **options) -> str:
         verdict = self.lib.pyllama90a_ck_fa_check(self.node(node), self.options(**options))
         return self.ffi.string(self.lib.pyllama90a_ck_fa_verdict_name(verdict)).decode()
 
-    def map(self, node, q: int, k: int, v: int, o: int, **options):  # noqa: ANN001, ANN201
+    def map(self, node, q: int, k: int, v: int, o: int, **options):
         """(args, traits) for the node with F16 operands at the given addresses; fails unless eligible."""
         buffers = self.ffi.new("struct pyllama90a_ck_fa_buffers *", {
             "q": self.ffi.cast("void *", q), "k": self.ffi.cast("void *", k),
@@ -108,7 +108,7 @@ class Mapping:
         assert verdict == self.lib.PYLLAMA90A_CK_FA_OK, self.ffi.string(self.lib.pyllama90a_ck_fa_verdict_name(verdict))
         return args, traits
 
-    def needs_f16_copy(self, tensor) -> bool:  # noqa: ANN001
+    def needs_f16_copy(self, tensor) -> bool:
         return bool(self.lib.pyllama90a_ck_fa_needs_f16_copy(self.node(tensor)))
 
 
@@ -122,7 +122,7 @@ def ck_mapping(tmp_path_factory: pytest.TempPathFactory) -> Mapping:
 
 
 @pytest.fixture
-def ggml_ctx():  # noqa: ANN201
+def ggml_ctx():
     """A ggml context with its own memory, for building FLASH_ATTN_EXT nodes and computing them on the CPU."""
     from pyllama90a._ffi import lib
     ctx = lib.ggml_init({"mem_size": 256 << 20, "mem_buffer": native_ffi.NULL, "no_alloc": False})

@@ -33,7 +33,7 @@ def _record_last_step(model_path: Path, tokens: list[int], ctk: str, ctv: str, n
     nodes: list[Node] = []
 
     @ffi.callback("bool(struct ggml_tensor *, bool, void *)")
-    def on_node(t, ask, _user):  # noqa: ANN001
+    def on_node(t, ask, _user):
         if ask:
             srcs = tuple(t.src[i].type for i in range(10) if t.src[i] != ffi.NULL)
             nodes.append(Node(ffi.string(lib.ggml_op_desc(t)).decode(), ffi.string(t.name).decode(),

@@ -29,7 +29,7 @@ def _dequantize(qtype: int, raw: bytes, n: int) -> np.ndarray:
 
 
 @pytest.fixture
-def ctx():  # noqa: ANN201
+def ctx():
     """A ggml context with its own memory, for building and computing a small graph on the CPU."""
     ctx = lib.ggml_init({"mem_size": 64 << 20, "mem_buffer": ffi.NULL, "no_alloc": False})
     assert ctx != ffi.NULL
@@ -37,13 +37,13 @@ def ctx():  # noqa: ANN201
     lib.ggml_free(ctx)
 
 
-def _compute(ctx, tensor) -> None:  # noqa: ANN001
+def _compute(ctx, tensor) -> None:
     graph = lib.ggml_new_graph(ctx)
     lib.ggml_build_forward_expand(graph, tensor)
     assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
 
 
-def _head_view_of_cache(ctx, qtype: int, values: np.ndarray, n_head_kv: int):  # noqa: ANN001, ANN202
+def _head_view_of_cache(ctx, qtype: int, values: np.ndarray, n_head_kv: int):
     """A quantized cache of one row per KV cell (values: n_kv x n_embd_gqa), and the view llama_kv_cache
     returns for an untransposed K or V after build_attn_mha's permute: [head_dim, n_kv, n_head_kv, 1].
     Also returns the cache dequantized by ggml's own row converter, shape (n_kv, n_head_kv, head_dim)."""

@@ -88,7 +88,7 @@ def test_strides_of_a_kv_cache_view(ck_mapping: Mapping, ggml_ctx):
         128, 1, 0, True, False)
 
 
-def eligible_node(ctx, **changes):  # noqa: ANN001, ANN202
+def eligible_node(ctx, **changes):
     fields = dict(n_head=8, n_head_kv=2, head_dim=64, n_q=32, n_kv=200)
     fields.update(changes)
     return build(ctx, Shape(**fields), np.random.default_rng(0)).node
@@ -128,7 +128,7 @@ def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx, m
 
 
 @pytest.fixture(scope="module")
-def dispatcher(ck_root: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def dispatcher(ck_root: Path, tmp_path_factory: pytest.TempPathFactory):
     spec = importlib.util.spec_from_file_location("ck_fmha_codegen", REPO / "vendor" / "ck_fmha_codegen.py")
     codegen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(codegen)

@@ -118,7 +118,7 @@ def test_real_header_base_keeps_the_real_metadata(model_path) -> None:
 
 # -- the runner classifies what really happens in a child ----------------------------------------------
 
-def _native_abort(stage) -> None:  # noqa: ANN001
+def _native_abort(stage) -> None:
     """A GGML_ASSERT that fails on purpose: ggml refuses to multiply matrices of mismatched shapes."""
     from pyllama90a._ffi import ffi, lib
 
@@ -129,17 +129,17 @@ def _native_abort(stage) -> None:  # noqa: ANN001
     lib.ggml_mul_mat(ctx, a, b)
 
 
-def _leak(stage) -> None:  # noqa: ANN001
+def _leak(stage) -> None:
     stage("lookup")
     raise KeyError("not a pyllama90a error")
 
 
-def _sleep(stage) -> None:  # noqa: ANN001
+def _sleep(stage) -> None:
     stage("sleeping")
     time.sleep(60)
 
 
-def _grow(stage) -> None:  # noqa: ANN001
+def _grow(stage) -> None:
     stage("allocating")
     blocks = []
     while True:

@@ -30,7 +30,7 @@ def server(model_path):
         yield srv
 
 
-def _post(server, path: str, **kwargs) -> httpx.Response:  # noqa: ANN001
+def _post(server, path: str, **kwargs) -> httpx.Response:
     return httpx.post(server.base_url + path, timeout=60, **kwargs)
 
 
@@ -81,7 +81,7 @@ def test_a_body_over_the_limit_is_413(server) -> None:
     body = json.dumps({"prompt": "word " * 70_000, "max_tokens": 1}).encode()
     assert _error(_post(server, COMPLETIONS, content=body), 413)["code"] == "request_too_large"
 
-    def chunks():  # noqa: ANN202 - no Content-Length: the limit holds while the body streams in
+    def chunks():  # no Content-Length: the limit holds while the body streams in
         yield body[:200_000]
         yield body[200_000:]
     _error(_post(server, COMPLETIONS, content=chunks()), 413)
@@ -161,7 +161,7 @@ def test_no_500_and_still_serving_after_all_that(server) -> None:
 
 # -- shutdown ------------------------------------------------------------------------------------------------
 
-def _wait_for(predicate, timeout: float = 60.0) -> bool:  # noqa: ANN001
+def _wait_for(predicate, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.02)

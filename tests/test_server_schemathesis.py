@@ -48,7 +48,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @schema.parametrize()
 @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-def test_api_conforms_and_never_fails(case) -> None:  # noqa: ANN001
+def test_api_conforms_and_never_fails(case) -> None:
     response = case.call_and_validate(checks=CHECKS, timeout=60)
     STATUSES[response.status_code] += 1
 

@@ -31,7 +31,7 @@ def engine(model_path):
     engine.close()
 
 
-def _client(engine, mode: str):  # noqa: ANN001, ANN202
+def _client(engine, mode: str):
     state = ServerState(engine, "m", limits=Limits(unknown_fields=mode))
     with TestClient(create_app(state)) as client:
         yield client
@@ -49,7 +49,7 @@ def reject(engine):
     yield from _client(engine, "reject")
 
 
-def _error(response, status: int = 400) -> dict:  # noqa: ANN001
+def _error(response, status: int = 400) -> dict:
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]

@@ -215,7 +215,7 @@ def compile_cmd(tc: dict, src: Path, obj: Path, tree: Path, cuda_dir: Path, unit
 
 
 def first_errors(text: str, n: int = 6) -> list[str]:
-    errs = [l.strip() for l in text.splitlines() if re.search(r"\berror\b", l)]
+    errs = [line.strip() for line in text.splitlines() if re.search(r"\berror\b", line)]
     return errs[:n]
 
 

@@ -156,7 +156,7 @@ def _decode(j: Any, work: Path, model: Any) -> Any:
     return j
 
 
-def api_job(spec: dict, work: Path):  # noqa: ANN201 - a runner job function
+def api_job(spec: dict, work: Path):  # a runner job function
     def job(stage: Stage) -> None:
         import pyllama90a as pl
         from .model_case import _show_native_log

@@ -185,7 +185,7 @@ class Campaign:
             lines += [f"## {f.name}: {what} at {o.stage}, {f.count} cases", "",
                       f"- signature: `{f.signature}`",
                       f"- minimal reproducer: `{describe_spec(f.spec)}`",
-                      f"- mutation classes that hit it: "
+                      "- mutation classes that hit it: "
                       + ", ".join(f"{c} {n}" for c, n in f.mutation_classes.most_common()),
                       f"- files: {self.repro_dir / f.name}.json, .gguf", ""]
             if o.stderr_tail:

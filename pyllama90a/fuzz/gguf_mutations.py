@@ -488,7 +488,7 @@ class _Generator:
         n = len(self.base.tensors) if field == "n_tensors" else len(self.base.entries)
         return [{"op": "header", "field": field, "value": rng.choice([0, 1, n - 1, n + 1, 2 * n, 2**63, 2**64 - 1])}]
 
-    def tensor(self):  # noqa: ANN201
+    def tensor(self):
         return self.rng.choice(self.base.tensors)
 
     def m_tensor_shape(self) -> list[dict]:

@@ -49,7 +49,7 @@ def exercise(path: str | os.PathLike[str], stage: Stage, model_args: dict | None
         stage("close")
 
 
-def case_job(spec: dict, path: Path):  # noqa: ANN201 - a runner job function
+def case_job(spec: dict, path: Path):  # a runner job function
     """The child function for `spec` (base, mutations, optional model_args): build the file at `path`
     (stage "build"), exercise it, remove it."""
     def job(stage: Stage) -> None:

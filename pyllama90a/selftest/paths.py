@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -123,7 +124,7 @@ def _error(got: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray
 
 def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], ...], references: References,
                  shapes: tuple[str, ...] = CHECK_SHAPES, noise_factor: float = NOISE_FACTOR,
-                 progress=None) -> list[PathResult]:  # noqa: ANN001
+                 progress: TextIO | None = None) -> list[PathResult]:
     on_gpu = n_gpu_layers != 0
     results = []
     for shape_name in shapes:

@@ -33,7 +33,7 @@ class GracefulServer(uvicorn.Server):
         self._closing: asyncio.Future | None = None
 
     @contextlib.contextmanager
-    def capture_signals(self):  # noqa: ANN201
+    def capture_signals(self):
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
