@@ -95,23 +95,23 @@ def test_the_engine_holds_its_models_context(engine) -> None:
 
 def test_queue_limit_and_close(model_path) -> None:
     engine = pl.BatchEngine(model_path, parallel=1, queue_size=1, n_ctx=1024, n_threads=2)
-    ends: list[pl.Chunk] = []
-    busy = engine.submit("Go on:", lambda c: ends.append(c) if c.finish_reason else None, max_tokens=900,
-                         ignore_eos=True)
-    while engine.stats().busy_slots == 0:
-        time.sleep(0.01)
-    queued = engine.submit("Hi", lambda c: ends.append(c) if c.finish_reason else None, max_tokens=2)
+    busy_end: list[pl.Chunk] = []
+    queued_end: list[pl.Chunk] = []
+    engine.submit("Go on:", _ends(busy_end), max_tokens=900, ignore_eos=True)
+    assert _wait_for(lambda: engine.stats().busy_slots == 1), "the first request never took the slot"
+    engine.submit("Hi", _ends(queued_end), max_tokens=2)
     with pytest.raises(pl.QueueFullError):
         engine.submit("Hi", print, max_tokens=2)
     closer = threading.Thread(target=engine.close)
     closer.start()
     closer.join(timeout=30)
     assert not closer.is_alive()
-    # both requests still in flight end with an error chunk; the engine refuses new work
-    assert len(ends) == 2 and all(c.finish_reason == "error" and isinstance(c.error, pl.ClosedError) for c in ends)
+    # each request still in flight (the generating one and the queued one) ends with one error chunk;
+    # the engine refuses new work
+    for ends in (busy_end, queued_end):
+        assert len(ends) == 1 and ends[0].finish_reason == "error" and isinstance(ends[0].error, pl.ClosedError)
     with pytest.raises(pl.ClosedError):
         engine.submit("Hi", print)
-    assert busy and queued
 
 
 def _ends(into: list):  # noqa: ANN202
