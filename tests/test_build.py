@@ -1,10 +1,11 @@
 """vendor/prepare_source.py: where the llama.cpp source comes from, and how it fails."""
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,33 @@ def _prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(PREPARE)], capture_output=True, text=True, env=full, timeout=600)
 
 
-def test_offline_fetch_fails_fast_with_instructions(tmp_path) -> None:
-    start = time.monotonic()
-    out = _prepare(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple",
-                   PIP_FIND_LINKS="", PIP_EXTRA_INDEX_URL="")
+class _UnavailableIndex(http.server.BaseHTTPRequestHandler):
+    """A package index on loopback that answers every request with 503, and counts them."""
+    requests: list[str]
+
+    def do_GET(self) -> None:
+        self.requests.append(self.path)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_unreachable_index_fails_after_one_retry_with_instructions(tmp_path) -> None:
+    """An unreachable index costs one retry, not pip's default five with backoff (how the fetch stays fast
+    offline: counted, not timed), and the error says how to provide the source instead."""
+    handler = type("Index", (_UnavailableIndex,), {"requests": []})
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as index:
+        threading.Thread(target=index.serve_forever, daemon=True).start()
+        try:
+            out = _prepare(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="", PIP_EXTRA_INDEX_URL="",
+                           PIP_INDEX_URL=f"http://127.0.0.1:{index.server_port}/simple")
+        finally:
+            index.shutdown()
     assert out.returncode == 1
-    assert time.monotonic() - start < 60
+    assert 1 <= len(handler.requests) <= 2, handler.requests  # asked the index, and retried at most once
     assert "could not fetch the llama.cpp source" in out.stderr
     assert "PYLLAMA90A_LLAMA_CPP_SRC" in out.stderr
     assert "Traceback" not in out.stderr
