@@ -29,6 +29,15 @@ class AttentionChoice:
     reason: str
 
 
+def device_kind(name: str, description: str) -> str:
+    """The policy's kind of a ggml GPU device, from its name and description: "cuda", "gfx90a", "hip" or "gpu"."""
+    if name.startswith("CUDA"):
+        return "cuda"
+    if name.startswith(("ROCm", "HIP")):
+        return "gfx90a" if "gfx90a" in description.lower() or "mi210" in description.lower() else "hip"
+    return "gpu"
+
+
 def attention_device(n_gpu_layers: int) -> tuple[str, str]:
     """(kind, label) of the first GPU when layers are offloaded, else the CPU."""
     from ._ffi import ffi, lib
@@ -40,17 +49,17 @@ def attention_device(n_gpu_layers: int) -> tuple[str, str]:
                 continue
             name = ffi.string(lib.ggml_backend_dev_name(dev)).decode()
             desc = ffi.string(lib.ggml_backend_dev_description(dev)).decode()
-            label = f"{name} ({desc})"
-            if name.startswith("CUDA"):
-                return "cuda", label
-            if name.startswith(("ROCm", "HIP")):
-                return ("gfx90a" if "gfx90a" in desc.lower() or "mi210" in desc.lower() else "hip"), label
-            return "gpu", label
+            return device_kind(name, desc), f"{name} ({desc})"
     return "cpu", "CPU"
 
 
 def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int) -> AttentionChoice:
     kind, label = attention_device(n_gpu_layers)
+    return decide(requested, ctk, ctv, kind, label)
+
+
+def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> AttentionChoice:
+    """The table above for a device of `kind` (attention_device's: "cpu", "cuda", "gfx90a", "hip", "gpu")."""
     if requested != "auto":
         return AttentionChoice(requested, label, "requested")
     quantized_v = ctv not in ("f16", "bf16", "f32")
