@@ -40,6 +40,11 @@ class InvalidArgumentError(LlamaError, ValueError):
     """An argument is out of range or of the wrong kind."""
 
 
+class ChatTemplateError(InvalidArgumentError):
+    """A chat template does not compile or fails to render (its syntax, a raise_exception() call, an undefined
+    value it needs, an operation the sandbox refuses); the message carries the template's own words and line."""
+
+
 class ContextOverflowError(InvalidArgumentError):
     """The prompt (plus what is to be generated) does not fit the context."""
 

@@ -1,0 +1,404 @@
+"""Chat templates rendered with Jinja, in a sandbox, the way Hugging Face transformers renders them.
+
+A GGUF carries its model's Jinja template in `tokenizer.chat_template` (and sometimes a tool-use variant in
+`tokenizer.chat_template.tool_use`). `ChatTemplate.for_model(model)` reads it (or takes an override), and
+`render(messages, tools=..., add_generation_prompt=True, **kwargs)` gives the prompt text.
+
+The environment is jinja2's ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and the
+loopcontrols extension, the globals `raise_exception(message)` and `strftime_now(format)`, a `tojson` filter
+that keeps non-ASCII text and takes indent/separators/sort_keys, and a `{% generation %}` block that renders
+its body. A template is a file's data: reaching for Python internals (attributes starting with "_", the
+sandbox's unsafe attributes) fails at once, and so do mutating methods (list.append, dict.update).
+
+Messages are checked and copied before the template sees them (the caller's are never changed): content may
+be a string, None, or a list of text parts (joined); an assistant message's `tool_calls[*].function.arguments`
+is given to the template as a dict (most templates write it with `tojson`) whose `.json` attribute is the JSON
+text as sent; `tool` messages keep tool_call_id, name and content.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any, Sequence
+
+from .errors import ChatTemplateError, InvalidArgumentError, fs_path
+from .tool_calls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
+
+__all__ = ["ChatTemplate", "ToolArguments", "normalize_messages", "special_tokens", "TEMPLATE_KEY",
+           "TOOL_USE_TEMPLATE_KEY"]
+
+TEMPLATE_KEY = "tokenizer.chat_template"
+TOOL_USE_TEMPLATE_KEY = "tokenizer.chat_template.tool_use"
+_RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+
+
+# -- the environment -------------------------------------------------------------------------------------
+
+def _environment():  # noqa: ANN202 - jinja2 is imported lazily
+    import jinja2
+    from jinja2.ext import Extension
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    class GenerationBlock(Extension):
+        """{% generation %}...{% endgeneration %} (HF marks the assistant's tokens with it): renders the body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):  # noqa: ANN001, ANN201
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        def unsafe_undefined(self, obj, attribute):  # noqa: ANN001, ANN201
+            # the default gives an Undefined that fails only when used further ({{ x.__class__ }} prints "")
+            raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
+
+    def raise_exception(message: object) -> None:
+        raise jinja2.TemplateError(str(message))
+
+    def strftime_now(fmt: str) -> str:
+        return datetime.now().strftime(fmt)
+
+    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+               separators: Sequence[str] | None = None, sort_keys: bool = False) -> str:
+        seps = None
+        if separators is not None:  # templates pass a list or tuple of (item, key) separators
+            item_sep, key_sep = separators
+            seps = (str(item_sep), str(key_sep))
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=seps, sort_keys=sort_keys)
+
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+                  extensions=["jinja2.ext.loopcontrols", GenerationBlock])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+_env = None
+_env_lock = threading.Lock()
+_cache: OrderedDict[str, Any] = OrderedDict()
+_CACHE_SIZE = 16
+
+
+def _get_env():  # noqa: ANN202
+    global _env
+    with _env_lock:
+        if _env is None:
+            _env = _environment()
+        return _env
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """The template line an error was raised at (jinja2 rewrites tracebacks so they show template lines)."""
+    line = getattr(exc, "lineno", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def compile_template(source: str):  # noqa: ANN201 - a jinja2.Template
+    """The compiled template of `source`, from a small cache (compiled once per template text)."""
+    if not isinstance(source, str):
+        raise InvalidArgumentError(f"chat_template must be a str, got {type(source).__name__}")
+    with _env_lock:
+        hit = _cache.get(source)
+        if hit is not None:
+            _cache.move_to_end(source)
+            return hit
+    import jinja2
+
+    env = _get_env()
+    try:
+        template = env.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+    with _env_lock:
+        _cache[source] = template
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return template
+
+
+@functools.lru_cache(maxsize=64)
+def _uses_variable(source: str, name: str) -> bool:
+    """Whether the template reads the variable `name` (from its syntax tree, not a text search)."""
+    from jinja2 import meta
+
+    return name in meta.find_undeclared_variables(_get_env().parse(source))
+
+
+# -- messages --------------------------------------------------------------------------------------------
+
+class ToolArguments(dict):
+    """A tool call's arguments as the template sees them: the dict (so `tojson` writes the object, not a
+    quoted string), with the JSON text as sent in `.json`."""
+
+    json: str
+
+
+def _arguments(value: object, where: str) -> object:
+    if isinstance(value, dict):
+        args = ToolArguments(value)
+        args.json = json.dumps(value, ensure_ascii=False)
+        return args
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value  # not JSON (a model's malformed call in the history): the template gets the text
+        if isinstance(parsed, dict):
+            args = ToolArguments(parsed)
+            args.json = value
+            return args
+        return value
+    raise InvalidArgumentError(f"{where} must be a JSON string or an object, got {type(value).__name__}")
+
+
+def _content(value: object, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        texts = []
+        for j, part in enumerate(value):
+            if isinstance(part, str):
+                texts.append(part)
+                continue
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise InvalidArgumentError(f"{where}[{j}] must be a text part {{'type': 'text', 'text': ...}} "
+                                           f"(only text is supported), got {kind!r}"[:200])
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise InvalidArgumentError(f"{where} must be a string, a list of text parts or null, "
+                               f"got {type(value).__name__}")
+
+
+def normalize_messages(messages: object) -> list[dict]:
+    """Checked copies of OpenAI-style messages, as templates want them (see the module's doc)."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise InvalidArgumentError(f"{where} must be an object, got {type(m).__name__}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise InvalidArgumentError(f"{where}.role must be a non-empty string, got {role!r}"[:200])
+        msg = dict(m)
+        msg["content"] = _content(m.get("content"), f"{where}.content")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if role != "assistant":
+                raise InvalidArgumentError(f"{where}.tool_calls is only for assistant messages (role is {role!r})")
+            if not isinstance(calls, (list, tuple)):
+                raise InvalidArgumentError(f"{where}.tool_calls must be a list, got {type(calls).__name__}")
+            new_calls = []
+            for j, call in enumerate(calls):
+                cw = f"{where}.tool_calls[{j}]"
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise InvalidArgumentError(f"{cw} must be {{'id': ..., 'type': 'function', 'function': "
+                                               f"{{'name': ..., 'arguments': ...}}}}")
+                if "id" in call and call["id"] is not None and not isinstance(call["id"], str):
+                    raise InvalidArgumentError(f"{cw}.id must be a string")
+                new_fn = dict(fn)
+                new_fn["arguments"] = _arguments(fn.get("arguments", {}), f"{cw}.function.arguments")
+                new_calls.append({**call, "type": call.get("type", "function"), "function": new_fn})
+            msg["tool_calls"] = new_calls
+            if msg["content"] is None:
+                msg["content"] = ""  # most templates concatenate content; None would fail there
+        elif msg["content"] is None:
+            raise InvalidArgumentError(f"{where}.content is missing (only an assistant message with tool_calls "
+                                       "may leave it out)")
+        if role == "tool":
+            for key in ("tool_call_id", "name"):
+                if key in m and m[key] is not None and not isinstance(m[key], str):
+                    raise InvalidArgumentError(f"{where}.{key} must be a string")
+        out.append(msg)
+    return out
+
+
+def _as_text_history(messages: list[dict], fmt: ToolCallFormat, tool_role: bool) -> list[dict]:
+    """For a template that does not render tool_calls (or tool messages): the calls written into the
+    assistant's content in `fmt`'s syntax, and tool results as user messages in <tool_response> tags (or kept
+    as tool messages when the template knows that role). Consecutive tool results share one message."""
+    out: list[dict] = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = fmt.call_text([(c["function"]["name"], getattr(c["function"]["arguments"], "json",
+                                                                    c["function"]["arguments"]))
+                                   for c in m["tool_calls"]])
+            text = (m["content"] + "\n" if m["content"] else "") + calls
+            out.append({k: v for k, v in m.items() if k != "tool_calls"} | {"content": text})
+        elif m["role"] == "tool" and not tool_role:
+            block = f"<tool_response>\n{m['content']}\n</tool_response>"
+            if out and out[-1].get("_tool_results"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "_tool_results": True})
+        else:
+            out.append(m)
+    for m in out:
+        m.pop("_tool_results", None)
+    return out
+
+
+def _with_system_text(messages: list[dict], text: str) -> list[dict]:
+    if messages and messages[0]["role"] == "system":
+        first = dict(messages[0])
+        first["content"] = (first["content"] + "\n\n" if first["content"] else "") + text
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+# -- the template ----------------------------------------------------------------------------------------
+
+def special_tokens(model: Any) -> tuple[str, str]:
+    """(bos_token, eos_token) of a Model, as text ("" where the vocabulary has none)."""
+    from ._ffi import lib
+
+    with model._using_model():
+        ids = (lib.llama_vocab_bos(model._vocab), lib.llama_vocab_eos(model._vocab))
+    return tuple(model.detokenize([t], special=True) if 0 <= t < model._n_vocab else "" for t in ids)  # type: ignore[return-value]
+
+
+class ChatTemplate:
+    """A Jinja chat template and the special tokens it is given.
+
+    source: the template text; tool_use_source: a variant used when tools are given (GGUFs of some models
+    carry one); tool_call_format: the tool-call syntax ("hermes", "llama3_json", "mistral", "generic", or
+    None to detect it from the template's text)."""
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "", tool_use_source: str | None = None,
+                 tool_call_format: str | ToolCallFormat | None = None) -> None:
+        for name, value in (("bos_token", bos_token), ("eos_token", eos_token)):
+            if not isinstance(value, str):
+                raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
+        if not isinstance(source, str) or not source.strip():
+            raise ChatTemplateError("chat_template must be a non-empty string of Jinja template text")
+        if tool_use_source is not None and not isinstance(tool_use_source, str):
+            raise InvalidArgumentError("tool_use_source must be a str")
+        compile_template(source)  # a syntax error is reported now, not at the first chat
+        if tool_use_source:
+            compile_template(tool_use_source)
+        self.source = source
+        self.tool_use_source = tool_use_source or None
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.tool_call_format = (get_format(tool_call_format) if tool_call_format is not None
+                                 else detect_format(self.tool_use_source or source))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **kwargs: Any) -> ChatTemplate:
+        """A template read from a text file (UTF-8), e.g. the server's --chat-template-file."""
+        raw = fs_path("chat_template_file", path)
+        try:
+            with open(raw, encoding="utf-8") as f:
+                source = f.read()
+        except OSError as e:
+            raise ChatTemplateError(f"chat template file {os.fsdecode(raw)}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ChatTemplateError(f"chat template file {os.fsdecode(raw)} is not UTF-8 text: {e.reason} "
+                                    f"at byte {e.start}") from None
+        return cls(source, **kwargs)
+
+    @classmethod
+    def for_model(cls, model: Any, override: str | None = None,
+                  tool_call_format: str | ToolCallFormat | None = None) -> ChatTemplate | None:
+        """The template of `model`: `override` (template text) if given, else the GGUF's; None when there is
+        neither (the caller then has llama.cpp's built-in matcher, or no chat). bos/eos come from the vocab."""
+        bos, eos = special_tokens(model)
+        if override is not None:
+            return cls(override, bos_token=bos, eos_token=eos, tool_call_format=tool_call_format)
+        source = model.metadata(TEMPLATE_KEY)
+        if not source:
+            return None
+        return cls(source, bos_token=bos, eos_token=eos, tool_use_source=model.metadata(TOOL_USE_TEMPLATE_KEY),
+                   tool_call_format=tool_call_format)
+
+    # -- what the template does --------------------------------------------------------------------------
+
+    def _source_for(self, tools: list[dict]) -> str:
+        return self.tool_use_source if tools and self.tool_use_source else self.source
+
+    def renders_tools(self) -> bool:
+        """Whether the template itself describes `tools` to the model (it reads the `tools` variable) in a
+        syntax we parse (not the generic format)."""
+        return not self.tool_call_format.system_prompt and _uses_variable(self.tool_use_source or self.source,
+                                                                          "tools")
+
+    def renders_tool_calls(self, source: str | None = None) -> bool:
+        """Whether the template writes assistant tool_calls itself (in a syntax we parse)."""
+        return "tool_calls" in (source or self.source) and not self.tool_call_format.system_prompt
+
+    def render(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+               add_generation_prompt: bool = True, **kwargs: Any) -> str:
+        """The prompt text for `messages` (OpenAI shape) and `tools` (OpenAI tool list, given to the template
+        as is). `kwargs` become template variables too (e.g. enable_thinking, date_string).
+
+        Tools and tool history reach the template natively when it renders them in a syntax we parse; else
+        (the generic format) the tools are described in a system message with the Hermes call syntax, and
+        earlier calls and results are written into the messages as text."""
+        msgs = normalize_messages(messages)
+        tools = check_tools(tools)
+        if not isinstance(add_generation_prompt, bool):
+            raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
+        clash = _RESERVED.intersection(kwargs)
+        if clash:
+            raise InvalidArgumentError(f"template variable(s) {sorted(clash)} are set by render(); "
+                                       "pass them as its arguments")
+        source = self._source_for(tools)
+        fmt = self.tool_call_format
+        native_tools = bool(tools) and self.renders_tools()
+        if not self.renders_tool_calls(source):
+            tool_role = bool(re.search(r"""['"]tool['"]""", source)) and not fmt.system_prompt
+            msgs = _as_text_history(msgs, fmt if not fmt.system_prompt else GENERIC, tool_role)
+        if tools and not native_tools:
+            msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC if fmt.system_prompt else fmt))
+        variables = dict(kwargs, messages=msgs, add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token, eos_token=self.eos_token)
+        if native_tools:
+            variables["tools"] = tools
+        return self.render_raw(source, variables)
+
+    @staticmethod
+    def render_raw(source: str, variables: dict) -> str:
+        """Render template text with exactly `variables`; a failure is a ChatTemplateError."""
+        import jinja2
+
+        template = compile_template(source)
+        try:
+            return template.render(**variables)
+        except ChatTemplateError:
+            raise
+        except jinja2.TemplateError as e:
+            line = _template_line(e)
+            where = f" (template line {line})" if line else ""
+            kind = "raised an error:" if type(e) is jinja2.TemplateError else f"failed: {type(e).__name__}:"
+            raise ChatTemplateError(f"chat template {kind} {e.message or e}{where}") from None
+        except RecursionError:
+            raise ChatTemplateError("chat template failed: recursion too deep") from None
+        except Exception as e:  # noqa: BLE001 - a template's TypeError, ValueError, ... in its expressions
+            line = _template_line(e)
+            where = f" (template line {line})" if line else ""
+            raise ChatTemplateError(f"chat template failed: {type(e).__name__}: {e}{where}") from None
+
+    def has_bos(self, text: str) -> bool:
+        """Whether rendered `text` already begins with the BOS token: then tokenize it with
+        add_special=False (or the model would get a second BOS)."""
+        return bool(self.bos_token) and text.startswith(self.bos_token)
+
+    def __repr__(self) -> str:
+        return (f"ChatTemplate({len(self.source)} chars, tool_call_format={self.tool_call_format.name!r}, "
+                f"bos_token={self.bos_token!r})")
