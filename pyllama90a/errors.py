@@ -45,6 +45,11 @@ class ChatTemplateError(InvalidArgumentError):
     value it needs, an operation the sandbox refuses); the message carries the template's own words and line."""
 
 
+class ConstraintError(InvalidArgumentError):
+    """A JSON schema, regular expression, grammar, response_format or tool-call format that cannot constrain
+    generation (invalid, or using what the constraint library does not support); the message names the field."""
+
+
 class ContextOverflowError(InvalidArgumentError):
     """The prompt (plus what is to be generated) does not fit the context."""
 

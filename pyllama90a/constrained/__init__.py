@@ -1,0 +1,24 @@
+"""Constrained decoding: JSON schema, OpenAI response_format, regex, GBNF grammar and tool calls, with
+llguidance (pip install "pyllama90a[structured]"), plus OpenAI's logit_bias.
+
+    from pyllama90a import constrained as c
+    spec = c.constraint_from(json_schema={"type": "object", ...})   # or response_format=, regex=, grammar=
+    m = c.Matcher(spec, model)                                      # one per sequence
+    m.apply(row); token = sample(row); m.accept(token)              # per step; stop when m.is_done()
+
+Choice of library and its numbers: benchmarks/results/constrained-backends.md.
+"""
+from __future__ import annotations
+
+from ..errors import ConstraintError
+from .logit_bias import LogitBias, apply_logit_bias
+from .matcher import Matcher, apply_bitmask, compute_masks
+from .spec import (JSON_DEFAULTS, Constraint, ToolCallFormat, constraint_from, grammar, json_object, json_schema,
+                   regex, response_format, schema_dict, tool_calls)
+from .vocab import Vocab, vocab_for
+
+__all__ = [
+    "Constraint", "ToolCallFormat", "Matcher", "LogitBias", "Vocab", "ConstraintError",
+    "constraint_from", "json_schema", "json_object", "regex", "grammar", "tool_calls", "response_format",
+    "schema_dict", "vocab_for", "compute_masks", "apply_bitmask", "apply_logit_bias", "JSON_DEFAULTS",
+]
