@@ -20,12 +20,13 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from . import _log
 from ._ffi import ffi, lib
+from .constrained import Constraint, ConstraintError, LogitBias, Matcher
 from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError, positive_int
 from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
 from .sampling import SamplerChain, SamplingParams
@@ -75,6 +76,8 @@ class _Job:
     on_chunk: Callable[[Chunk], None]
     cancelled: bool = False
     sampler: SamplerChain | None = None
+    matcher: Matcher | None = None        # the request's output constraint, per slot
+    logit_bias: LogitBias | None = None
     text: TextStream | None = None
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     generated: list[int] = field(default_factory=list)
@@ -156,11 +159,14 @@ class BatchEngine:
 
     def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
                stop: str | Sequence[str] = (), logprobs: int | None = None, ignore_eos: bool = False,
+               constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
                **sampling: object) -> Handle:
         """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
 
         logprobs: None, or how many most likely alternatives to report with each token's log-probability.
         ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
+        constraint: a pyllama90a.constrained Constraint (JSON schema, regex, grammar) the output must match.
+        logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
 
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
@@ -176,7 +182,13 @@ class BatchEngine:
         # built here, in the caller's thread (a chain needs no context): one that cannot be built fails this
         # request with an exception instead of failing a step of the engine thread, where it would stop everyone
         sampler = SamplerChain(params, self._n_vocab)
-        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler=sampler)
+        if constraint is not None and ignore_eos:
+            raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at its match")
+        # the grammar is compiled here too, not in the engine thread
+        matcher = Matcher(constraint, self.model) if constraint is not None else None
+        bias = LogitBias(logit_bias, self._n_vocab) if logit_bias else None
+        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler=sampler,
+                   matcher=matcher, logit_bias=bias)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -366,7 +378,24 @@ class BatchEngine:
     def _sample(self, slot: _Slot, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
         job = slot.job
+        if job.matcher is not None or job.logit_bias is not None:
+            row = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
+                                dtype=np.float32)  # llama.cpp's own row, which the sampler chain reads next
+            if job.logit_bias is not None:
+                job.logit_bias.apply(row)
+            if job.matcher is not None:
+                try:
+                    job.matcher.apply(row)
+                except ConstraintError as e:  # the grammar engine failed: this request ends, the others go on
+                    self._fail([slot], e)
+                    return 0
         token = job.sampler.sample(self._ctx, index)
+        if job.matcher is not None:
+            try:
+                job.matcher.accept(token)
+            except ConstraintError as e:
+                self._fail([slot], e)
+                return 0
         if not job.ignore_eos and lib.llama_vocab_is_eog(self._vocab, token):
             self._finish(slot, "stop")
             return 0

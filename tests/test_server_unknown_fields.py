@@ -106,7 +106,7 @@ def test_reject_is_a_400_naming_them(reject, path) -> None:
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
 def test_refused_fields_are_a_400_in_both_modes(warn, reject, path) -> None:
     for client in (warn, reject):
-        for field, value in (("response_format", {"type": "json_object"}), ("logit_bias", {"1": 5})):
+        for field, value in (("tools", [{"type": "function", "function": {"name": "f"}}]), ("best_of", 2)):
             error = _error(client.post(path, json={**BASES[path], field: value, "temprature": 1}))
             assert error["param"] == field
 

@@ -323,7 +323,7 @@ def response_format(value: object, *, name: str = "response_format") -> Constrai
         raise ConstraintError(f"{name} must be an object with a \"type\", got {type(value).__name__}")
     kind = value.get("type")
     allowed = {"text": {"type"}, "json_object": {"type", "schema"}, "json_schema": {"type", "json_schema", "schema"}}
-    if kind not in allowed:
+    if not isinstance(kind, str) or kind not in allowed:  # (a dict or list here is unhashable: check the type first)
         raise ConstraintError(f"{name}.type must be one of \"text\", \"json_object\", \"json_schema\", got {kind!r}")
     extra = sorted(set(value) - allowed[kind])
     if extra:

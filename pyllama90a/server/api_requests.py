@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from ..constrained import Constraint, ConstraintError, constraint_from
 from .refused_fields import HARMLESS_FIELDS, HARMLESS_MESSAGE_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS, refused_field
 
 
@@ -60,7 +61,8 @@ class Limits:
 # HARMLESS_FIELDS they are the known ones, and every other field of a request is unknown
 _GENERATION_FIELDS = frozenset({
     "model", "n", "max_tokens", "max_completion_tokens", "stream", "stream_options", "temperature", "top_p", "top_k",
-    "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed", "stop", "ignore_eos"})
+    "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed", "stop", "ignore_eos",
+    "response_format", "grammar", "json_schema", "logit_bias"})
 COMPLETION_FIELDS = _GENERATION_FIELDS | {"prompt", "logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
 CHAT_FIELDS = _GENERATION_FIELDS | {"messages", "logprobs", "top_logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
 CHAT_MESSAGE_FIELDS = frozenset({"role", "content"}) | MESSAGE_FIELDS.keys() | HARMLESS_MESSAGE_FIELDS
@@ -168,6 +170,26 @@ class Generation:
     messages: list[dict[str, str]] | None = None
     ignore_eos: bool = False
     ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
+    constraint: Constraint | None = None  # response_format / grammar / json_schema (llama.cpp's extensions)
+    logit_bias: dict | None = None        # token id -> bias; ids are checked against the vocabulary at submit
+
+
+def _constraint(body: dict) -> Constraint | None:
+    """The output constraint a request asks for: OpenAI's response_format, or llama.cpp's grammar (GBNF) or
+    json_schema; "" and {} mean none, as in llama.cpp's server. A bad one is a 400 naming its field."""
+    grammar, schema = body.get("grammar"), body.get("json_schema")
+    if grammar is not None and not isinstance(grammar, str):
+        raise _bad("grammar", f"'grammar' must be a GBNF grammar as a string, got {_shown(grammar)}")
+    if schema is not None and not isinstance(schema, dict):
+        raise _bad("json_schema", f"'json_schema' must be a JSON schema object, got {_shown(schema)}")
+    fields = {"response_format": body.get("response_format"), "grammar": grammar or None, "json_schema": schema or None}
+    for name, value in fields.items():
+        if value is not None:
+            try:
+                return constraint_from(**{name: value})
+            except ConstraintError as e:
+                raise _bad(name, str(e)) from None
+    return None
 
 
 def _check_model(body: dict) -> None:
@@ -200,6 +222,17 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
         raise _bad("n", "only n=1 is supported")
     _refuse_unimplemented(body)
     _check_unused(body)
+    given = [k for k in ("response_format", "grammar", "json_schema") if body.get(k) not in (None, "", {})]
+    if len(given) > 1:
+        raise _bad(given[1], f"give at most one of response_format, grammar and json_schema, got {', '.join(given)}")
+    constraint = _constraint(body)
+    logit_bias = body.get("logit_bias")
+    if logit_bias is not None and not (isinstance(logit_bias, dict) and all(
+            re.fullmatch(r"[0-9]{1,12}", k) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and -100 <= v <= 100 for k, v in logit_bias.items())):
+        raise _bad("logit_bias", "'logit_bias' must be an object mapping token ids to biases in [-100, 100]")
+    if constraint is not None and _boolean(body, "ignore_eos", False):
+        raise _bad("ignore_eos", "ignore_eos cannot be combined with a constraint, which ends at the end of its match")
     max_tokens = _max_tokens(body, min(max_tokens_default, limits.max_tokens_limit), limits.max_tokens_limit)
     stream = _boolean(body, "stream", False)
     options = body.get("stream_options")
@@ -221,7 +254,8 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
     if sampling["seed"] is not None:
         sampling["seed"] %= 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF itself means "random"
     return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling,
-                      ignore_eos=_boolean(body, "ignore_eos", False))
+                      ignore_eos=_boolean(body, "ignore_eos", False), constraint=constraint,
+                      logit_bias=logit_bias or None)
 
 
 def completion_request(body: Any, limits: Limits) -> Generation:

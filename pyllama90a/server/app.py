@@ -270,7 +270,8 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
     engine = state.engine
     try:
         handle = engine.submit(prompt, deliver, max_tokens=gen.max_tokens,
-                               stop=gen.stop, logprobs=gen.logprobs, ignore_eos=gen.ignore_eos, **gen.sampling)
+                               stop=gen.stop, logprobs=gen.logprobs, ignore_eos=gen.ignore_eos,
+                               constraint=gen.constraint, logit_bias=gen.logit_bias, **gen.sampling)
     except ContextOverflowError as e:
         raise APIError(400, str(e), param="messages" if chat else "prompt", code="context_length_exceeded") from None
     except QueueFullError as e:

@@ -41,13 +41,20 @@ FINISH_REASON: Schema = {"enum": ["stop", "length", None]}
 
 # what the fields refused by refused_fields.py may be: only their no-op values
 NO_OP_FIELDS: dict[str, Schema] = {
-    "response_format": _nullable({"type": "object", "properties": {"type": {"const": "text"}},
-                                  "required": ["type"], "additionalProperties": False}),
     "tools": _nullable({"type": "array", "maxItems": 0}),
     "tool_choice": _nullable({"const": "none"}),
     "functions": _nullable({"type": "array", "maxItems": 0}),
-    "logit_bias": _nullable({"type": "object", "maxProperties": 0}),
-    "grammar": _nullable({"type": "string", "maxLength": 0}),
+}
+
+# structured output (pyllama90a/constrained): the shapes; a schema or grammar that does not compile is a 400 too
+CONSTRAINT_FIELDS: dict[str, Schema] = {
+    "response_format": _nullable({"type": "object", "required": ["type"], "additionalProperties": False,
+                                  "properties": {"type": {"enum": ["text", "json_object", "json_schema"]},
+                                                 "json_schema": {"type": "object"}, "schema": {"type": "object"}}}),
+    "grammar": _nullable({"type": "string", "description": "a GBNF grammar (llama.cpp's extension)"}),
+    "json_schema": _nullable({"type": "object", "description": "llama.cpp's extension: the output's JSON schema"}),
+    "logit_bias": _nullable({"type": "object", "propertyNames": {"pattern": "^[0-9]{1,12}$"},
+                             "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}}),
 }
 
 
@@ -74,6 +81,7 @@ def _generation_fields(limits: Limits) -> dict[str, Schema]:
         "ignore_eos": _nullable({"type": "boolean"}),
         "user": _nullable({"type": "string"}),
         **NO_OP_FIELDS,
+        **CONSTRAINT_FIELDS,
     }
 
 

@@ -29,22 +29,17 @@ def _is(*wanted: Any) -> NoOp:
     return lambda value: value is None or any(_same(value, w) for w in wanted)
 
 
-def _text_format(value: Any) -> bool:
-    return value is None or _same(value, {"type": "text"})
 
-
-STRUCTURED = "structured output (JSON mode, JSON schemas, grammars) is not supported"
+STRUCTURED = "not supported: use response_format (JSON mode, JSON schema) or grammar (GBNF)"
 TOOLS = "tool and function calling are not supported"
 
 # field -> (its no-op values, why anything else is refused)
 REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
-    "response_format": (_text_format, STRUCTURED + "; only {'type': 'text'}"),
     "tools": (_is([]), TOOLS),
     "tool_choice": (_is("none"), TOOLS + "; only 'none'"),
     "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), TOOLS),
     "functions": (_is([]), TOOLS),
     "function_call": (_is("none"), TOOLS + "; only 'none'"),
-    "logit_bias": (_is({}), "logit_bias is not supported"),
     "best_of": (_is(1), "only best_of=1 is supported"),
     "echo": (_is(False), "echo is not supported"),
     "suffix": (_is(""), "suffix (insertion) is not supported"),
@@ -54,8 +49,6 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "verbosity": (_is(), "verbosity is not supported by this model"),
     "web_search_options": (_is(), "web search is not supported"),
     # llama.cpp's server
-    "grammar": (_is(""), STRUCTURED),
-    "json_schema": (_is({}), STRUCTURED),
     "n_predict": (_is(), "n_predict is not supported here: use max_tokens"),
     "n_probs": (_is(0), "n_probs is not supported here: use logprobs"),
     "samplers": (_is(), "a custom sampler order is not supported"),

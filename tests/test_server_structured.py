@@ -1,0 +1,110 @@
+"""Structured output through the server: response_format (json_object, json_schema), llama.cpp's grammar and
+json_schema fields, and logit_bias, each enforced per request by the engine's constraint on the real model
+(pyllama90a/constrained, llguidance); a bad one is a 400 naming its field. Tool calls: issue 12, not yet."""
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from starlette.testclient import TestClient
+
+import pyllama90a as pl
+from pyllama90a.server import ServerState, create_app
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 20},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3}},
+    "required": ["name", "age", "pets"], "additionalProperties": False}
+ASK = [{"role": "user", "content": "Describe a person as JSON."}]
+
+
+@pytest.fixture(scope="module")
+def client(model_path):
+    engine = pl.BatchEngine(model_path, parallel=2, n_ctx=1024, n_threads=2)
+    with TestClient(create_app(ServerState(engine, "m"))) as c:
+        yield c
+    engine.close()
+
+
+def _content(response) -> str:
+    assert response.status_code == 200, response.text
+    body = response.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop", body  # the constraint ended it, not max_tokens
+    return choice["message"]["content"] if "message" in choice else choice["text"]
+
+
+def test_json_schema_response_format_validates(client) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    text = _content(client.post(CHAT, json={"messages": ASK, "max_tokens": 120, "temperature": 0,
+                                            "response_format": fmt}))
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+def test_unconstrained_output_is_not_that_json(client) -> None:
+    """The test above can fail: the same request without response_format does not give such an object."""
+    response = client.post(CHAT, json={"messages": ASK, "max_tokens": 60, "temperature": 0})
+    text = response.json()["choices"][0]["message"]["content"]
+    with pytest.raises((ValueError, jsonschema.ValidationError)):
+        jsonschema.validate(json.loads(text), PERSON)
+
+
+def test_json_object_streamed(client) -> None:
+    with client.stream("POST", CHAT, json={"messages": ASK, "max_tokens": 120, "temperature": 0, "stream": True,
+                                           "response_format": {"type": "json_object"}}) as response:
+        assert response.status_code == 200
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    deltas = [json.loads(e)["choices"] for e in events[:-1]]
+    text = "".join(c[0]["delta"].get("content") or "" for c in deltas if c)
+    assert isinstance(json.loads(text), dict)
+
+
+def test_gbnf_grammar_on_completions(client) -> None:
+    body = {"prompt": "Is the sky green? Answer:", "max_tokens": 10, "temperature": 0.9, "seed": 3,
+            "grammar": 'root ::= " yes" | " no"'}
+    assert _content(client.post(COMPLETIONS, json=body)) in (" yes", " no")
+
+
+def test_llama_cpp_json_schema_field(client) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    text = _content(client.post(COMPLETIONS, json={"prompt": "Status:", "max_tokens": 30, "temperature": 0,
+                                                   "json_schema": schema}))
+    jsonschema.validate(json.loads(text), schema)
+
+
+def test_logit_bias_bans_and_forces_a_token(client, model_path) -> None:
+    body = {"prompt": "The capital of France is", "max_tokens": 1, "temperature": 0, "logprobs": 0}
+    first = client.post(COMPLETIONS, json=body).json()["choices"][0]["logprobs"]["tokens"][0]
+    with pl.Model(model_path, n_ctx=256, n_threads=2) as m:
+        (token,) = m.tokenize(first, add_special=False)
+    banned = client.post(COMPLETIONS, json={**body, "logit_bias": {str(token): -100}})
+    assert banned.status_code == 200, banned.text
+    assert banned.json()["choices"][0]["logprobs"]["tokens"][0] != first
+    forced = client.post(COMPLETIONS, json={**body, "max_tokens": 3, "logit_bias": {str(token): 100}})
+    assert forced.json()["choices"][0]["text"] == first * 3
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}),
+    ("response_format", {"type": "xml"}),
+    ("grammar", "root ::= ("),
+    ("json_schema", {"type": 5}),
+    ("logit_bias", {"99999999": 5}),
+    ("logit_bias", [1, 2]),
+])
+def test_a_bad_constraint_is_a_400_naming_its_field(client, field, value) -> None:
+    response = client.post(CHAT, json={"messages": ASK, "max_tokens": 4, field: value})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == field or field in error["message"], error
+
+
+def test_two_constraints_at_once_are_refused(client) -> None:
+    response = client.post(CHAT, json={"messages": ASK, "max_tokens": 4, "grammar": 'root ::= "a"',
+                                       "response_format": {"type": "json_object"}})
+    assert response.status_code == 400 and "at most one" in response.json()["error"]["message"]
