@@ -8,6 +8,7 @@ of the ratios unless --baseline says otherwise. Quote ratios; absolute times on 
     python -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 8192 --pp 512 --tg 32
 
 `python -m pyllama90a.bench server --help`: the server load benchmark (pyllama90a/bench_server.py).
+`python -m pyllama90a.bench constrained --help`: constrained against free decoding, N slots (bench_constrained.py).
 """
 from __future__ import annotations
 
@@ -235,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_server import main as server_main
 
         return server_main(argv[1:])
+    if argv[:1] == ["constrained"]:
+        from .bench_constrained import main as constrained_main
+
+        return constrained_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()

@@ -86,3 +86,12 @@ def test_server_load_bench_rejects_bad_arguments(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as e:
             main(["server", *bad])
         assert e.value.code == 2
+
+
+def test_constrained_bench_runs_both_modes(tmp_path, model_path) -> None:
+    from pyllama90a.bench_constrained import main as constrained_main
+
+    assert constrained_main(["--model", str(model_path), "--parallel", "2", "--tokens", "4", "--reps", "1",
+                             "--threads", "2", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "constrained.json").read_text())
+    assert len(result["free"]) == 1 and len(result["json_schema"]) == 1 and min(result["free"] + result["json_schema"]) > 0
