@@ -156,6 +156,29 @@ def max_threads() -> int:
     return min(os.cpu_count() or 1, GGML_MAX_N_THREADS)
 
 
+def vocab_tokenize(vocab, data: bytes, add_special: bool, parse_special: bool) -> list[int]:  # noqa: ANN001
+    """llama_tokenize of `data` (at most INT32_MAX - 8 bytes) on a vocab pointer, no lock: the one call site of it."""
+    cap = len(data) + 8
+    buf = ffi.new("llama_token[]", cap)
+    n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
+    if n < 0:  # never for cap > bytes, but llama.cpp tells the size needed
+        cap = -n
+        buf = ffi.new("llama_token[]", cap)
+        n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
+    check(n, LlamaError, "tokenization failed")
+    return list(ffi.unpack(buf, n))
+
+
+def token_piece(vocab, token: int, special: bool = False) -> bytes:  # noqa: ANN001
+    """The bytes of one token (llama_token_to_piece); special=True renders control tokens too."""
+    buf = ffi.new("char[]", 64)
+    n = lib.llama_token_to_piece(vocab, token, buf, 64, 0, special)
+    if n < 0:  # the buffer was too small; -n is the size needed
+        buf = ffi.new("char[]", -n)
+        n = lib.llama_token_to_piece(vocab, token, buf, -n, 0, special)
+    return ffi.unpack(buf, check(n, LlamaError, f"llama_token_to_piece failed for token {token}"))
+
+
 def _load_reason() -> str:
     """': <why>' from llama.cpp's "error loading model: <why>" log line (the key and value a check refused),
     so the exception's first line says it; '' when it logged none."""
@@ -390,16 +413,8 @@ class Model:
         flag("parse_special", parse_special)
         if len(data) > INT32_MAX - 8:  # its length and the token buffer's are int32 in llama_tokenize
             raise InvalidArgumentError(f"text has {len(data)} bytes; llama.cpp tokenizes at most {INT32_MAX - 8}")
-        cap = len(data) + 8
         with self._using_model():
-            buf = ffi.new("llama_token[]", cap)
-            n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
-            if n < 0:  # never for cap > bytes, but llama.cpp tells the size needed
-                cap = -n
-                buf = ffi.new("llama_token[]", cap)
-                n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
-        check(n, LlamaError, "tokenization failed")
-        return list(ffi.unpack(buf, n))
+            return vocab_tokenize(self._vocab, data, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
         flag("special", special)
@@ -419,12 +434,7 @@ class Model:
         return token_ids(tokens, self._n_vocab)
 
     def _piece(self, token: int) -> bytes:
-        buf = ffi.new("char[]", 64)
-        n = lib.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
-        if n < 0:
-            buf = ffi.new("char[]", -n)
-            n = lib.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
-        return ffi.unpack(buf, n)
+        return token_piece(self._vocab, token)
 
     # -- evaluation ----------------------------------------------------------------------------------
 

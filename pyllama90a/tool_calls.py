@@ -577,6 +577,16 @@ class _ObjectScanner:
         return self.buf[span[0]:span[1]]
 
 
+def _object_call(fmt: ToolCallFormat, text: str, pos: int,
+                 names: set[str] | None) -> tuple[tuple[str, str], int] | None:
+    """The call object that starts at `pos` and where it ends, or None if none complete and valid is there."""
+    sc = _scan_object(text, pos)
+    if not sc.done:
+        return None
+    call = _call_from_object(fmt, sc, names)
+    return None if call is None else (call, pos + sc.end)
+
+
 def _call_from_object(fmt: ToolCallFormat, scanner: _ObjectScanner,
                       names: set[str] | None) -> tuple[str, str] | None:
     """(name, arguments JSON text) of a complete scanned call object, or None if it is not a valid call."""
@@ -624,14 +634,11 @@ def _parse_block(fmt: ToolCallFormat, text: str, start: int,
         calls = []
         while True:
             pos = _skip_ws(text, pos)
-            sc = _scan_object(text, pos)
-            if not sc.done:
+            found = _object_call(fmt, text, pos, names)
+            if found is None:
                 return None
-            call = _call_from_object(fmt, sc, names)
-            if call is None:
-                return None
-            calls.append(call)
-            pos = _skip_ws(text, pos + sc.end)
+            calls.append(found[0])
+            pos = _skip_ws(text, found[1])
             if text.startswith(",", pos):
                 pos += 1
                 continue
@@ -641,26 +648,19 @@ def _parse_block(fmt: ToolCallFormat, text: str, start: int,
     if _is_llama(fmt):
         if text.startswith(_PYTHON_TAG, pos):
             pos = _skip_ws(text, pos + len(_PYTHON_TAG))
-        sc = _scan_object(text, pos)
-        if not sc.done:
+        found = _object_call(fmt, text, pos, names)
+        if found is None:
             return None
-        call = _call_from_object(fmt, sc, names)
-        if call is None:
-            return None
-        end = pos + sc.end
+        call, end = found
         after = _skip_ws(text, end)
         if text.startswith(";", after):  # calls separated by ';'
             end = after + 1
         return [call], end
     # hermes / generic: trigger, JSON, closing tag (optional when the text ends or the next call starts)
-    pos = _skip_ws(text, pos + len(fmt.trigger))
-    sc = _scan_object(text, pos)
-    if not sc.done:
+    found = _object_call(fmt, text, _skip_ws(text, pos + len(fmt.trigger)), names)
+    if found is None:
         return None
-    call = _call_from_object(fmt, sc, names)
-    if call is None:
-        return None
-    end = pos + sc.end
+    call, end = found
     closing = fmt.suffix.strip()
     after = _skip_ws(text, end)
     if closing and text.startswith(closing, after):

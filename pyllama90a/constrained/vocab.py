@@ -4,13 +4,15 @@ Built once per Model (about 0.1 s for 49,152 tokens) and cached for as long as t
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._ffi import ffi, lib
+from .._ffi import lib
 from ..errors import ClosedError, LlamaError
+from ..model import token_piece, vocab_tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Model
@@ -72,20 +74,7 @@ def vocab_for(model: Model) -> Vocab:
 
 
 def _token_pieces(vocab_ptr: Any, n_vocab: int) -> tuple[list[bytes], set[int], list[int]]:
-    cap = 256
-    buf = ffi.new("char[]", cap)
-
-    def piece(token: int, special: bool) -> bytes:
-        nonlocal buf, cap
-        n = lib.llama_token_to_piece(vocab_ptr, token, buf, cap, 0, special)
-        if n < 0:  # the buffer was too small; -n is the size needed
-            cap = -n
-            buf = ffi.new("char[]", cap)
-            n = lib.llama_token_to_piece(vocab_ptr, token, buf, cap, 0, special)
-        if n < 0:  # pragma: no cover - llama.cpp never fails twice
-            raise LlamaError(f"llama_token_to_piece failed for token {token}")
-        return ffi.unpack(buf, n)
-
+    piece = functools.partial(token_piece, vocab_ptr)
     pieces: list[bytes] = []
     special: set[int] = set()
     eog: list[int] = []
@@ -123,16 +112,7 @@ def _build(model: Model) -> Vocab:
         if m is None or m.closed:
             raise ClosedError("the model of this constraint was closed")
         data = text if isinstance(text, bytes) else text.encode("utf-8")
-        cap = len(data) + 8
-        out = ffi.new("llama_token[]", cap)
-        n = lib.llama_tokenize(m._vocab, data, len(data), out, cap, False, False)
-        if n < 0:
-            cap = -n
-            out = ffi.new("llama_token[]", cap)
-            n = lib.llama_tokenize(m._vocab, data, len(data), out, cap, False, False)
-        if n < 0:  # pragma: no cover
-            raise LlamaError("tokenization failed")
-        return list(ffi.unpack(out, n))
+        return vocab_tokenize(m._vocab, data, False, False)
 
     class _Wrapped:  # what llguidance.TokenizerWrapper reads
         eos_token_id = eog[0]

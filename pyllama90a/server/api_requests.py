@@ -183,13 +183,15 @@ def _constraint(body: dict) -> Constraint | None:
     if schema is not None and not isinstance(schema, dict):
         raise _bad("json_schema", f"'json_schema' must be a JSON schema object, got {_shown(schema)}")
     fields = {"response_format": body.get("response_format"), "grammar": grammar or None, "json_schema": schema or None}
-    for name, value in fields.items():
-        if value is not None:
-            try:
-                return constraint_from(**{name: value})
-            except ConstraintError as e:
-                raise _bad(name, str(e)) from None
-    return None
+    given = [name for name, value in fields.items() if value is not None]
+    if len(given) > 1:
+        raise _bad(given[1], f"give at most one of response_format, grammar and json_schema, got {', '.join(given)}")
+    if not given:
+        return None
+    try:
+        return constraint_from(**{given[0]: fields[given[0]]})
+    except ConstraintError as e:
+        raise _bad(given[0], str(e)) from None
 
 
 def _check_model(body: dict) -> None:
@@ -222,9 +224,6 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
         raise _bad("n", "only n=1 is supported")
     _refuse_unimplemented(body)
     _check_unused(body)
-    given = [k for k in ("response_format", "grammar", "json_schema") if body.get(k) not in (None, "", {})]
-    if len(given) > 1:
-        raise _bad(given[1], f"give at most one of response_format, grammar and json_schema, got {', '.join(given)}")
     constraint = _constraint(body)
     logit_bias = body.get("logit_bias")
     if logit_bias is not None and not (isinstance(logit_bias, dict) and all(
