@@ -378,9 +378,10 @@ class BatchEngine:
     def _sample(self, slot: _Slot, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
         job = slot.job
+        row = None
+        if job.matcher is not None or job.logit_bias is not None or job.n_logprobs is not None:
+            row = self._logits_row(index)  # llama.cpp's own row, which the sampler chain reads next
         if job.matcher is not None or job.logit_bias is not None:
-            row = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
-                                dtype=np.float32)  # llama.cpp's own row, which the sampler chain reads next
             if job.logit_bias is not None:
                 job.logit_bias.apply(row)
             if job.matcher is not None:
@@ -402,7 +403,7 @@ class BatchEngine:
         job.generated.append(token)
         piece = self.model._piece(token)
         text = job.text.add(piece)
-        logprobs = (self._logprobs(index, token, piece, job.n_logprobs),) if job.n_logprobs is not None else ()
+        logprobs = (self._logprobs(row, token, piece, job.n_logprobs),) if job.n_logprobs is not None else ()
         if job.text.stopped:
             self._finish(slot, "stop", (token,), logprobs)
         elif len(job.generated) >= job.max_tokens or len(slot.cached) + 1 >= self.n_ctx_slot:
@@ -413,9 +414,12 @@ class BatchEngine:
                 self._emit(job, Chunk(text, (token,), logprobs))
         return 1
 
-    def _logprobs(self, index: int, token: int, piece: bytes, n_top: int) -> TokenLogprob:
-        logits = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
-                               dtype=np.float32)
+    def _logits_row(self, index: int) -> np.ndarray:
+        """A writable float32 view of llama.cpp's logits of batch position `index` (no copy)."""
+        return np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
+                             dtype=np.float32)
+
+    def _logprobs(self, logits: np.ndarray, token: int, piece: bytes, n_top: int) -> TokenLogprob:
         top_logit = float(logits.max())
         log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
         top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)

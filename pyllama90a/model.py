@@ -247,7 +247,9 @@ class Model:
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         model = lib.llama_model_load_from_file(raw_path, mparams)
-        self._model = check(model, ModelLoadError, f"llama.cpp could not load {self.path}{_load_reason()}")
+        if model == ffi.NULL:  # (the reason is looked up only on failure)
+            raise ModelLoadError(f"llama.cpp could not load {self.path}{_load_reason()}", _log.recent_native_log())
+        self._model = model
         self._finalizer = weakref.finalize(self, _free_native, None, self._model)
 
         cparams = lib.llama_context_default_params()
