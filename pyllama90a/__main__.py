@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Iterator, cast
 
 from .kv_types import KV_TYPES
 
@@ -18,21 +19,24 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import Model
+    from . import Model, Piece
 
     with Model(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.fa, n_ctx=args.n_ctx,
                n_gpu_layers=args.n_gpu_layers, n_threads=args.threads, seed=args.seed) as m:
+        # stream=True returns the Iterator[Piece] side of the union (chat and generate have no overloads to say so)
         if args.chat:
-            pieces = m.chat([{"role": "user", "content": args.prompt}], max_tokens=args.max_tokens,
-                            temperature=args.temperature, stream=True)
+            pieces = cast(Iterator[Piece], m.chat([{"role": "user", "content": args.prompt}],
+                                                  max_tokens=args.max_tokens, temperature=args.temperature,
+                                                  stream=True))
         else:
-            pieces = m.generate(args.prompt, max_tokens=args.max_tokens, temperature=args.temperature,
-                                stream=True)
+            pieces = cast(Iterator[Piece], m.generate(args.prompt, max_tokens=args.max_tokens,
+                                                      temperature=args.temperature, stream=True))
             print(args.prompt, end="", flush=True)
         for piece in pieces:
             print(piece.text, end="", flush=True)
         print()
         done = piece.completion
+        assert done is not None  # the last piece carries the whole result
         kv = m.kv_cache
         print(f"[{done.usage.prompt_tokens} prompt tokens at {done.timings.prompt_tokens_per_s:.1f} tok/s, "
               f"{done.usage.completion_tokens} generated at {done.timings.generate_tokens_per_s:.1f} tok/s, "

@@ -47,9 +47,9 @@ def set_native_log_level(level: int | str) -> None:
     """Show llama.cpp's log at `level` and above on the root logger's handlers (e.g. "INFO")."""
     logger.setLevel(level)
     logger.propagate = True
-    if isinstance(level, str):
-        level = logging.getLevelName(level)
-    lib.pyllama90a_log_attach(1 if level <= logging.DEBUG else 2)
+    # setLevel has accepted the name, so getLevelName maps it to its number
+    numeric_level: int = logging.getLevelName(level) if isinstance(level, str) else level
+    lib.pyllama90a_log_attach(1 if numeric_level <= logging.DEBUG else 2)
 
 
 def clear_recent() -> None:

@@ -19,14 +19,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, TextIO, cast
 
 import numpy as np
 
 from .bench_report import machine_name, write_results
 from .errors import InvalidArgumentError
 from .kv_types import check_kv_type
-from .model import Model
+from .model import Completion, Model
 
 DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 
@@ -36,9 +36,9 @@ DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 # "+ungrouped": patch 0006 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group;
 # "+mmq": patch 0008 off, i.e. CUDA prefill's K^T Q over a quantized K cache on MMQ instead of cuBLAS;
 # "+norot": upstream's Hadamard rotation of Q/K/V for quantized caches off (what it costs; it buys accuracy)
-VARIANT_ENV = {"": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0"),
-               "mmq": ("GGML_CUDA_KV_CUBLAS", "0"), "norot": ("LLAMA_ATTN_ROT_DISABLE", "1"),
-               "nock": ("PYLLAMA90A_CK_FA", "0")}
+VARIANT_ENV: dict[str, tuple[str, str] | None] = {
+    "": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0"),
+    "mmq": ("GGML_CUDA_KV_CUBLAS", "0"), "norot": ("LLAMA_ATTN_ROT_DISABLE", "1"), "nock": ("PYLLAMA90A_CK_FA", "0")}
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ class Mode:
         """llama.cpp reads the variant's switch whenever it builds a graph: set it before each use."""
         for name, _ in filter(None, VARIANT_ENV.values()):
             os.environ.pop(name, None)
-        if VARIANT_ENV[self.variant]:
-            name, value = VARIANT_ENV[self.variant]
+        switch = VARIANT_ENV[self.variant]
+        if switch:
+            name, value = switch
             os.environ[name] = value
 
 
@@ -108,7 +109,8 @@ def measure_generate(model: Model, tokens: list[int], tg: int) -> float:
     """Decode speed through Model.generate (greedy sampling, detokenizing, streaming bookkeeping): the
     Python API's per-token cost on top of the raw decode loop that `measure` times."""
     depth = model.n_cached
-    c = model.generate(tokens[:depth + 1], max_tokens=tg, temperature=0)  # reuses the cached prefix
+    # reuses the cached prefix; without stream= generate returns the Completion side of its union
+    c = cast(Completion, model.generate(tokens[:depth + 1], max_tokens=tg, temperature=0))
     model.truncate(depth)
     # n tokens take n samples but n - 1 decodes (the last token is not fed back): count decode steps
     return (c.usage.completion_tokens - 1) / (c.timings.generate_ms / 1e3)
@@ -151,12 +153,12 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
         for m in models.values():
             m.close()
     rows = []
-    for (mode, depth, test), values in samples.items():
-        rows.append(dict(mode=mode, depth=depth, test=f"{test}{pp if test == 'pp' else tg}", kind=test,
+    for (mode_name, depth, test), values in samples.items():
+        rows.append(dict(mode=mode_name, depth=depth, test=f"{test}{pp if test == 'pp' else tg}", kind=test,
                          tok_s_mean=statistics.fmean(values),
                          tok_s_sd=statistics.stdev(values) if len(values) > 1 else 0.0, samples=values,
-                         kv_k_bytes=kv[mode].k_bytes, kv_v_bytes=kv[mode].v_bytes,
-                         compute_buffer_bytes=compute[mode]))
+                         kv_k_bytes=kv[mode_name].k_bytes, kv_v_bytes=kv[mode_name].v_bytes,
+                         compute_buffer_bytes=compute[mode_name]))
     return dict(machine=machine_name(), model=str(model_path), n_ctx=n_ctx, n_threads=n_threads, pp=pp, tg=tg,
                 reps=reps, depths=depths, modes=[str(m) for m in modes], rows=rows,
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))

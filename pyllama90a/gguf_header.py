@@ -170,7 +170,8 @@ def _refuse_irregular(name: str, mode: int, error: type[LlamaError]) -> None:
         raise error(f"{name}: is {kind}, not a regular file")
 
 
-def open_regular_file(path: str | os.PathLike[str], error: type[LlamaError] = ModelFormatError,
+def open_regular_file(path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+                      error: type[LlamaError] = ModelFormatError,
                       buffering: int = 1 << 20) -> tuple[BinaryIO, str, int]:
     """Open `path` for reading if it is a regular file: (binary file, name, size). Anything else (missing,
     a directory, FIFO, device or socket, unreadable) raises `error` at once.

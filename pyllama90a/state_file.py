@@ -44,7 +44,7 @@ class StateIdentity:
     n_seq_max: int
 
 
-def model_fingerprint(path: str | os.PathLike[str], header_bytes: int) -> bytes:
+def model_fingerprint(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], header_bytes: int) -> bytes:
     """sha256 of the first `header_bytes` bytes of a GGUF (its header: hyperparameters, vocabulary, tensor
     names, shapes, types and offsets). Any two different models differ there in practice, and it costs
     milliseconds where hashing the weights would cost seconds."""

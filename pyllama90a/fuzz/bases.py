@@ -46,8 +46,8 @@ def load_base(name: str) -> GGUFFile:
 
 def _real_header_base() -> GGUFFile:
     real = read_gguf(_real_path())
-    arch = real.get("general.architecture").value.decode()
-    n_vocab = len(real.get("tokenizer.ggml.tokens").value)
+    arch = real.require("general.architecture").value.decode()
+    n_vocab = len(real.require("tokenizer.ggml.tokens").value)
     # head_dim 64 like the real model; q4_0 rows need multiples of 32
     shape = Shape("fuzz-real-vocab", n_embd=128, n_layer=2, n_head=2, n_head_kv=1, n_ff=256, n_vocab=n_vocab)
     small = read_gguf(synthetic_model(shape))
@@ -55,8 +55,8 @@ def _real_header_base() -> GGUFFile:
     merged.entries = list(real.entries)
     for suffix in _SHAPE_KEYS:
         key = f"{arch}.{suffix}"
-        merged.set(key, small.get(key))
-    merged.set("general.file_type", small.get("general.file_type"))
+        merged.set(key, small.require(key))
+    merged.set("general.file_type", small.require("general.file_type"))
     return merged
 
 

@@ -143,7 +143,7 @@ class Campaign:
         sig = outcome.signature()
         finding = self.findings.get(sig)
         is_new = finding is None
-        if is_new:
+        if finding is None:
             finding = self.findings[sig] = Finding(sig, spec, outcome)
         finding.count += 1
         finding.mutation_classes.update(classes)

@@ -87,6 +87,13 @@ class GGUFFile:
         i = self.index(key)
         return None if i is None else self.entries[i].decoded()
 
+    def require(self, key: str) -> Value:
+        """The value of a key the caller knows is there (a KeyError if it is not)."""
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
     def set(self, key: str, value: Value) -> None:
         """Replace the value of `key` where it stands, or append the key."""
         i = self.index(key)

@@ -124,6 +124,7 @@ def decode_string(j: Any) -> bytes:
 
 def encode_value(v: Value) -> dict:
     if v.vtype == ARRAY:
+        assert v.subtype is not None  # every ARRAY value carries its element type
         items = [encode_string(x) for x in v.value] if v.subtype == STRING else list(v.value)
         return {"type": "array", "subtype": TYPE_NAMES.get(v.subtype, v.subtype), "value": items}
     return {"type": TYPE_NAMES.get(v.vtype, v.vtype), "value": encode_string(v.value) if v.vtype == STRING else v.value}
@@ -147,6 +148,7 @@ def decode_value(j: dict) -> Value:
 
 def typed(vtype: int, value: Any, subtype: int | None = None) -> dict:
     if vtype == ARRAY:
+        assert subtype is not None  # an array spec names its element type
         return {"type": "array", "subtype": TYPE_NAMES[subtype], "value": value}
     return {"type": TYPE_NAMES[vtype], "value": value}
 
@@ -177,16 +179,18 @@ def _apply(f: GGUFFile, op: dict) -> None:
         old = f.get(op["key"])
         if old is None or old.vtype != ARRAY:
             return
+        subtype = old.subtype
+        assert subtype is not None  # every ARRAY value carries its element type
         items = list(old.value)
         if kind == "set_item":
             if op["index"] < len(items):
-                items[op["index"]] = decode_item(old.subtype, op["value"])
+                items[op["index"]] = decode_item(subtype, op["value"])
         elif kind == "copy_item":
             if max(op["src"], op["dst"]) < len(items):
                 items[op["dst"]] = items[op["src"]]
         else:
-            items = items[:op["length"]] + [_filler(old.subtype, i) for i in range(len(items), op["length"])]
-        f.set(op["key"], Value(ARRAY, items, old.subtype))
+            items = items[:op["length"]] + [_filler(subtype, i) for i in range(len(items), op["length"])]
+        f.set(op["key"], Value(ARRAY, items, subtype))
     elif kind in ("tensor", "drop_tensor"):
         i = f.tensor_index(op["name"])
         if i is None:
@@ -322,12 +326,12 @@ class _Generator:
 
     def m_int_boundary(self) -> list[dict]:
         key = self.rng.choice(self.keys_of(INT_TYPES))
-        vtype = self.base.get(key).vtype
+        vtype = self.base.require(key).vtype
         return [{"op": "set", "key": key, "value": typed(vtype, self.value_of_type(vtype))}]
 
     def m_float_special(self) -> list[dict]:
         key = self.rng.choice(self.keys_of(FLOAT_TYPES))
-        vtype = self.base.get(key).vtype
+        vtype = self.base.require(key).vtype
         return [{"op": "set", "key": key, "value": typed(vtype, self.value_of_type(vtype))}]
 
     def m_string(self) -> list[dict]:
@@ -341,7 +345,7 @@ class _Generator:
     def m_type_change(self) -> list[dict]:
         rng = self.rng
         key = rng.choice(self.keys)
-        old = self.base.get(key)
+        old = self.base.require(key)
         choices = [t for t in (U8, I8, U16, I32, U64, I64, F32, F64, BOOL, STRING, ARRAY) if t != old.vtype]
         vtype = rng.choice(choices)
         if vtype == STRING:
@@ -388,7 +392,7 @@ class _Generator:
     def m_array_length(self) -> list[dict]:
         rng = self.rng
         key = rng.choice([k for k in TOKEN_ARRAYS if k in self.keys])
-        n = len(self.base.get(key).value)
+        n = len(self.base.require(key).value)
         return [{"op": "resize", "key": key, "length": rng.choice([0, 1, 3, n // 2, n - 1, n + 1, n + 100])}]
 
     def m_merges(self) -> list[dict]:

@@ -5,6 +5,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from ..attention_policy import attention_device
 from ..bench import Mode, add_ratios, markdown, run
@@ -16,10 +17,21 @@ from .paths import CHECK_SHAPES, CUDA_ONLY_MODES, HIP_ONLY_MODES, NOISE_FACTOR, 
 # the seeds' comparison on MI210: FA on/off x f16/q8_0/q4_0 (shared/seeds); FA-off f16 is the baseline
 SPEED_MODES = ("fa-off:f16/f16", "fa-on:f16/f16", "fa-off:q8_0/q8_0", "fa-on:q8_0/q8_0", "fa-off:q4_0/q4_0",
                "fa-on:q4_0/q4_0")
+
+
+class SpeedSettings(TypedDict):
+    """The speed table's synthetic model and the arguments of bench.run."""
+    shape: str
+    depths: list[int]
+    pp: int
+    tg: int
+    reps: int
+
+
 # a GPU runs the seeds' depths on a 1B model of head dim 64 in minutes; 2 CPU cores need a smaller model
-GPU_SPEED = dict(shape="1b-hd64", depths=[0, 4096, 16384], pp=512, tg=32, reps=3)
-CPU_SPEED = dict(shape="smollm-135m", depths=[0, 4096], pp=512, tg=32, reps=3)
-QUICK_SPEED = dict(shape="tiny", depths=[0, 256], pp=64, tg=8, reps=1)
+GPU_SPEED = SpeedSettings(shape="1b-hd64", depths=[0, 4096, 16384], pp=512, tg=32, reps=3)
+CPU_SPEED = SpeedSettings(shape="smollm-135m", depths=[0, 4096], pp=512, tg=32, reps=3)
+QUICK_SPEED = SpeedSettings(shape="tiny", depths=[0, 256], pp=64, tg=8, reps=1)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -71,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     report += [f"| {what} | {value.replace('|', '/')} |" for what, value in describe()]
     report += ["", path_table(results)]
     if not args.no_speed:
-        speed = dict(QUICK_SPEED if args.quick else CPU_SPEED if kind == "cpu" else GPU_SPEED)
+        speed = (QUICK_SPEED if args.quick else CPU_SPEED if kind == "cpu" else GPU_SPEED).copy()
         speed["shape"] = args.shape or speed["shape"]
         speed["depths"] = args.depths or speed["depths"]
         model_path = synthetic_model(speed["shape"])

@@ -74,7 +74,10 @@ class PathResult:
             errors.append(self.same_cache_error)
         if not np.isfinite(errors).all() or max(self.prefill_error, self.decode_error) > self.bound:
             return False
-        return self.same_cache_error is None or self.same_cache_error <= self.same_cache_bound
+        if self.same_cache_error is None:
+            return True
+        assert self.same_cache_bound is not None  # set together with same_cache_error
+        return self.same_cache_error <= self.same_cache_bound
 
 
 def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
@@ -138,7 +141,7 @@ def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], .
             if mode.flash_attn == "on" and not on_gpu:
                 continue  # that is the reference itself
             kv = (mode.ctk, mode.ctv)
-            ref = references[(shape_name, *kv)]
+            ref = references[shape_name, mode.ctk, mode.ctv]
             got = path_logits(model_path, mode, n_gpu_layers, tokens)
             noise, same_cache_error, same_cache_bound = f16_noise, None, None
             if on_gpu and kv != ("f16", "f16"):

@@ -92,8 +92,8 @@ def deep_nesting(rng: random.Random, body: dict) -> bytes:
 
 def bad_text(rng: random.Random, body: dict) -> bytes:
     if rng.random() < 0.5:  # escapes JSON allows but Unicode does not: lone or reversed surrogates
-        raw = rng.choice([r'"\ud800"', r'"a\udfffb"', r'"\udc00\ud800"', r'"\ud83e"', r'"x\u0000y"', r'"\uDBFF"'])
-        return _raw_at(rng, body, raw)
+        escape = rng.choice([r'"\ud800"', r'"a\udfffb"', r'"\udc00\ud800"', r'"\ud83e"', r'"x\u0000y"', r'"\uDBFF"'])
+        return _raw_at(rng, body, escape)
     raw = _json(body)  # bytes that are not UTF-8, inside a string
     at = raw.index(b'"') + 1
     return raw[:at] + rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80"]) + raw[at:]
@@ -171,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         server = ServerProcess(["--parallel", "2", "--n-ctx", "2048", "--max-tokens-default", "4",
                                 "--max-tokens-limit", "16"]).start()
     try:
-        outcomes, failures = campaign(args.url or server.base_url, args.count, args.seed)
-        alive = httpx.get((args.url or server.base_url) + "/health", timeout=30).status_code == 200
+        base_url = args.url if server is None else server.base_url
+        outcomes, failures = campaign(base_url, args.count, args.seed)
+        alive = httpx.get(base_url + "/health", timeout=30).status_code == 200
     finally:
         code, output = server.stop() if server is not None else (0, "")
-    by_status = Counter()
+    by_status: Counter[int | str] = Counter()
     for (_, status), n in outcomes.items():
         by_status[status] += n
     print(f"{args.count} requests (seed {args.seed}): by status {dict(sorted(by_status.items(), key=str))}")
