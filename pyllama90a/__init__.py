@@ -13,7 +13,7 @@ def _use_installed_native_module() -> None:
     from importlib import metadata
 
     try:
-        installed = Path(metadata.distribution("pyllama90a").locate_file("pyllama90a")).resolve()
+        installed = Path(str(metadata.distribution("pyllama90a").locate_file("pyllama90a"))).resolve()
     except metadata.PackageNotFoundError:
         return
     if installed != here and any(installed.glob("_native.*")):
@@ -26,8 +26,8 @@ from ._log import set_native_log_level
 from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError
-from .errors import (BusyError, ClosedError, ContextError, ContextOverflowError, DecodeError, InvalidArgumentError,
-                     LlamaError, ModelFormatError, ModelLoadError, StateFileError)
+from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
+                     DecodeError, InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .model import Completion, KVCacheInfo, Model, Piece, Timings, Usage
@@ -39,4 +39,5 @@ __all__ = [
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
     "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",
+    "ChatTemplateError", "ConstraintError",
 ]

@@ -26,11 +26,11 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Sequence
 
-from .errors import ChatTemplateError, InvalidArgumentError, fs_path
+from .errors import ChatTemplateError, InvalidArgumentError, fs_path, utf8
 from .tool_calls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 
-__all__ = ["ChatTemplate", "ToolArguments", "normalize_messages", "special_tokens", "TEMPLATE_KEY",
-           "TOOL_USE_TEMPLATE_KEY"]
+__all__ = ["ChatTemplate", "ToolArguments", "normalize_messages", "special_tokens", "text_only_history",
+           "TEMPLATE_KEY", "TOOL_USE_TEMPLATE_KEY"]
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 TOOL_USE_TEMPLATE_KEY = "tokenizer.chat_template.tool_use"
@@ -195,8 +195,11 @@ def normalize_messages(messages: object) -> list[dict]:
         role = m.get("role")
         if not isinstance(role, str) or not role:
             raise InvalidArgumentError(f"{where}.role must be a non-empty string, got {role!r}"[:200])
+        utf8(f"{where}.role", role)  # (a lone surrogate would fail only at tokenization, naming no message)
         msg = dict(m)
         msg["content"] = _content(m.get("content"), f"{where}.content")
+        if msg["content"] is not None:
+            utf8(f"{where}.content", msg["content"])
         calls = m.get("tool_calls")
         if calls is not None:
             if role != "assistant":
@@ -261,6 +264,16 @@ def _with_system_text(messages: list[dict], text: str) -> list[dict]:
         return [first, *messages[1:]]
     return [{"role": "system", "content": text}, *messages]
 
+
+
+def text_only_history(messages: list[dict], tools: Sequence[dict] = ()) -> list[dict]:
+    """Normalized `messages` as plain {"role", "content": str} pairs, for a template that knows nothing of
+    tools (llama.cpp's built-in ones): earlier calls and results as text in the generic (Hermes) syntax, and
+    `tools`, if any, described in a system message."""
+    msgs = _as_text_history(messages, GENERIC, tool_role=False)
+    if tools:
+        msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC))
+    return [{"role": m["role"], "content": m["content"] or ""} for m in msgs]
 
 # -- the template ----------------------------------------------------------------------------------------
 

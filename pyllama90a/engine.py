@@ -25,10 +25,11 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from . import _log
-from ._ffi import ffi, lib
-from .constrained import Constraint, ConstraintError, LogitBias, Matcher
+from ._ffi import lib
+from .chat import prepare_chat
+from .constrained import Constraint, ConstraintError, OutputRules
 from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError, positive_int
-from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
+from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix, logits_row
 from .sampling import SamplerChain, SamplingParams
 from .text_stream import TextStream
 
@@ -74,11 +75,10 @@ class _Job:
     n_logprobs: int | None
     ignore_eos: bool
     on_chunk: Callable[[Chunk], None]
+    sampler: SamplerChain
+    text: TextStream
+    rules: OutputRules | None = None      # the request's logit_bias and output constraint
     cancelled: bool = False
-    sampler: SamplerChain | None = None
-    matcher: Matcher | None = None        # the request's output constraint, per slot
-    logit_bias: LogitBias | None = None
-    text: TextStream | None = None
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     generated: list[int] = field(default_factory=list)
 
@@ -118,11 +118,12 @@ class BatchEngine:
 
     def __init__(self, path=None, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto",  # noqa: ANN001
                  n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512, n_gpu_layers: int = -1,
-                 n_threads: int | None = None, queue_size: int = 64) -> None:
+                 n_threads: int | None = None, queue_size: int = 64, chat_template: str | None = None) -> None:
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
         self.model = Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                           n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel)
+                           n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel,
+                           chat_template=chat_template)
         self.parallel = parallel
         self.n_gpu_layers, self.n_threads = n_gpu_layers, n_threads
         self.queue_size = queue_size
@@ -139,7 +140,7 @@ class BatchEngine:
         self._closed = False
         self._failure: BaseException | None = None
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
-        self._counts = collections.Counter()
+        self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
         # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
         self._model_hold = contextlib.ExitStack()
@@ -154,8 +155,9 @@ class BatchEngine:
         return self.model.prompt_tokens(prompt)
 
     def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
-        """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn."""
-        return self.model.tokenize(self.model.apply_chat_template(messages), add_special=True, parse_special=True)
+        """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn.
+        (For tools and their constraint, pyllama90a.chat.prepare_chat(engine.model, ...).)"""
+        return prepare_chat(self.model, messages).tokens
 
     def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
                stop: str | Sequence[str] = (), logprobs: int | None = None, ignore_eos: bool = False,
@@ -185,10 +187,9 @@ class BatchEngine:
         if constraint is not None and ignore_eos:
             raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at its match")
         # the grammar is compiled here too, not in the engine thread
-        matcher = Matcher(constraint, self.model) if constraint is not None else None
-        bias = LogitBias(logit_bias, self._n_vocab) if logit_bias else None
-        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler=sampler,
-                   matcher=matcher, logit_bias=bias)
+        rules = OutputRules.for_request(self.model, constraint, logit_bias)
+        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler, TextStream(stops),
+                   rules)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -309,24 +310,23 @@ class BatchEngine:
                     self._counts["completion_tokens"] += len(slot.job.generated)
                     slot.job = None
             self._admit()
-        active = [s for s in self._slots if s.job is not None]
+        active = [(s, s.job) for s in self._slots if s.job is not None]
         if not active:
             return True
         plan = self._fill_batch(active)
         _log.clear_recent()
         rc = lib.llama_decode(self._ctx, self._batch)
         if rc != 0:
-            self._fail([slot for slot, _, _ in plan],
+            self._fail([(slot, job) for slot, job, _, _ in plan],
                        DecodeError(f"llama_decode failed with code {rc}", _log.recent_native_log()))
             return True
         now = time.perf_counter()
         n_sampled = 0
-        for slot, n_tokens, out_index in plan:
-            job = slot.job
+        for slot, job, n_tokens, out_index in plan:
             slot.cached.extend(job.to_decode[:n_tokens])
             del job.to_decode[:n_tokens]
             if out_index is not None:
-                n_sampled += self._sample(slot, out_index)
+                n_sampled += self._sample(slot, job, out_index)
         with self._cv:
             self._recent.append((now, n_sampled))
             self._forget_old_steps(now)
@@ -341,26 +341,27 @@ class BatchEngine:
             free.remove(slot)
             keep = keep_cached_prefix(self._ctx, slot.seq, slot.cached, job.prompt)
             job.to_decode = job.prompt[keep:]
-            job.text = TextStream(job.stops)
             slot.job = job
             self._admitting = None
             self._counts["prompt_tokens"] += len(job.prompt)
             self._counts["prompt_decoded"] += len(job.to_decode)
 
-    def _fill_batch(self, active: list[_Slot]) -> list[tuple[_Slot, int, int | None]]:
+    def _fill_batch(self, active: list[tuple[_Slot, _Job]]) -> list[tuple[_Slot, _Job, int, int | None]]:
         """Generating slots' next tokens first (they wait for each step), then prompt chunks in the room left.
 
-        Returns (slot, tokens it put in the batch, batch index of its logits or None) per slot in the batch.
+        Returns (slot, its job, tokens it put in the batch, batch index of its logits or None) per slot in the
+        batch.
         """
-        batch, plan, n = self._batch, [], 0
-        generating = [s for s in active if len(s.job.to_decode) == 1 and s.job.generated]
-        prefilling = [s for s in active if s not in generating]
-        for slot in generating + prefilling:
+        batch, n = self._batch, 0
+        plan: list[tuple[_Slot, _Job, int, int | None]] = []
+        generating = [(s, j) for s, j in active if len(j.to_decode) == 1 and j.generated]
+        prefilling = [(s, j) for s, j in active if not (len(j.to_decode) == 1 and j.generated)]
+        for slot, job in generating + prefilling:
             room = self._n_batch - n
             if room <= 0:
                 break
-            tokens = slot.job.to_decode[:room]
-            wants_logits = len(tokens) == len(slot.job.to_decode)
+            tokens = job.to_decode[:room]
+            wants_logits = len(tokens) == len(job.to_decode)
             start = len(slot.cached)
             for i, token in enumerate(tokens):
                 batch.token[n + i] = token
@@ -371,53 +372,41 @@ class BatchEngine:
             n += len(tokens)
             if wants_logits:
                 batch.logits[n - 1] = True
-            plan.append((slot, len(tokens), n - 1 if wants_logits else None))
+            plan.append((slot, job, len(tokens), n - 1 if wants_logits else None))
         batch.n_tokens = n
         return plan
 
-    def _sample(self, slot: _Slot, index: int) -> int:
+    def _sample(self, slot: _Slot, job: _Job, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
-        job = slot.job
         row = None
-        if job.matcher is not None or job.logit_bias is not None or job.n_logprobs is not None:
-            row = self._logits_row(index)  # llama.cpp's own row, which the sampler chain reads next
-        if job.matcher is not None or job.logit_bias is not None:
-            if job.logit_bias is not None:
-                job.logit_bias.apply(row)
-            if job.matcher is not None:
-                try:
-                    job.matcher.apply(row)
-                except ConstraintError as e:  # the grammar engine failed: this request ends, the others go on
-                    self._fail([slot], e)
-                    return 0
-        token = job.sampler.sample(self._ctx, index)
-        if job.matcher is not None:
-            try:
-                job.matcher.accept(token)
-            except ConstraintError as e:
-                self._fail([slot], e)
-                return 0
+        if job.rules is not None or job.n_logprobs is not None:
+            row = logits_row(self._ctx, index, self._n_vocab)  # llama.cpp's own row, which the chain reads next
+        try:
+            if job.rules is not None:
+                job.rules.apply(row)  # type: ignore[arg-type]  # (row is set when there are rules)
+            token = job.sampler.sample(self._ctx, index)
+            if job.rules is not None:
+                job.rules.accept(token)
+        except ConstraintError as e:  # the grammar engine failed: this request ends, the others go on
+            self._fail([(slot, job)], e)
+            return 0
         if not job.ignore_eos and lib.llama_vocab_is_eog(self._vocab, token):
-            self._finish(slot, "stop")
+            self._finish(slot, job, "stop")
             return 0
         job.generated.append(token)
         piece = self.model._piece(token)
         text = job.text.add(piece)
-        logprobs = (self._logprobs(row, token, piece, job.n_logprobs),) if job.n_logprobs is not None else ()
+        logprobs = (self._logprobs(row, token, piece, job.n_logprobs),) \
+            if row is not None and job.n_logprobs is not None else ()
         if job.text.stopped:
-            self._finish(slot, "stop", (token,), logprobs)
+            self._finish(slot, job, "stop", (token,), logprobs)
         elif len(job.generated) >= job.max_tokens or len(slot.cached) + 1 >= self.n_ctx_slot:
-            self._finish(slot, "length", (token,), logprobs, text)
+            self._finish(slot, job, "length", (token,), logprobs, text)
         else:
             job.to_decode = [token]
             if text or logprobs:
                 self._emit(job, Chunk(text, (token,), logprobs))
         return 1
-
-    def _logits_row(self, index: int) -> np.ndarray:
-        """A writable float32 view of llama.cpp's logits of batch position `index` (no copy)."""
-        return np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(self._ctx, index), 4 * self._n_vocab),
-                             dtype=np.float32)
 
     def _logprobs(self, logits: np.ndarray, token: int, piece: bytes, n_top: int) -> TokenLogprob:
         top_logit = float(logits.max())
@@ -427,19 +416,18 @@ class BatchEngine:
         return TokenLogprob(token, piece, float(logits[token]) - log_z,
                             tuple((int(t), self.model._piece(int(t)), float(logits[t]) - log_z) for t in top))
 
-    def _finish(self, slot: _Slot, reason: str, tokens: tuple[int, ...] = (),
+    def _finish(self, slot: _Slot, job: _Job, reason: str, tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
-        job = slot.job
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)
         usage = Usage(len(job.prompt), len(job.generated))
         self._emit(job, Chunk(text + job.text.flush(), tokens, logprobs, reason, usage))
 
-    def _fail(self, slots: list[_Slot], error: Exception) -> None:
+    def _fail(self, jobs: list[tuple[_Slot, _Job]], error: Exception) -> None:
         """A failed decode: its requests end with the error and their sequences are dropped; others go on."""
         mem = lib.llama_get_memory(self._ctx)
-        for slot in slots:
-            job, slot.job = slot.job, None
+        for slot, job in jobs:
+            slot.job = None
             lib.llama_memory_seq_rm(mem, slot.seq, -1, -1)
             slot.cached.clear()
             self._counts["failed"] += 1

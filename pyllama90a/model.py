@@ -9,7 +9,7 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -19,15 +19,20 @@ from .errors import (INT32_MAX, BusyError, ClosedError, ContextError, ContextOve
                      InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError, StateFileError, check, flag,
                      fs_path, int_in_range, positive_int, token_ids, utf8)
 from .attention_policy import AttentionChoice, choose
+from .chat import PreparedChat, finish_reason, prepare_chat
+from .chat_template import ChatTemplate
+from .constrained import Constraint, OutputRules, constraint_from
 from .gguf_header import read_header
+from ._vocab import token_piece, vocab_tokenize
 from .kv_types import block_size, check_kv_type, ggml_type
 from .sampling import SamplerChain, SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .text_stream import TextStream
+from .tool_calls import ParsedToolCall
 
 FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
               "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 # llama.cpp pads n_ctx up to a multiple of 256 in a uint32 and positions are int32 (llama_pos): the largest
 # context whose padded size still fits both
@@ -72,15 +77,21 @@ class Completion:
     finish_reason: FinishReason
     usage: Usage
     timings: Timings
+    tool_calls: tuple[ParsedToolCall, ...] = ()  # chat with tools: the calls (`text` is then the content)
 
 
 @dataclass(frozen=True)
 class Piece:
-    """One streamed piece: whole UTF-8 characters only. The last piece has a finish_reason."""
+    """One streamed piece: whole UTF-8 characters only. The last piece has a finish_reason.
+
+    A chat with tools streams its content in `text` and its calls in `tool_calls`, as OpenAI's deltas:
+    {"index", "id", "type", "function": {"name", "arguments": ""}} when a call starts, then
+    {"index", "function": {"arguments": <fragment>}} as its arguments arrive."""
     text: str
     tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     completion: Completion | None = None  # on the last piece: the whole result
+    tool_calls: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -156,29 +167,6 @@ def max_threads() -> int:
     return min(os.cpu_count() or 1, GGML_MAX_N_THREADS)
 
 
-def vocab_tokenize(vocab, data: bytes, add_special: bool, parse_special: bool) -> list[int]:  # noqa: ANN001
-    """llama_tokenize of `data` (at most INT32_MAX - 8 bytes) on a vocab pointer, no lock: the one call site of it."""
-    cap = len(data) + 8
-    buf = ffi.new("llama_token[]", cap)
-    n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
-    if n < 0:  # never for cap > bytes, but llama.cpp tells the size needed
-        cap = -n
-        buf = ffi.new("llama_token[]", cap)
-        n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
-    check(n, LlamaError, "tokenization failed")
-    return list(ffi.unpack(buf, n))
-
-
-def token_piece(vocab, token: int, special: bool = False) -> bytes:  # noqa: ANN001
-    """The bytes of one token (llama_token_to_piece); special=True renders control tokens too."""
-    buf = ffi.new("char[]", 64)
-    n = lib.llama_token_to_piece(vocab, token, buf, 64, 0, special)
-    if n < 0:  # the buffer was too small; -n is the size needed
-        buf = ffi.new("char[]", -n)
-        n = lib.llama_token_to_piece(vocab, token, buf, -n, 0, special)
-    return ffi.unpack(buf, check(n, LlamaError, f"llama_token_to_piece failed for token {token}"))
-
-
 def _load_reason() -> str:
     """': <why>' from llama.cpp's "error loading model: <why>" log line (the key and value a check refused),
     so the exception's first line says it; '' when it logged none."""
@@ -207,7 +195,7 @@ class Model:
     def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
                  flash_attn: str = "auto", n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_gpu_layers: int = -1, n_threads: int | None = None, seed: int | None = None,
-                 embedding: bool = False, n_seq_max: int = 1) -> None:
+                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None) -> None:
         self._ctx = self._model = None
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
@@ -237,6 +225,11 @@ class Model:
         if seed is not None:
             SamplingParams(seed=seed)  # validates
         self.embedding = flag("embedding", embedding)
+        if chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
+            ChatTemplate(chat_template)
+        self._template_source = chat_template
+        self._chat_template: ChatTemplate | None = None
+        self._chat_template_read = False
 
         header = read_header(self.path)
         self._check_header(header, n_ctx)
@@ -546,14 +539,24 @@ class Model:
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
-                 stop: str | Sequence[str] | None = (), stream: bool = False) -> Completion | Iterator[Piece]:
+                 stop: str | Sequence[str] | None = (), stream: bool = False, response_format: object = None,
+                 json_schema: object = None, grammar: str | None = None, regex: str | None = None,
+                 logit_bias: Mapping[object, float] | None = None) -> Completion | Iterator[Piece]:
         """Continue `prompt` (text, or token ids used as they are). temperature=0 is greedy.
+
+        The output can be constrained by at most one of: json_schema (a dict, JSON text or a pydantic model
+        class), response_format (OpenAI's {"type": "json_object"} / {"type": "json_schema", ...}, or a pydantic
+        model class), grammar (GBNF text, as llama.cpp takes it) or regex; logit_bias maps token ids to a bias
+        in [-100, 100] (-100 bans). Constraints need the llguidance package (pyllama90a[structured]).
 
         With stream=True, an iterator of Pieces; the Model is busy from its first piece until it ends or is closed.
         """
         tokens = self.prompt_tokens(prompt)
-        return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
-                           min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+        constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
+                                     grammar=grammar)
+        return self._start(tokens, max_tokens, stop, stream, self._rules(constraint, logit_bias), None,
+                           temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                            presence_penalty=presence_penalty, seed=seed)
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
@@ -570,20 +573,59 @@ class Model:
     def chat(self, messages: Sequence[dict], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
              top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
              presence_penalty: float = 0.0, seed: int | None = None, stop: str | Sequence[str] | None = (),
-             stream: bool = False) -> Completion | Iterator[Piece]:
-        """Generate the assistant's reply to `messages` ([{"role": ..., "content": ...}]) with the GGUF's template.
-        The sampling arguments are generate()'s."""
-        tokens = self.tokenize(self.apply_chat_template(messages), add_special=True, parse_special=True)
-        return self._start(tokens, max_tokens, stop, stream, temperature=temperature, top_k=top_k, top_p=top_p,
-                           min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+             stream: bool = False, tools: Sequence[dict] | None = None, tool_choice: object = None,
+             parallel_tool_calls: bool = True, response_format: object = None, json_schema: object = None,
+             grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None) -> Completion | Iterator[Piece]:
+        """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
+        tool_calls, tool results) with the model's chat template (see chat_template). The sampling and
+        constraint arguments are generate()'s.
+
+        tools: OpenAI's function tools; tool_choice "auto" (the default with tools), "none", "required" or
+        {"type": "function", "function": {"name": ...}}. A required or named call is guaranteed to be a call of
+        a listed function whose arguments match its schema; with "auto" the model may answer in text, and a call
+        it starts is constrained from its first marker on. The result's `tool_calls` holds the calls (ids,
+        names, arguments as JSON text), `text` the content, and finish_reason is "tool_calls".
+        chat_template_kwargs: extra template variables (e.g. {"enable_thinking": False}).
+        """
+        constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
+                                     grammar=grammar)
+        prepared = prepare_chat(self, messages, tools=tools, tool_choice=tool_choice,
+                                parallel_tool_calls=parallel_tool_calls, constraint=constraint,
+                                template_kwargs=chat_template_kwargs)
+        return self._start(prepared.tokens, max_tokens, stop, stream, self._rules(prepared.constraint, logit_bias),
+                           prepared, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                            presence_penalty=presence_penalty, seed=seed)
 
-    def apply_chat_template(self, messages: Sequence[dict]) -> str:
-        if not isinstance(messages, (list, tuple)) or not messages:
-            raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}")
-        for m in messages:
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise InvalidArgumentError(f"each message needs str 'role' and 'content', got {m!r}"[:300])
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        """The Jinja template chat() renders: Model(chat_template=...) if given, else the GGUF's
+        tokenizer.chat_template; None when there is neither (chat() then uses llama.cpp's built-in ChatML).
+        A GGUF template that does not compile raises ChatTemplateError here (and in chat())."""
+        with self._using_model():
+            if not self._chat_template_read:
+                self._chat_template = ChatTemplate.for_model(self, self._template_source)
+                self._chat_template_read = True
+            return self._chat_template
+
+    def apply_chat_template(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+                            add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+        """The prompt text chat() would tokenize for `messages` (and `tools`)."""
+        template = self.chat_template
+        if template is None:
+            from .chat_template import normalize_messages, text_only_history
+
+            if not add_generation_prompt or template_kwargs:
+                raise InvalidArgumentError(f"{self.path.name} has no chat template: llama.cpp's built-in ChatML "
+                                           "takes no add_generation_prompt=False or template variables")
+            return self._builtin_chat_template(text_only_history(normalize_messages(messages), tools or ()),
+                                               "chatml")
+        return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
+
+    def _builtin_chat_template(self, messages: Sequence[dict], name: str | None) -> str:
+        """`messages` ({"role", "content"} strings) rendered by llama.cpp's built-in template `name` (None: the
+        one it matches to the GGUF's template text), ready for the assistant's turn."""
         # the template gets NUL-terminated strings: a NUL would silently cut a message
         encoded = [(utf8(f"messages[{i}]['role']", m["role"], nul_ok=False),
                     utf8(f"messages[{i}]['content']", m["content"], nul_ok=False)) for i, m in enumerate(messages)]
@@ -595,21 +637,25 @@ class Model:
         for i, (role, content) in enumerate(keep):
             chat[i].role, chat[i].content = role, content
         with self._using_model():
-            tmpl = lib.llama_model_chat_template(self._model, ffi.NULL)
+            tmpl = ffi.new("char[]", name.encode()) if name else lib.llama_model_chat_template(self._model, ffi.NULL)
             if tmpl == ffi.NULL:
-                raise LlamaError(f"{self.path.name} has no chat template; use generate()")
+                raise LlamaError(f"{self.path.name} has no chat template")
             for _ in range(2):
                 buf = ffi.new("char[]", cap)
                 n = lib.llama_chat_apply_template(tmpl, chat, len(keep), True, buf, cap)
                 if n < 0:
-                    raise LlamaError(f"llama.cpp does not support the chat template of {self.path.name}")
+                    raise LlamaError(f"llama.cpp does not support the chat template {name or self.path.name}")
                 if n <= cap:
                     return ffi.unpack(buf, n).decode("utf-8", "replace")
                 cap = n
         raise LlamaError("chat template output kept growing")  # pragma: no cover
 
+    def _rules(self, constraint: Constraint | None, logit_bias: Mapping[object, float] | None) -> OutputRules | None:
+        with self._using_model():
+            return OutputRules.for_request(self, constraint, logit_bias)
+
     def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str] | None, stream: bool,
-               **sampling: object) -> Completion | Iterator[Piece]:
+               rules: OutputRules | None, chat: PreparedChat | None, **sampling: object) -> Completion | Iterator[Piece]:
         stops = check_limits(max_tokens, stop)
         flag("stream", stream)
         if sampling.get("seed") is None:
@@ -618,7 +664,9 @@ class Model:
         n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
-        pieces = self._run(tokens, max_tokens, stops, params)
+        pieces = self._run(tokens, max_tokens, stops, params, rules)
+        if chat is not None and chat.tool_format is not None:
+            pieces = _split_tool_calls(pieces, chat)
         if stream:
             return pieces
         last = None
@@ -627,16 +675,17 @@ class Model:
         assert last is not None and last.completion is not None
         return last.completion
 
-    def _run(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams) -> Iterator[Piece]:
+    def _run(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams,
+             rules: OutputRules | None) -> Iterator[Piece]:
         with self._using_context("start a generation"):
             self._busy = "another generation"
         try:
-            yield from self._generate_pieces(prompt, max_tokens, stops, params)
+            yield from self._generate_pieces(prompt, max_tokens, stops, params, rules)
         finally:
             self._busy = None
 
-    def _generate_pieces(self, prompt: list[int], max_tokens: int, stops: list[str],
-                         params: SamplingParams) -> Iterator[Piece]:
+    def _generate_pieces(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams,
+                         rules: OutputRules | None) -> Iterator[Piece]:
         t0 = time.perf_counter()
         n_evaluated = self._evaluate(prompt)
         t1 = time.perf_counter()
@@ -647,7 +696,11 @@ class Model:
         finish: FinishReason = "length"
         pending: list[int] = []
         while len(generated) < max_tokens:
+            if rules is not None:  # bias and mask llama.cpp's own row, which the sampler chain reads next
+                rules.apply(logits_row(self._ctx, -1, self._n_vocab))
             token = sampler.sample(self._ctx)
+            if rules is not None:
+                rules.accept(token)
             if lib.llama_vocab_is_eog(self._vocab, token):
                 finish = "stop"
                 break
@@ -678,7 +731,7 @@ class Model:
         if not self.embedding:
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
         single = isinstance(text, str)
-        texts = [text] if single else list(text) if isinstance(text, (list, tuple)) else []
+        texts: list[str] = [text] if isinstance(text, str) else list(text) if isinstance(text, (list, tuple)) else []
         if not texts or not all(isinstance(t, str) and t for t in texts):
             raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str")
         for i, t in enumerate(texts):
@@ -754,6 +807,49 @@ class Model:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"n_ctx={self.n_ctx}"
         return f"Model({str(self.path)!r}, ctk={self.ctk!r}, ctv={self.ctv!r}, flash_attn={self.flash_attn!r}, {state})"
+
+
+def logits_row(ctx, index: int, n_vocab: int) -> np.ndarray:  # noqa: ANN001 - cdata
+    """A writable float32 view of llama.cpp's logits row of batch position `index` (-1: the last), no copy."""
+    row = lib.llama_get_logits_ith(ctx, index)
+    if row == ffi.NULL:
+        raise LlamaError(f"llama.cpp has no logits for batch position {index}", _log.recent_native_log())
+    return np.frombuffer(ffi.buffer(row, 4 * n_vocab), dtype=np.float32)
+
+
+def _split_tool_calls(pieces: Iterator[Piece], chat: PreparedChat) -> Iterator[Piece]:
+    """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
+    the last piece's Completion has the calls, the content as its text and finish_reason "tool_calls"."""
+    parser = chat.stream()
+    assert parser is not None
+    tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
+    try:
+        for piece in pieces:
+            deltas = parser.feed(piece.text)
+            tokens += piece.tokens
+            if piece.completion is None:
+                if deltas:
+                    yield _piece_of(deltas, tokens)
+                    tokens = []
+                continue
+            deltas += parser.finish()
+            result = parser.result()
+            done = piece.completion
+            reason = finish_reason(done.finish_reason, bool(result.tool_calls))
+            completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
+                                    tuple(result.tool_calls))
+            last = _piece_of(deltas, tokens)
+            yield Piece(last.text, last.tokens, reason, completion, last.tool_calls)  # type: ignore[arg-type]
+    finally:
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()  # an early close of this stream ends the generation (frees the Model) at once
+
+
+def _piece_of(deltas: list[dict], tokens: list[int]) -> Piece:
+    text = "".join(d.get("content", "") for d in deltas)
+    calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
+    return Piece(text, tokens, tool_calls=calls)
 
 
 def _default_threads() -> int:

@@ -193,7 +193,7 @@ METHOD_CALLS = {
     "tokenize surrogate": (lambda m: m.tokenize(LONE_SURROGATE), "not valid Unicode"),
     "chat content surrogate": (lambda m: m.chat([{"role": "user", "content": LONE_SURROGATE}]), "content"),
     "chat role surrogate": (lambda m: m.chat([{"role": LONE_SURROGATE, "content": "hi"}]), "role"),
-    "chat content NUL": (lambda m: m.apply_chat_template([{"role": "user", "content": "a\0b"}]), "NUL"),
+    "chat content not text": (lambda m: m.apply_chat_template([{"role": "user", "content": 3}]), "content"),
     "metadata surrogate": (lambda m: m.metadata(LONE_SURROGATE), "not valid Unicode"),
     "metadata NUL": (lambda m: m.metadata("general.name\0x"), "NUL"),
     # wrong kinds raised TypeError or AttributeError

@@ -1,5 +1,6 @@
-"""ruff over the repository's Python (the rules are in pyproject.toml's [tool.ruff]): a finding fails the run
-with ruff's own report. Skipped only where ruff is not installed (it is in the `test` extra)."""
+"""ruff over the repository's Python and mypy over the package (their settings are pyproject.toml's
+[tool.ruff] and [tool.mypy]): a finding fails the run with the tool's own report. Skipped only where the tool
+is not installed (both are in the `test` extra)."""
 from __future__ import annotations
 
 import shutil
@@ -40,3 +41,23 @@ def test_ruff_reads_the_projects_rules(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     for code in ("F401", "BLE001", "S307"):
         assert code in out.stdout, out.stdout
+
+
+def _mypy() -> list[str]:
+    pytest.importorskip("mypy", reason="mypy is not installed (pip install '.[test]')")
+    return [sys.executable, "-m", "mypy"]
+
+
+def test_mypy_finds_nothing(tmp_path: Path) -> None:
+    out = subprocess.run([*_mypy(), "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, f"mypy found problems:\n{out.stdout}{out.stderr}"
+
+
+def test_mypy_reads_the_projects_settings(tmp_path: Path) -> None:
+    """The check above means something: with the project's settings, mypy reports a planted type error."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x: int) -> str:\n    return x\n")
+    out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+                          str(tmp_path / "cache"), str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Incompatible return value type" in out.stdout, out.stdout + out.stderr

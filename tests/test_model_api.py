@@ -77,12 +77,13 @@ def test_stop_strings_cut_the_text(model) -> None:
 def test_chat_uses_the_models_template(model) -> None:
     prompt = model.apply_chat_template([{"role": "user", "content": "hi"}])
     assert "<|im_start|>user\nhi<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
-    reply = model.chat([{"role": "user", "content": "What is the capital of France?"}],
-                       max_tokens=32, temperature=0)
+    # (a system message of our own: the template's default one leads the 135M model astray on this question)
+    question = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    reply = model.chat(question, max_tokens=32, temperature=0)
     assert "Paris" in reply.text
     assert reply.finish_reason in ("stop", "length")
-    streamed = "".join(p.text for p in model.chat([{"role": "user", "content": "What is the capital of France?"}],
-                                                  max_tokens=32, temperature=0, stream=True))
+    streamed = "".join(p.text for p in model.chat(question, max_tokens=32, temperature=0, stream=True))
     assert streamed == reply.text
 
 

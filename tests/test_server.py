@@ -255,7 +255,7 @@ def test_a_client_gone_before_a_whole_answer_frees_the_slot(server) -> None:
     ({"prompt": "hi", "max_tokens": "ten"}, "max_tokens"),
     ({"prompt": "hi", "temperature": 5}, "temperature"),
     ({"prompt": "hi", "top_p": None, "stop": 3}, "stop"),
-    ({"prompt": "hi", "n": 2}, "n"),
+    ({"prompt": "hi", "n": 129}, "n"),
     ({"prompt": "hi", "stream": "yes"}, "stream"),
     ({"prompt": "hi", "logprobs": 9}, "logprobs"),
 ])

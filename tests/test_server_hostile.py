@@ -112,7 +112,10 @@ def test_a_wrong_content_type_is_read_as_json(server) -> None:
     ("reasoning_effort", "high"),
 ])
 def test_unimplemented_fields_are_refused_by_name(server, field, value) -> None:
-    for path, base in ((CHAT, {"messages": HI}), (COMPLETIONS, {"prompt": "Hi"})):
+    routes = [(CHAT, {"messages": HI}), (COMPLETIONS, {"prompt": "Hi"})]
+    if field == "tools":  # served on chat (tests/test_server_tools.py); a prompt has no tools
+        routes = routes[1:]
+    for path, base in routes:
         error = _error(_post(server, path, json={**base, "max_tokens": 2, field: value}))
         assert error["param"] == field and field in error["message"]
 
@@ -125,13 +128,19 @@ def test_no_op_values_of_unimplemented_fields_are_served(server) -> None:
 
 
 @pytest.mark.parametrize("message", [
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-                                                          "function": {"name": "f", "arguments": "{}"}}]},
     {"role": "user", "content": "Hi", "name": "alice"},
+    {"role": "user", "content": "Hi", "function_call": {"name": "f", "arguments": "{}"}},
 ])
 def test_message_fields_the_template_would_drop_are_refused(server, message) -> None:
     error = _error(_post(server, CHAT, json={"messages": [message], "max_tokens": 2}))
     assert error["param"].startswith("messages[0].")
+
+
+def test_tool_calls_and_results_in_the_history_are_served(server) -> None:
+    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "1", "name": "f", "content": "done"}]
+    assert _post(server, CHAT, json={"messages": history, "max_tokens": 2}).status_code == 200
 
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])

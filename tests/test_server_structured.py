@@ -1,6 +1,7 @@
 """Structured output through the server: response_format (json_object, json_schema), llama.cpp's grammar and
 json_schema fields, and logit_bias, each enforced per request by the engine's constraint on the real model
-(pyllama90a/constrained, llguidance); a bad one is a 400 naming its field. Tool calls: issue 12, not yet."""
+(pyllama90a/constrained, llguidance); a bad one is a 400 naming its field. Tool calls, n > 1, the openai SDK's
+parse() and LangChain: tests/test_server_tools.py."""
 from __future__ import annotations
 
 import json

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._ffi import lib
 from ..errors import ClosedError, LlamaError
-from ..model import token_piece, vocab_tokenize
+from .._vocab import token_piece, vocab_tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Model

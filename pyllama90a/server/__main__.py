@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=_env("threads", None), help="CPU threads (default: cores)")
     p.add_argument("--queue-size", type=int, default=_env("queue-size", 64),
                    help="requests that may wait for a slot; more get 429 (default 64)")
+    p.add_argument("--chat-template-file", default=_env("chat-template-file", None),
+                   help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None), help="require 'Authorization: Bearer <key>' on /v1/*")
@@ -83,15 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("the server needs FastAPI and uvicorn: pip install 'pyllama90a[server]'", file=sys.stderr)
         return 2
+    from ..chat_template import ChatTemplate
     from ..engine import BatchEngine
     from ..errors import LlamaError
     from .app import ServerState, create_app
     from .shutdown import GracefulServer
 
     try:
+        template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
         engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
                              parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
-                             n_threads=args.threads, queue_size=args.queue_size)
+                             n_threads=args.threads, queue_size=args.queue_size, chat_template=template)
     except (LlamaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

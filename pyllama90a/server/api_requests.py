@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from ..chat_template import normalize_messages
 from ..constrained import Constraint, ConstraintError, constraint_from
-from .refused_fields import HARMLESS_FIELDS, HARMLESS_MESSAGE_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS, refused_field
+from ..errors import InvalidArgumentError
+from ..tool_calls import check_tool_choice, check_tools
+from .refused_fields import (CHAT_ONLY_FIELDS, HARMLESS_FIELDS, HARMLESS_MESSAGE_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS,
+                             refused_field)
 
 
 class APIError(Exception):
@@ -63,9 +67,13 @@ _GENERATION_FIELDS = frozenset({
     "model", "n", "max_tokens", "max_completion_tokens", "stream", "stream_options", "temperature", "top_p", "top_k",
     "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed", "stop", "ignore_eos",
     "response_format", "grammar", "json_schema", "logit_bias"})
-COMPLETION_FIELDS = _GENERATION_FIELDS | {"prompt", "logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
-CHAT_FIELDS = _GENERATION_FIELDS | {"messages", "logprobs", "top_logprobs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS
-CHAT_MESSAGE_FIELDS = frozenset({"role", "content"}) | MESSAGE_FIELDS.keys() | HARMLESS_MESSAGE_FIELDS
+COMPLETION_FIELDS = (_GENERATION_FIELDS | {"prompt", "logprobs"} | REQUEST_FIELDS.keys() | CHAT_ONLY_FIELDS.keys()
+                     | HARMLESS_FIELDS)
+CHAT_FIELDS = (_GENERATION_FIELDS | {"messages", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+                                     "chat_template_kwargs"} | REQUEST_FIELDS.keys() | HARMLESS_FIELDS)
+CHAT_MESSAGE_FIELDS = (frozenset({"role", "content", "tool_calls", "tool_call_id", "name"}) | MESSAGE_FIELDS.keys()
+                       | HARMLESS_MESSAGE_FIELDS)
+MAX_N = 128  # OpenAI's limit on choices per request
 EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions"}) | HARMLESS_FIELDS
 
 IGNORED_HEADER = "X-Ignored-Fields"
@@ -167,8 +175,13 @@ class Generation:
     stop: list[str]
     logprobs: int | None         # alternatives per token, None when not asked
     sampling: dict[str, Any] = field(default_factory=dict)
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None  # checked further when the chat template renders them
     ignore_eos: bool = False
+    n: int = 1                   # choices: n generations of the same prompt, in parallel slots
+    tools: list[dict] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
     ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
     constraint: Constraint | None = None  # response_format / grammar / json_schema (llama.cpp's extensions)
     logit_bias: dict | None = None        # token id -> bias; ids are checked against the vocabulary at submit
@@ -219,9 +232,7 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     _check_model(body)
-    n = _integer(body, "n", 1, 1, 128)
-    if n != 1:
-        raise _bad("n", "only n=1 is supported")
+    n = _integer(body, "n", None, 1, MAX_N) or 1
     _refuse_unimplemented(body)
     _check_unused(body)
     constraint = _constraint(body)
@@ -254,7 +265,7 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
         sampling["seed"] %= 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF itself means "random"
     return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling,
                       ignore_eos=_boolean(body, "ignore_eos", False), constraint=constraint,
-                      logit_bias=logit_bias or None)
+                      logit_bias=logit_bias or None, n=n)
 
 
 def completion_request(body: Any, limits: Limits) -> Generation:
@@ -272,24 +283,53 @@ def completion_request(body: Any, limits: Limits) -> Generation:
     elif not isinstance(prompt, str) or not prompt:
         raise _bad("prompt", "'prompt' must be a non-empty string or a list of token ids")
     gen.prompt = prompt
+    _refuse_unimplemented(body, CHAT_ONLY_FIELDS)
     gen.logprobs = _integer(body, "logprobs", None, 0, 5)
     gen.ignored = _settle_unknown(_unknown(body, COMPLETION_FIELDS), limits)
     return gen
 
 
-def _message_text(content: Any, index: int) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        texts = []
-        for part in content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise _bad(f"messages[{index}].content", "only text content parts are supported")
-            texts.append(part["text"])
-        return "".join(texts)
-    if content is None:
-        return ""
-    raise _bad(f"messages[{index}].content", "'content' must be a string or a list of text parts")
+def _message(m: Any, index: int) -> dict[str, Any]:
+    """A chat message, checked: OpenAI's shape (content a string, text parts or null; an assistant's
+    tool_calls; a tool result's tool_call_id and name)."""
+    where = f"messages[{index}]"
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
+        raise _bad(where, "each message must be an object with a string 'role'")
+    _refuse_unimplemented(m, MESSAGE_FIELDS, f"{where}.")
+    if m.get("name") is not None and m["role"] != "tool":  # (a tool result's name is the function's)
+        raise _bad(f"{where}.name", "'name' is supported on tool messages only (a chat template drops the "
+                                    "names of other messages)")
+    try:
+        (checked,) = normalize_messages([m])
+    except InvalidArgumentError as e:
+        message = str(e).replace("messages[0]", where, 1)
+        path = re.match(r"messages\[\d+\](\.\w+)*(\[\d+\])?", message)  # the field it names
+        raise _bad(path.group(0) if path else where, message) from None
+    return checked
+
+
+def _tools(body: dict, gen: Generation) -> None:
+    """tools, tool_choice, parallel_tool_calls and chat_template_kwargs, checked into `gen`."""
+    try:
+        gen.tools = check_tools(body.get("tools")) or None
+    except InvalidArgumentError as e:
+        raise _bad("tools", str(e)) from None
+    tool_choice = body.get("tool_choice")
+    if not gen.tools and tool_choice not in (None, "none"):  # (OpenAI's answer too: nothing to choose from)
+        raise _bad("tool_choice", "'tool_choice' needs a non-empty 'tools' list (only 'none' is allowed without)")
+    try:
+        choice = check_tool_choice(tool_choice, gen.tools or [])
+    except InvalidArgumentError as e:
+        raise _bad("tool_choice", str(e)) from None
+    gen.tool_choice = {"type": "function", "function": {"name": choice.name}} if choice.name else choice.mode
+    gen.parallel_tool_calls = _boolean(body, "parallel_tool_calls", True)
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise _bad("chat_template_kwargs", "'chat_template_kwargs' must be an object of template variables")
+    gen.template_kwargs = kwargs or None
+    if gen.tools and gen.constraint is not None and choice.mode != "none":
+        raise _bad("tools", "tools cannot be combined with response_format, grammar or json_schema unless "
+                            "tool_choice is 'none'")
 
 
 def chat_request(body: Any, limits: Limits) -> Generation:
@@ -300,14 +340,12 @@ def chat_request(body: Any, limits: Limits) -> Generation:
         raise _bad("messages", "'messages' is required")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "'messages' must be a non-empty list")
-    gen.messages = []
     unknown = _unknown(body, CHAT_FIELDS)
+    gen.messages = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
-            raise _bad(f"messages[{i}]", "each message must be an object with a string 'role'")
-        _refuse_unimplemented(m, MESSAGE_FIELDS, f"messages[{i}].")
+        gen.messages.append(_message(m, i))
         unknown += _unknown(m, CHAT_MESSAGE_FIELDS, f"messages[{i}].")
-        gen.messages.append({"role": m["role"], "content": _message_text(m.get("content"), i)})
+    _tools(body, gen)
     if _boolean(body, "logprobs", False):
         gen.logprobs = _integer(body, "top_logprobs", 0, 0, 20)
     elif body.get("top_logprobs") is not None:

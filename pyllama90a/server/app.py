@@ -19,14 +19,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError, TokenLogprob
-from ..errors import ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError
+from ..chat import PreparedChat, prepare_chat
+from ..engine import BatchEngine, Chunk, EngineStoppedError, Handle, QueueFullError
+from ..errors import ChatTemplateError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError
 from ..model import Model
 from .api_requests import (IGNORED_HEADER, APIError, Generation, Limits, chat_request, completion_request,
                            embedding_request, shown_names)
 from .metrics import render_metrics
 from .openapi_doc import route_docs
 from .request_body import read_json
+from .responses import ChatShape, CompletionShape, Shape
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +60,15 @@ class _Mailbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._pending: list[tuple[asyncio.Queue, Chunk]] = []
+        self._pending: list[tuple[asyncio.Queue, tuple[int, Chunk]]] = []
         self._lock = threading.Lock()
         self._scheduled = False
 
-    def sender(self, queue: asyncio.Queue):  # noqa: ANN201
+    def sender(self, queue: asyncio.Queue, choice: int = 0):  # noqa: ANN201
+        """The engine's on_chunk for choice `choice` of a request: its chunks reach `queue` as (choice, chunk)."""
         def send(chunk: Chunk) -> None:  # engine thread
             with self._lock:
-                self._pending.append((queue, chunk))
+                self._pending.append((queue, (choice, chunk)))
                 if self._scheduled:
                     return
                 self._scheduled = True
@@ -80,8 +83,8 @@ class _Mailbox:
     def _deliver(self) -> None:  # event loop
         with self._lock:
             pending, self._pending, self._scheduled = self._pending, [], False
-        for queue, chunk in pending:
-            queue.put_nowait(chunk)
+        for queue, item in pending:
+            queue.put_nowait(item)
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -142,15 +145,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/chat/completions", **docs["chat"])
     async def chat_completions(request: Request) -> Response:
         gen = chat_request(await read_json(request, state.limits.max_request_bytes), state.limits)
-        try:
-            prompt = state.engine.chat_prompt(gen.messages)
-        except ClosedError as e:
-            raise _unavailable(e) from None
-        except InvalidArgumentError as e:
-            raise APIError(400, str(e), param="messages") from None
-        except LlamaError as e:  # no or unsupported chat template
-            raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
-        return await _generate(state, request, gen, prompt, chat=True)
+        return await _generate(state, request, gen, None, chat=True)
 
     @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> Response:
@@ -263,160 +258,120 @@ def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
 DISCONNECT_POLL_S = 0.25
 
 
-async def _generate(state: ServerState, request: Request, gen: Generation, prompt: Any, *, chat: bool) -> Response:
-    chunks: asyncio.Queue[Chunk] = asyncio.Queue()
-    deliver = state.mailbox(asyncio.get_running_loop()).sender(chunks)
-
+def _submit(state: ServerState, gen: Generation, prompt: Any, deliver: list[Any], *,
+            chat: bool) -> tuple[list[Handle], PreparedChat | None]:
+    """Render a chat (template, tools), then queue the request's n generations; all or none are queued.
+    Run in a worker thread when the request compiles a grammar (a large schema takes a while)."""
     engine = state.engine
+    prepared = None
+    if gen.n > engine.parallel + engine.queue_size:  # would never fit: a 429 would invite endless retries
+        raise APIError(400, f"n={gen.n} is more than this server's {engine.parallel} slots and {engine.queue_size} "
+                            "queue places can hold", param="n")
     try:
-        handle = engine.submit(prompt, deliver, max_tokens=gen.max_tokens,
-                               stop=gen.stop, logprobs=gen.logprobs, ignore_eos=gen.ignore_eos,
-                               constraint=gen.constraint, logit_bias=gen.logit_bias, **gen.sampling)
+        if chat:
+            assert gen.messages is not None  # (chat_request sets them)
+            prepared = prepare_chat(engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
+                                    parallel_tool_calls=gen.parallel_tool_calls, constraint=gen.constraint,
+                                    template_kwargs=gen.template_kwargs)
+            prompt = prepared.tokens
+        constraint = prepared.constraint if prepared is not None else gen.constraint
+        seed = gen.sampling.get("seed")
+        handles: list[Handle] = []
+        try:
+            for i, send in enumerate(deliver):
+                # choices differ by their seed (seed + i when the request gives one)
+                sampling = gen.sampling if seed is None else {**gen.sampling, "seed": (seed + i) % 0xFFFFFFFF}
+                handles.append(engine.submit(prompt, send, max_tokens=gen.max_tokens, stop=gen.stop,
+                                             logprobs=gen.logprobs, ignore_eos=gen.ignore_eos, constraint=constraint,
+                                             logit_bias=gen.logit_bias, **sampling))
+        except BaseException:
+            for handle in handles:
+                handle.cancel()
+            raise
     except ContextOverflowError as e:
         raise APIError(400, str(e), param="messages" if chat else "prompt", code="context_length_exceeded") from None
     except QueueFullError as e:
         raise APIError(429, f"{e}; retry shortly", type="rate_limit_error", code="rate_limit_exceeded",
                        headers={"Retry-After": "1"}) from None
+    except ChatTemplateError as e:
+        raise APIError(400, str(e), param="messages", code="chat_template_error") from None
     except InvalidArgumentError as e:
-        raise APIError(400, str(e)) from None
+        raise APIError(400, str(e), param=_param_of(str(e), chat)) from None
     except ClosedError as e:
         raise _unavailable(e) from None
+    except LlamaError as e:  # llama.cpp's built-in template refused the messages
+        raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
+    return handles, prepared
+
+
+def _param_of(message: str, chat: bool) -> str | None:
+    """The request field an InvalidArgumentError from the chat preparation or submit names first."""
+    for name in ("tool_choice", "tools", "parallel_tool_calls", "chat_template_kwargs", "messages", "logit_bias",
+                 "response_format"):
+        if message.startswith(name):
+            return name
+    return "messages" if chat else None
+
+
+async def _generate(state: ServerState, request: Request, gen: Generation, prompt: Any, *, chat: bool) -> Response:
+    chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
+    mailbox = state.mailbox(asyncio.get_running_loop())
+    deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
+    if gen.constraint is not None or gen.tools:  # compiling a grammar: not on the event loop
+        handles, prepared = await asyncio.to_thread(_submit, state, gen, prompt, deliver, chat=chat)
+    else:
+        handles, prepared = _submit(state, gen, prompt, deliver, chat=chat)
 
     headers = _ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    shape = _ChatShape(ident, state.model_name) if chat else _CompletionShape(ident, state.model_name)
+    shape = (ChatShape(ident, state.model_name, gen.n, prepared) if chat
+             else CompletionShape(ident, state.model_name, gen.n))
     if gen.stream:
-        return StreamingResponse(_sse(chunks, handle, shape, gen.include_usage), media_type="text/event-stream",
+        return StreamingResponse(_sse(chunks, handles, shape, gen.include_usage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     try:
-        parts: list[Chunk] = []
         next_check = time.monotonic() + DISCONNECT_POLL_S
-        while True:
+        while not shape.finished:
             try:
-                chunk = await asyncio.wait_for(chunks.get(), timeout=DISCONNECT_POLL_S)
+                item = await asyncio.wait_for(chunks.get(), timeout=DISCONNECT_POLL_S)
             except asyncio.TimeoutError:
-                chunk = None
+                item = None
             if time.monotonic() >= next_check:
-                if await request.is_disconnected():  # nobody will read the answer: free the slot now
+                if await request.is_disconnected():  # nobody will read the answer: free the slots now
                     return Response(status_code=499)
                 next_check = time.monotonic() + DISCONNECT_POLL_S
-            if chunk is None:
+            if item is None:
                 continue
+            choice, chunk = item
             if chunk.error is not None:
                 raise _generation_failed(chunk.error)
-            parts.append(chunk)
-            if chunk.finish_reason is not None:
-                break
+            shape.add(choice, chunk)
     finally:
-        handle.cancel()  # a client gone before the end (or an error) frees the slot
-    return JSONResponse(shape.whole(parts), headers=headers)
+        for handle in handles:
+            handle.cancel()  # a client gone before the end (or an error) frees the slots
+    return JSONResponse(shape.whole(), headers=headers)
 
 
-async def _sse(chunks: asyncio.Queue, handle: Any, shape: Any, include_usage: bool) -> AsyncIterator[str]:
-    """Server-sent events; if the client goes away Starlette cancels this generator and the slot is freed."""
+async def _sse(chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():
             yield _event(event)
-        while True:
-            chunk: Chunk = await chunks.get()
+        while not shape.finished:
+            choice, chunk = await chunks.get()
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
                 yield _event(_generation_failed(chunk.error).body())
                 break
-            if chunk.text or chunk.logprobs or chunk.finish_reason:
-                yield _event(shape.delta(chunk))
-            if chunk.finish_reason is not None:
-                if include_usage:
-                    yield _event(shape.usage_only(chunk))
-                break
+            for event in shape.events(choice, chunk):
+                yield _event(event)
+        else:
+            if include_usage:
+                yield _event(shape.usage_only())
         yield "data: [DONE]\n\n"
     finally:
-        handle.cancel()
+        for handle in handles:
+            handle.cancel()
 
 
 def _event(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
-
-
-def _usage(chunk: Chunk) -> dict[str, int]:
-    u = chunk.usage
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}
-
-
-def _text(piece: bytes) -> str:
-    return piece.decode("utf-8", "replace")
-
-
-class _Shape:
-    """The response objects of one request: the fields all of them carry, and the usage-only last chunk."""
-    chunk_object = ""  # the "object" of streamed chunks
-
-    def __init__(self, ident: str, model: str) -> None:
-        self.ident, self.model, self.created = ident, model, int(time.time())
-
-    def _base(self, obj: str | None = None) -> dict[str, Any]:
-        return {"id": self.ident, "object": obj or self.chunk_object, "created": self.created, "model": self.model}
-
-    def usage_only(self, last: Chunk) -> dict[str, Any]:
-        return {**self._base(), "choices": [], "usage": _usage(last)}
-
-
-class _CompletionShape(_Shape):
-    """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
-    chunk_object = "text_completion"
-
-    @staticmethod
-    def _logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[str, Any], int]:
-        """The logprobs object of `items` whose text starts at `offset`, and the offset after them."""
-        tokens, offsets = [], []
-        for item in items:
-            offsets.append(offset)
-            tokens.append(_text(item.piece))
-            offset += len(tokens[-1])
-        return {"tokens": tokens, "token_logprobs": [i.logprob for i in items],
-                "top_logprobs": [{_text(p): lp for _, p, lp in i.top} for i in items], "text_offset": offsets}, offset
-
-    def opening(self) -> list[dict[str, Any]]:
-        self._offset = 0
-        return []
-
-    def delta(self, chunk: Chunk) -> dict[str, Any]:
-        logprobs = None
-        if chunk.logprobs:
-            logprobs, self._offset = self._logprobs(list(chunk.logprobs), self._offset)
-        choice = {"index": 0, "text": chunk.text, "finish_reason": chunk.finish_reason, "logprobs": logprobs}
-        return {**self._base(), "choices": [choice]}
-
-    def whole(self, parts: list[Chunk]) -> dict[str, Any]:
-        items = [i for c in parts for i in c.logprobs]
-        choice = {"index": 0, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
-                  "logprobs": self._logprobs(items, 0)[0] if items else None}
-        return {**self._base(), "choices": [choice], "usage": _usage(parts[-1])}
-
-
-class _ChatShape(_Shape):
-    """chat.completion(.chunk) objects; logprobs in the chat shape (content: [{token, logprob, bytes, ...}])."""
-    chunk_object = "chat.completion.chunk"
-
-    @staticmethod
-    def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
-        return {"content": [
-            {"token": _text(i.piece), "logprob": i.logprob, "bytes": list(i.piece),
-             "top_logprobs": [{"token": _text(p), "logprob": lp, "bytes": list(p)} for _, p, lp in i.top]}
-            for i in items]}
-
-    def opening(self) -> list[dict[str, Any]]:
-        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}
-        return [{**self._base(), "choices": [choice]}]
-
-    def delta(self, chunk: Chunk) -> dict[str, Any]:
-        delta = {"content": chunk.text} if chunk.text else {}
-        choice = {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason,
-                  "logprobs": self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None}
-        return {**self._base(), "choices": [choice]}
-
-    def whole(self, parts: list[Chunk]) -> dict[str, Any]:
-        items = [i for c in parts for i in c.logprobs]
-        message = {"role": "assistant", "content": "".join(c.text for c in parts)}
-        choice = {"index": 0, "message": message, "finish_reason": parts[-1].finish_reason,
-                  "logprobs": self._logprobs(items) if items else None}
-        return {**self._base("chat.completion"), "choices": [choice], "usage": _usage(parts[-1])}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api_requests import IGNORED_HEADER, MAX_EMBEDDING_INPUTS, Limits
+from .api_requests import IGNORED_HEADER, MAX_EMBEDDING_INPUTS, MAX_N, Limits
 
 Schema = dict[str, Any]
 
@@ -37,13 +37,28 @@ USAGE: Schema = {"type": "object", "required": ["prompt_tokens", "completion_tok
                  "properties": {k: {"type": "integer", "minimum": 0}
                                 for k in ("prompt_tokens", "completion_tokens", "total_tokens")}}
 
-FINISH_REASON: Schema = {"enum": ["stop", "length", None]}
+FINISH_REASON: Schema = {"enum": ["stop", "length", "tool_calls", None]}
 
 # what the fields refused by refused_fields.py may be: only their no-op values
 NO_OP_FIELDS: dict[str, Schema] = {
-    "tools": _nullable({"type": "array", "maxItems": 0}),
-    "tool_choice": _nullable({"const": "none"}),
     "functions": _nullable({"type": "array", "maxItems": 0}),
+}
+
+_FUNCTION_NAME: Schema = {"type": "string", "pattern": "^[A-Za-z0-9_.\\-]{1,64}$"}
+# tool calling (pyllama90a/chat.py, tool_calls.py): a required or named call is constrained to the schema
+TOOL_FIELDS: dict[str, Schema] = {
+    "tools": _nullable({"type": "array", "items": {
+        "type": "object", "required": ["type", "function"],
+        "properties": {"type": {"const": "function"}, "function": {
+            "type": "object", "required": ["name"],
+            "properties": {"name": _FUNCTION_NAME, "description": {"type": "string"},
+                           "parameters": {"type": "object"}, "strict": _nullable({"type": "boolean"})}}}}}),
+    "tool_choice": _nullable({"anyOf": [{"enum": ["none", "auto", "required"]}, {
+        "type": "object", "required": ["type", "function"],
+        "properties": {"type": {"const": "function"},
+                       "function": {"type": "object", "required": ["name"], "properties": {"name": _FUNCTION_NAME}}}}]}),
+    "parallel_tool_calls": _nullable({"type": "boolean"}),
+    "chat_template_kwargs": _nullable({"type": "object", "description": "extra variables of the Jinja chat template"}),
 }
 
 # structured output (pyllama90a/constrained): the shapes; a schema or grammar that does not compile is a 400 too
@@ -77,7 +92,7 @@ def _generation_fields(limits: Limits) -> dict[str, Schema]:
         "stream": _nullable({"type": "boolean"}),
         "stream_options": _nullable({"type": "object",
                                      "properties": {"include_usage": _nullable({"type": "boolean"})}}),
-        "n": _integer(1, 1),
+        "n": _integer(1, MAX_N),
         "ignore_eos": _nullable({"type": "boolean"}),
         "user": _nullable({"type": "string"}),
         **NO_OP_FIELDS,
@@ -96,6 +111,13 @@ def _completion_request(limits: Limits) -> Schema:
                            "suffix": _nullable({"type": "string", "maxLength": 0})}}
 
 
+_TOOL_CALL: Schema = {"type": "object", "required": ["function"],
+                      "properties": {"id": {"type": "string"}, "type": {"const": "function"},
+                                     "function": {"type": "object", "required": ["name", "arguments"],
+                                                  "properties": {"name": {"type": "string"},
+                                                                 "arguments": {"type": "string"}}}}}
+
+
 def _chat_request(limits: Limits) -> Schema:
     part = {"type": "object", "required": ["type", "text"],
             "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
@@ -103,10 +125,11 @@ def _chat_request(limits: Limits) -> Schema:
                "properties": {"role": {"type": "string", "minLength": 1},
                               "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part},
                                                     {"type": "null"}]},
-                              "name": _nullable({"type": "string", "maxLength": 0}),
-                              "tool_calls": _nullable({"type": "array", "maxItems": 0})}}
+                              "name": _nullable({"type": "string"}),
+                              "tool_call_id": _nullable({"type": "string"}),
+                              "tool_calls": _nullable({"type": "array", "items": _TOOL_CALL})}}
     return {"type": "object", "required": ["messages"],
-            "properties": {**_generation_fields(limits),
+            "properties": {**_generation_fields(limits), **TOOL_FIELDS,
                            "messages": {"type": "array", "items": message, "minItems": 1},
                            "logprobs": _nullable({"type": "boolean"}), "top_logprobs": _integer(0, 20)}}
 
@@ -137,7 +160,9 @@ CHAT_COMPLETION = _object("chat.completion", {
     "type": "object", "required": ["index", "message", "finish_reason"],
     "properties": {"index": {"type": "integer"}, "finish_reason": FINISH_REASON,
                    "message": {"type": "object", "required": ["role", "content"],
-                               "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}},
+                               "properties": {"role": {"const": "assistant"},
+                                              "content": {"type": ["string", "null"]},
+                                              "tool_calls": {"type": "array", "items": _TOOL_CALL}}},
                    "logprobs": {"type": ["object", "null"]}}})
 
 EMBEDDINGS: Schema = {

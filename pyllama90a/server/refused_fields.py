@@ -31,15 +31,12 @@ def _is(*wanted: Any) -> NoOp:
 
 
 STRUCTURED = "not supported: use response_format (JSON mode, JSON schema) or grammar (GBNF)"
-TOOLS = "tool and function calling are not supported"
+LEGACY_FUNCTIONS = "the deprecated functions API is not supported: use tools and tool_choice"
 
 # field -> (its no-op values, why anything else is refused)
 REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
-    "tools": (_is([]), TOOLS),
-    "tool_choice": (_is("none"), TOOLS + "; only 'none'"),
-    "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), TOOLS),
-    "functions": (_is([]), TOOLS),
-    "function_call": (_is("none"), TOOLS + "; only 'none'"),
+    "functions": (_is([]), LEGACY_FUNCTIONS),
+    "function_call": (_is("none"), LEGACY_FUNCTIONS + "; only 'none'"),
     "best_of": (_is(1), "only best_of=1 is supported"),
     "echo": (_is(False), "echo is not supported"),
     "suffix": (_is(""), "suffix (insertion) is not supported"),
@@ -73,16 +70,20 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "use_beam_search": (_is(False), "beam search is not supported"),
     "length_penalty": (_is(1), "length_penalty is not supported"),
     "chat_template": (_is(""), "a request's own chat template is not supported"),
-    "chat_template_kwargs": (_is({}), "chat_template_kwargs is not supported"),
     "add_generation_prompt": (_is(True), "the assistant's turn is always opened"),
     "continue_final_message": (_is(False), "continue_final_message is not supported"),
 }
 
+# chat fields that /v1/completions cannot honour (a prompt has no tools): their no-op values only
+CHAT_ONLY_FIELDS: dict[str, tuple[NoOp, str]] = {
+    "tools": (_is([]), "tools are a /v1/chat/completions field"),
+    "tool_choice": (_is("none"), "tool_choice is a /v1/chat/completions field; only 'none' here"),
+    "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), "parallel_tool_calls must be a boolean"),
+}
+
 # fields of one chat message that the chat template would drop
 MESSAGE_FIELDS: dict[str, tuple[NoOp, str]] = {
-    "tool_calls": (_is([]), TOOLS),
-    "function_call": (_is(), TOOLS),
-    "name": (_is(""), "message names are not supported (the chat template would drop them)"),
+    "function_call": (_is(), LEGACY_FUNCTIONS),
     "audio": (_is(), "audio is not supported"),
 }
 
@@ -94,8 +95,9 @@ HARMLESS_FIELDS: frozenset[str] = frozenset({
     "cache_prompt",  # llama.cpp's server: reuse of the KV cache, which this server decides itself
 })
 
-# fields of one chat message accepted because the answer is the same without them (none so far)
-HARMLESS_MESSAGE_FIELDS: frozenset[str] = frozenset()
+# fields of one chat message accepted because the answer is the same without them: what an assistant message
+# of a response carries when a client sends it back in the history (the openai SDK's model_dump() does)
+HARMLESS_MESSAGE_FIELDS: frozenset[str] = frozenset({"refusal", "annotations"})
 
 
 def refused_field(body: dict, fields: dict[str, tuple[NoOp, str]] = REQUEST_FIELDS) -> tuple[str, str] | None:

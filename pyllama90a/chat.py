@@ -1,0 +1,85 @@
+"""A chat request made ready to generate, and its output read back.
+
+`prepare_chat(model, messages, tools=..., tool_choice=..., constraint=...)` renders the messages (and tools)
+with the model's Jinja chat template (chat_template.py: the GGUF's `tokenizer.chat_template`, or the
+`Model(chat_template=...)` override), or with llama.cpp's built-in ChatML when the file has no template, as
+llama-server does; tokenizes the prompt; and turns tools and tool_choice into the constraint that guarantees
+a well-formed call ("required", a named function) or enforces one from its first marker on ("auto").
+`PreparedChat.stream()` then splits the generated text into content and tool calls as it arrives.
+Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go through here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from .chat_template import normalize_messages, text_only_history
+from .constrained import Constraint
+from .constrained import ToolCallFormat as PatternFormat
+from .constrained import tool_calls as tool_call_constraint
+from .errors import InvalidArgumentError
+from .tool_calls import GENERIC, ToolCallFormat, ToolCallStream, check_tool_choice, check_tools
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import Model
+
+# llama.cpp's built-in template for a model file that carries none (llama-server's default too)
+FALLBACK_TEMPLATE = "chatml"
+
+
+@dataclass(frozen=True)
+class PreparedChat:
+    """A chat request ready to generate: its prompt tokens, the constraint on its output (tool calls or a
+    response format), and the tools its output is read for (empty: the output is all content)."""
+
+    tokens: list[int]
+    constraint: Constraint | None
+    tools: list[dict] = field(default_factory=list)
+    tool_format: ToolCallFormat | None = None
+
+    def stream(self) -> ToolCallStream | None:
+        """A parser that splits the output into content and tool-call deltas as it arrives; None when the
+        request offered no tools (its output is content as generated)."""
+        return None if self.tool_format is None else self.tool_format.stream(self.tools)
+
+
+def finish_reason(reason: str, made_calls: bool) -> str:
+    """OpenAI's finish_reason: "tool_calls" when a generation that stopped by itself made tool calls."""
+    return "tool_calls" if made_calls and reason == "stop" else reason
+
+
+def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+                 tool_choice: object = None, parallel_tool_calls: bool = True, constraint: Constraint | None = None,
+                 template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
+    """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
+    its ChatTemplateError, ConstraintError) naming what is wrong."""
+    checked_tools = check_tools(tools)
+    choice = check_tool_choice(tool_choice, checked_tools)
+    if not isinstance(parallel_tool_calls, bool):
+        raise InvalidArgumentError(f"parallel_tool_calls must be True or False, got {parallel_tool_calls!r}")
+    if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
+        raise InvalidArgumentError(f"chat_template_kwargs must be a dict, got {type(template_kwargs).__name__}")
+    # tool_choice "none": the model is not shown the tools, so it does not write calls nobody reads
+    offered = checked_tools if choice.mode != "none" else []
+    if offered and constraint is not None:
+        raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
+                                   "combined with tools unless tool_choice is 'none'")
+    template = model.chat_template
+    if template is None:
+        if template_kwargs:
+            raise InvalidArgumentError(f"chat_template_kwargs need a Jinja chat template; {model.path.name} has "
+                                       f"none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)")
+        fmt = GENERIC
+        msgs = text_only_history(normalize_messages(messages), offered)
+        tokens = model.tokenize(model._builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
+                                parse_special=True)
+    else:
+        fmt = template.tool_call_format
+        text = template.render(messages, tools=offered or None, **dict(template_kwargs or {}))
+        tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
+    if offered:
+        calls = fmt.constraint(offered, choice, parallel_tool_calls)
+        assert calls is not None  # (None only for tool_choice "none")
+        constraint = tool_call_constraint([PatternFormat(p.prefix, p.schema, p.suffix) for p in calls.patterns],
+                                          trigger=calls.trigger, parallel=calls.parallel, separator=calls.separator)
+    return PreparedChat(tokens, constraint, offered, fmt if offered else None)

@@ -1,0 +1,171 @@
+"""The response objects of the generation routes, from the engine's Chunks: text_completion and
+chat.completion(.chunk), with n choices, logprobs, and (chat with tools) tool calls read from the text.
+
+A request's n generations each have a `choice` (its index); `Choices` keeps their state. Whole answers
+parse each choice's text once (`ToolCallFormat.parse`: a malformed call stays content); streams split it as it
+arrives (`ToolCallStream`) into OpenAI's content and tool-call deltas, which the openai SDK reassembles.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..chat import PreparedChat, finish_reason
+from ..engine import Chunk, TokenLogprob
+from ..tool_calls import ToolCallStream
+
+
+def _text(piece: bytes) -> str:
+    return piece.decode("utf-8", "replace")
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+class Shape:
+    """The response objects of one request (n choices): the fields all of them carry, the usage of all."""
+    chunk_object = ""  # the "object" of streamed chunks
+
+    def __init__(self, ident: str, model: str, n: int) -> None:
+        self.ident, self.model, self.created, self.n = ident, model, int(time.time()), n
+        self.parts: list[list[Chunk]] = [[] for _ in range(n)]  # whole answers: each choice's chunks
+        self.last: list[Chunk | None] = [None] * n               # each choice's last chunk, once it finished
+
+    def _base(self, obj: str | None = None) -> dict[str, Any]:
+        return {"id": self.ident, "object": obj or self.chunk_object, "created": self.created, "model": self.model}
+
+    def add(self, choice: int, chunk: Chunk) -> None:
+        """A chunk of a whole (non-streamed) answer."""
+        self.parts[choice].append(chunk)
+        if chunk.finish_reason is not None:
+            self.last[choice] = chunk
+
+    @property
+    def finished(self) -> bool:
+        return all(c is not None for c in self.last)
+
+    def usage(self) -> dict[str, int]:
+        """The prompt once (every choice continues the same prompt), the completions of all choices."""
+        done = [c.usage for c in self.last if c is not None and c.usage is not None]
+        return usage(done[0].prompt_tokens if done else 0, sum(u.completion_tokens for u in done))
+
+    def usage_only(self) -> dict[str, Any]:
+        return {**self._base(), "choices": [], "usage": self.usage()}
+
+    def opening(self) -> list[dict[str, Any]]:
+        """The stream events before the first chunk."""
+        raise NotImplementedError
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The stream events of one chunk of `choice`."""
+        raise NotImplementedError
+
+    def whole(self) -> dict[str, Any]:
+        """The whole answer, once every choice finished."""
+        raise NotImplementedError
+
+
+class CompletionShape(Shape):
+    """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
+    chunk_object = "text_completion"
+
+    def __init__(self, ident: str, model: str, n: int) -> None:
+        super().__init__(ident, model, n)
+        self._offsets = [0] * n
+
+    @staticmethod
+    def _logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[str, Any], int]:
+        """The logprobs object of `items` whose text starts at `offset`, and the offset after them."""
+        tokens, offsets = [], []
+        for item in items:
+            offsets.append(offset)
+            tokens.append(_text(item.piece))
+            offset += len(tokens[-1])
+        return {"tokens": tokens, "token_logprobs": [i.logprob for i in items],
+                "top_logprobs": [{_text(p): lp for _, p, lp in i.top} for i in items], "text_offset": offsets}, offset
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The stream events of one chunk of `choice`."""
+        if chunk.finish_reason is not None:
+            self.last[choice] = chunk
+        if not (chunk.text or chunk.logprobs or chunk.finish_reason):
+            return []
+        logprobs = None
+        if chunk.logprobs:
+            logprobs, self._offsets[choice] = self._logprobs(list(chunk.logprobs), self._offsets[choice])
+        return [{**self._base(), "choices": [{"index": choice, "text": chunk.text, "finish_reason": chunk.finish_reason,
+                                              "logprobs": logprobs}]}]
+
+    def whole(self) -> dict[str, Any]:
+        choices = []
+        for i, parts in enumerate(self.parts):
+            items = [item for c in parts for item in c.logprobs]
+            choices.append({"index": i, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
+                            "logprobs": self._logprobs(items, 0)[0] if items else None})
+        return {**self._base(), "choices": choices, "usage": self.usage()}
+
+
+class ChatShape(Shape):
+    """chat.completion(.chunk) objects; logprobs in the chat shape (content: [{token, logprob, bytes, ...}]);
+    with tools, each choice's text read for calls."""
+    chunk_object = "chat.completion.chunk"
+
+    def __init__(self, ident: str, model: str, n: int, chat: PreparedChat | None = None) -> None:
+        super().__init__(ident, model, n)
+        self.chat = chat
+        self._parsers: list[ToolCallStream | None] = [chat.stream() if chat is not None else None for _ in range(n)]
+
+    @staticmethod
+    def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
+        return {"content": [
+            {"token": _text(i.piece), "logprob": i.logprob, "bytes": list(i.piece),
+             "top_logprobs": [{"token": _text(p), "logprob": lp, "bytes": list(p)} for _, p, lp in i.top]}
+            for i in items]}
+
+    def _chunk(self, choice: int, delta: dict[str, Any], finish: str | None = None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {**self._base(), "choices": [{"index": choice, "delta": delta, "finish_reason": finish,
+                                             "logprobs": logprobs}]}
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [self._chunk(i, {"role": "assistant", "content": ""}) for i in range(self.n)]
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
+        with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
+        parser = self._parsers[choice]
+        if parser is None:
+            deltas = [{"content": chunk.text}] if chunk.text else []
+        else:
+            deltas = parser.feed(chunk.text)
+            if chunk.finish_reason is not None:
+                deltas += parser.finish()
+        logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
+        if logprobs is not None and not deltas:
+            deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
+        events = [self._chunk(choice, d, logprobs=logprobs if j == 0 else None) for j, d in enumerate(deltas)]
+        if chunk.finish_reason is not None:
+            self.last[choice] = chunk
+            made_calls = parser is not None and parser.has_tool_calls
+            events.append(self._chunk(choice, {}, finish_reason(chunk.finish_reason, made_calls)))
+        return events
+
+    def whole(self) -> dict[str, Any]:
+        choices = []
+        for i, parts in enumerate(self.parts):
+            items = [item for c in parts for item in c.logprobs]
+            text = "".join(c.text for c in parts)
+            reason = parts[-1].finish_reason or "stop"
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if self.chat is not None and self.chat.tool_format is not None:
+                parsed = self.chat.tool_format.parse(text, self.chat.tools)
+                message = parsed.message()
+                reason = finish_reason(reason, bool(parsed.tool_calls))
+            choices.append({"index": i, "message": message, "finish_reason": reason,
+                            "logprobs": self._logprobs(items) if items else None})
+        return {**self._base("chat.completion"), "choices": choices, "usage": self.usage()}
