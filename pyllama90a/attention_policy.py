@@ -40,16 +40,12 @@ def device_kind(name: str, description: str) -> str:
 
 def attention_device(n_gpu_layers: int) -> tuple[str, str]:
     """(kind, label) of the first GPU when layers are offloaded, else the CPU."""
-    from ._ffi import ffi, lib
+    from .native.ggml import devices
 
     if n_gpu_layers != 0:
-        for i in range(lib.ggml_backend_dev_count()):
-            dev = lib.ggml_backend_dev_get(i)
-            if lib.ggml_backend_dev_type(dev) != lib.GGML_BACKEND_DEVICE_TYPE_GPU:
-                continue
-            name = ffi.string(lib.ggml_backend_dev_name(dev)).decode()
-            desc = ffi.string(lib.ggml_backend_dev_description(dev)).decode()
-            return device_kind(name, desc), f"{name} ({desc})"
+        for dev in devices():
+            if dev.is_gpu:
+                return device_kind(dev.name, dev.description), f"{dev.name} ({dev.description})"
     return "cpu", "CPU"
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidArgumentError, ModelFormatError, positive_int
 from .gguf_header import read_header
-from .kv_types import check_kv_type, ggml_type
+from .kv_types import check_kv_type
 
 KV_CELL_PADDING = 256  # llama.cpp rounds the number of KV cells up to a multiple of this
 
@@ -28,7 +28,7 @@ class KVBytes:
 
 
 def _per_cell_bytes(path: str | os.PathLike, ctk: str, ctv: str) -> tuple[int, int]:
-    from ._ffi import lib
+    from .native.ggml import row_size
 
     header = read_header(path)
     arch = header.architecture
@@ -42,8 +42,8 @@ def _per_cell_bytes(path: str | os.PathLike, ctk: str, ctv: str) -> tuple[int, i
         raise ModelFormatError(f"{path}: the header lacks the attention shape ({arch}.block_count, ...)")
     head_k = get("attention.key_length", n_embd // n_head)
     head_v = get("attention.value_length", n_embd // n_head)
-    k = n_layer * lib.ggml_row_size(ggml_type(ctk), head_k * n_head_kv)
-    v = n_layer * lib.ggml_row_size(ggml_type(ctv), head_v * n_head_kv)
+    k = n_layer * row_size(ctk, head_k * n_head_kv)
+    v = n_layer * row_size(ctv, head_v * n_head_kv)
     return k, v
 
 

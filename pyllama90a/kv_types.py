@@ -25,11 +25,5 @@ def check_kv_type(name: object, which: str) -> str:
     return name.lower()
 
 
-def ggml_type(name: str) -> int:
-    from ._ffi import lib
-
-    return getattr(lib, KV_TYPES[name][0])
-
-
 def block_size(name: str) -> int:
     return KV_TYPES[name][1]

@@ -24,7 +24,8 @@ from .chat_template import ChatTemplate
 from .constrained import Constraint, OutputRules, constraint_from
 from .gguf_header import read_header
 from ._vocab import token_piece, vocab_tokenize
-from .kv_types import block_size, check_kv_type, ggml_type
+from .kv_types import block_size, check_kv_type
+from .native.ggml import ggml_type
 from .sampling import SamplerChain, SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .text_stream import TextStream

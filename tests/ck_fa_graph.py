@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.kv_types import ggml_type
+from pyllama90a.native.ggml import ggml_type
 
 MASK_ROW_PAD = 64  # GGML_KQ_MASK_PAD: llama.cpp pads the mask's query rows
 

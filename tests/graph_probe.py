@@ -10,7 +10,7 @@ from pathlib import Path
 
 from decode_paths import switches
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.kv_types import ggml_type
+from pyllama90a.native.ggml import ggml_type
 
 
 @dataclass(frozen=True)

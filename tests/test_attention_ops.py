@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.kv_types import QUANTIZED_KV_TYPES, ggml_type
+from pyllama90a.kv_types import QUANTIZED_KV_TYPES
+from pyllama90a.native.ggml import ggml_type
 
 HEAD_DIM = 64
 

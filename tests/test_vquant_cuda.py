@@ -25,7 +25,7 @@ from decode_paths import step_logits, switches
 from gpu import requires_gpu
 from gqa_shapes import gqa_shapes
 from graph_probe import decode_nodes
-from pyllama90a.kv_types import ggml_type
+from pyllama90a.native.ggml import ggml_type
 from pyllama90a.synthetic import synthetic_model
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 import pyllama90a as pl
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.kv_types import ggml_type
+from pyllama90a.native.ggml import ggml_type
 
 
 def decode_alone(model_path: Path, prompt: list[int], n_steps: int, *, ctk: str, ctv: str,

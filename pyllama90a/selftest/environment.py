@@ -26,19 +26,14 @@ def _tool_line(command: list[str], containing: str = "") -> str | None:
 
 
 def backend_devices() -> list[str]:
-    from .._ffi import ffi, lib
+    from ..native.ggml import devices
 
-    devices = []
-    for i in range(lib.ggml_backend_dev_count()):
-        dev = lib.ggml_backend_dev_get(i)
-        devices.append(f"{ffi.string(lib.ggml_backend_dev_name(dev)).decode()} "
-                       f"({ffi.string(lib.ggml_backend_dev_description(dev)).decode()})")
-    return devices
+    return [f"{dev.name} ({dev.description})" for dev in devices()]
 
 
 def describe() -> list[tuple[str, str]]:
     """(what, value) rows for the report."""
-    from .._ffi import ffi, lib
+    from ..native.ggml import system_info
 
     kind, gpu = attention_device(n_gpu_layers=-1)
     rows = [("machine", machine_name()),
@@ -47,7 +42,7 @@ def describe() -> list[tuple[str, str]]:
             ("pyllama90a", metadata.version("pyllama90a")),
             ("ggml devices", "; ".join(backend_devices())),
             ("attention device", f"{gpu} ({kind})"),
-            ("llama.cpp system info", ffi.string(lib.llama_print_system_info()).decode().strip())]
+            ("llama.cpp system info", system_info())]
     tools = {"nvidia driver": (["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"], ""),
              "cuda toolkit": (["nvcc", "--version"], "release"),
              "rocm driver": (["rocm-smi", "--showdriverversion"], "ersion"),
