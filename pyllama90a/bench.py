@@ -126,7 +126,7 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
         models[mode] = Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
                              n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512, n_ubatch=512)
     try:
-        n_vocab = models[modes[0]]._n_vocab
+        n_vocab = models[modes[0]].handle.n_vocab
         tokens = np.random.default_rng(0).integers(10, n_vocab, size=n_ctx).tolist()
         samples: dict[tuple[str, int, str], list[float]] = {}
         total, done = len(depths) * (reps + 1) * len(modes), 0

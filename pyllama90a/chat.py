@@ -71,7 +71,7 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
                                        f"none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)")
         fmt = GENERIC
         msgs = text_only_history(normalize_messages(messages), offered)
-        tokens = model.tokenize(model._builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
+        tokens = model.tokenize(model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
                                 parse_special=True)
     else:
         fmt = template.tool_call_format

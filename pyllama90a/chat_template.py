@@ -279,11 +279,8 @@ def text_only_history(messages: list[dict], tools: Sequence[dict] = ()) -> list[
 
 def special_tokens(model: Any) -> tuple[str, str]:
     """(bos_token, eos_token) of a Model, as text ("" where the vocabulary has none)."""
-    from ._ffi import lib
-
-    with model._using_model():
-        ids = (lib.llama_vocab_bos(model._vocab), lib.llama_vocab_eos(model._vocab))
-    return tuple(model.detokenize([t], special=True) if 0 <= t < model._n_vocab else "" for t in ids)  # type: ignore[return-value]
+    vocab = model.handle
+    return tuple("" if t is None else vocab.detokenize([t], special=True) for t in (vocab.bos, vocab.eos))  # type: ignore[return-value]
 
 
 class ChatTemplate:

@@ -24,13 +24,12 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import _log
-from ._ffi import lib
 from .chat import prepare_chat
 from .constrained import Constraint, ConstraintError, OutputRules
 from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError, positive_int
-from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix, logits_row
-from .sampling import SamplerChain, SamplingParams
+from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
+from .native import Batch, SamplerChain
+from .sampling import SamplingParams
 from .text_stream import TextStream
 
 MAX_TOP_LOGPROBS = 20
@@ -128,11 +127,10 @@ class BatchEngine:
         self.n_gpu_layers, self.n_threads = n_gpu_layers, n_threads
         self.queue_size = queue_size
         self.n_ctx_slot = self.model.n_ctx_seq
-        self._ctx = self.model._ctx
-        self._vocab = self.model._vocab
-        self._n_vocab = self.model._n_vocab
-        self._n_batch = lib.llama_n_batch(self._ctx)
-        self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
+        # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
+        self._model_hold = contextlib.ExitStack()
+        self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
+        self._batch = Batch(self._context.n_batch)
         self._slots = [_Slot(seq) for seq in range(parallel)]
         self._waiting: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
@@ -142,9 +140,6 @@ class BatchEngine:
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
-        # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
-        self._model_hold = contextlib.ExitStack()
-        self._model_hold.enter_context(self.model._held_by("a BatchEngine"))
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
         self._thread.start()
 
@@ -183,7 +178,7 @@ class BatchEngine:
                                        f"(n_ctx / parallel), and one more is needed to generate")
         # built here, in the caller's thread (a chain needs no context): one that cannot be built fails this
         # request with an exception instead of failing a step of the engine thread, where it would stop everyone
-        sampler = SamplerChain(params, self._n_vocab)
+        sampler = SamplerChain(params, self.model.handle.n_vocab)
         if constraint is not None and ignore_eos:
             raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at its match")
         # the grammar is compiled here too, not in the engine thread
@@ -244,7 +239,7 @@ class BatchEngine:
             self._closed = self._stopping = True
             self._cv.notify()
         self._thread.join()
-        lib.llama_batch_free(self._batch)
+        self._batch.close()
         self._model_hold.close()
         self.model.close()
 
@@ -314,11 +309,10 @@ class BatchEngine:
         if not active:
             return True
         plan = self._fill_batch(active)
-        _log.clear_recent()
-        rc = lib.llama_decode(self._ctx, self._batch)
-        if rc != 0:
-            self._fail([(slot, job) for slot, job, _, _ in plan],
-                       DecodeError(f"llama_decode failed with code {rc}", _log.recent_native_log()))
+        try:
+            self._context.decode(self._batch)
+        except DecodeError as e:
+            self._fail([(slot, job) for slot, job, _, _ in plan], e)
             return True
         now = time.perf_counter()
         n_sampled = 0
@@ -339,7 +333,7 @@ class BatchEngine:
             job = self._admitting = self._waiting.popleft()
             slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
             free.remove(slot)
-            keep = keep_cached_prefix(self._ctx, slot.seq, slot.cached, job.prompt)
+            keep = keep_cached_prefix(self._context, slot.seq, slot.cached, job.prompt)
             job.to_decode = job.prompt[keep:]
             slot.job = job
             self._admitting = None
@@ -352,49 +346,41 @@ class BatchEngine:
         Returns (slot, its job, tokens it put in the batch, batch index of its logits or None) per slot in the
         batch.
         """
-        batch, n = self._batch, 0
+        batch = self._batch
+        batch.clear()
         plan: list[tuple[_Slot, _Job, int, int | None]] = []
         generating = [(s, j) for s, j in active if len(j.to_decode) == 1 and j.generated]
         prefilling = [(s, j) for s, j in active if not (len(j.to_decode) == 1 and j.generated)]
         for slot, job in generating + prefilling:
-            room = self._n_batch - n
+            room = batch.capacity - batch.n_tokens
             if room <= 0:
                 break
             tokens = job.to_decode[:room]
             wants_logits = len(tokens) == len(job.to_decode)
-            start = len(slot.cached)
-            for i, token in enumerate(tokens):
-                batch.token[n + i] = token
-                batch.pos[n + i] = start + i
-                batch.n_seq_id[n + i] = 1
-                batch.seq_id[n + i][0] = slot.seq
-                batch.logits[n + i] = False
-            n += len(tokens)
-            if wants_logits:
-                batch.logits[n - 1] = True
-            plan.append((slot, job, len(tokens), n - 1 if wants_logits else None))
-        batch.n_tokens = n
+            batch.add(tokens, len(slot.cached), slot.seq, logits="last" if wants_logits else "none")
+            plan.append((slot, job, len(tokens), batch.n_tokens - 1 if wants_logits else None))
         return plan
 
     def _sample(self, slot: _Slot, job: _Job, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
         row = None
         if job.rules is not None or job.n_logprobs is not None:
-            row = logits_row(self._ctx, index, self._n_vocab)  # llama.cpp's own row, which the chain reads next
+            row = self._context.logits_row(index)  # llama.cpp's own row, which the chain reads next
         try:
             if job.rules is not None:
                 job.rules.apply(row)  # type: ignore[arg-type]  # (row is set when there are rules)
-            token = job.sampler.sample(self._ctx, index)
+            token = job.sampler.sample(self._context, index)
             if job.rules is not None:
                 job.rules.accept(token)
         except ConstraintError as e:  # the grammar engine failed: this request ends, the others go on
             self._fail([(slot, job)], e)
             return 0
-        if not job.ignore_eos and lib.llama_vocab_is_eog(self._vocab, token):
+        vocab = self._context.model
+        if not job.ignore_eos and vocab.is_eog(token):
             self._finish(slot, job, "stop")
             return 0
         job.generated.append(token)
-        piece = self.model._piece(token)
+        piece = vocab.token_piece(token)
         text = job.text.add(piece)
         logprobs = (self._logprobs(row, token, piece, job.n_logprobs),) \
             if row is not None and job.n_logprobs is not None else ()
@@ -413,8 +399,9 @@ class BatchEngine:
         log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
         top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
         top = top[np.argsort(-logits[top])]
+        vocab = self._context.model
         return TokenLogprob(token, piece, float(logits[token]) - log_z,
-                            tuple((int(t), self.model._piece(int(t)), float(logits[t]) - log_z) for t in top))
+                            tuple((int(t), vocab.token_piece(int(t)), float(logits[t]) - log_z) for t in top))
 
     def _finish(self, slot: _Slot, job: _Job, reason: str, tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
@@ -425,10 +412,9 @@ class BatchEngine:
 
     def _fail(self, jobs: list[tuple[_Slot, _Job]], error: Exception) -> None:
         """A failed decode: its requests end with the error and their sequences are dropped; others go on."""
-        mem = lib.llama_get_memory(self._ctx)
         for slot, job in jobs:
             slot.job = None
-            lib.llama_memory_seq_rm(mem, slot.seq, -1, -1)
+            self._context.clear_sequence(slot.seq)
             slot.cached.clear()
             self._counts["failed"] += 1
             self._emit(job, Chunk(finish_reason="error", error=error))

@@ -1,21 +1,21 @@
 """The exceptions pyllama90a raises, and the argument checkers that turn bad input into them.
 
-Every failure of llama.cpp reaches users through `check`; every argument that goes to C goes through one of
-the checkers below first, so a bad value is an InvalidArgumentError, never cffi's OverflowError/TypeError or a
-UnicodeEncodeError.
+Every failure of llama.cpp reaches users through `native.NativeCall.check`, with the lines llama.cpp logged;
+every argument that goes to C goes through one of the checkers below first, so a bad value is an
+InvalidArgumentError, never cffi's OverflowError/TypeError or a UnicodeEncodeError.
 """
 from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
 
 
 class LlamaError(Exception):
-    """Base class of every pyllama90a error. `native_log` holds llama.cpp's last log lines."""
+    """Base class of every pyllama90a error. `native_log` holds the warning and error lines llama.cpp logged
+    during the native call that failed (on the thread that made it)."""
 
     def __init__(self, message: str, native_log: list[str] | None = None) -> None:
         self.native_log = list(native_log or [])
@@ -68,26 +68,6 @@ class BusyError(LlamaError):
 
 class StateFileError(LlamaError):
     """A state file is missing, unreadable, corrupt, or was saved by another model or context."""
-
-
-def check(ok: Any, exc_type: type[LlamaError], message: str) -> Any:
-    """Return `ok` if it is a usable result; otherwise raise `exc_type` with llama.cpp's recent log.
-
-    NULL pointers, False and negative return codes are failures.
-    """
-    failed = ok is None or ok is False or (isinstance(ok, int) and not isinstance(ok, bool) and ok < 0)
-    if not failed:
-        try:
-            from ._ffi import ffi
-
-            failed = isinstance(ok, ffi.CData) and ok == ffi.NULL
-        except ImportError:  # pragma: no cover - the native module is always built
-            pass
-    if failed:
-        from ._log import recent_native_log
-
-        raise exc_type(message, recent_native_log())
-    return ok
 
 
 def int_in_range(name: str, value: object, lo: int, hi: int) -> int:

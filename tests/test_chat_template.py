@@ -42,7 +42,7 @@ def template(model) -> ChatTemplate:
 @pytest.mark.parametrize("messages", WITH_SYSTEM, ids=["one-turn", "multi-turn"])
 def test_jinja_rendering_equals_llama_cpp_with_a_system_message(model, template, messages) -> None:
     assert template.source == model.metadata(TEMPLATE_KEY)
-    assert template.render(messages) == model._builtin_chat_template(messages, None)  # llama.cpp's matcher
+    assert template.render(messages) == model.handle.builtin_chat_template(messages)  # llama.cpp's matcher
 
 
 def test_without_a_system_message_the_models_own_default_system_prompt_is_rendered(model, template) -> None:
@@ -50,7 +50,7 @@ def test_without_a_system_message_the_models_own_default_system_prompt_is_render
     # template itself adds SmolLM's default system prompt when the conversation has none. The Jinja rendering
     # is what the model was trained on: it is llama.cpp's text with that system turn in front.
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
-    ours, theirs = template.render(messages), model._builtin_chat_template(messages, None)
+    ours, theirs = template.render(messages), model.handle.builtin_chat_template(messages)
     assert ours != theirs
     assert ours.endswith(theirs)
     head = ours[: len(ours) - len(theirs)]

@@ -11,9 +11,9 @@ import pytest
 
 import pyllama90a as pl
 from pyllama90a import constrained as c
-from pyllama90a._ffi import ffi, lib
 from pyllama90a.errors import ConstraintError, InvalidArgumentError
-from pyllama90a.sampling import SamplerChain, SamplingParams
+from pyllama90a.native import SamplerChain
+from pyllama90a.sampling import SamplingParams
 
 pytest.importorskip("llguidance")
 
@@ -286,15 +286,16 @@ def test_masked_llama_cpp_row_is_what_the_sampler_chain_samples(lm) -> None:
     lm.eval(lm.tokenize(chat("Is the sky blue?"), parse_special=True))
     matcher = c.Matcher(c.grammar('root ::= "maybe" | "perhaps"'), lm)
     allowed = set(matcher.allowed().tolist())
-    row = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(lm._ctx, -1), 4 * vocab.n_vocab), dtype=np.float32)
-    before = row.copy()
-    matcher.apply(row)
-    assert np.isneginf(row[[t for t in range(vocab.n_vocab) if t not in allowed][:1000]]).all()
-    assert np.array_equal(row[sorted(allowed)], before[sorted(allowed)])
-    for params in (SamplingParams(temperature=0), SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0,
-                                                                  seed=3, repeat_penalty=1.3)):
-        chain = SamplerChain(params, vocab.n_vocab)
-        assert {chain.sample(lm._ctx) for _ in range(30)} <= allowed
+    with lm.hold_context("this test") as context:
+        row = context.logits_row(-1)
+        before = row.copy()
+        matcher.apply(row)
+        assert np.isneginf(row[[t for t in range(vocab.n_vocab) if t not in allowed][:1000]]).all()
+        assert np.array_equal(row[sorted(allowed)], before[sorted(allowed)])
+        for params in (SamplingParams(temperature=0), SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0,
+                                                                      seed=3, repeat_penalty=1.3)):
+            chain = SamplerChain(params, vocab.n_vocab)
+            assert {chain.sample(context) for _ in range(30)} <= allowed
 
 
 def test_force_end_allows_only_eog_and_accept_checks_tokens(lm) -> None:
@@ -329,7 +330,7 @@ def test_force_end_allows_only_eog_and_accept_checks_tokens(lm) -> None:
 def test_vocab_is_cached_per_model(lm) -> None:
     v = c.vocab_for(lm)
     assert c.vocab_for(lm) is v
-    assert v.n_vocab == 49152 and lib.llama_vocab_eos(lm._vocab) == v.eog[0]
+    assert v.n_vocab == 49152 and lm.handle.eos == v.eog[0]
     assert v.piece(lm.tokenize("hello", add_special=False)[0]) == b"hello"
 
 

@@ -28,7 +28,7 @@ class OutputRules:
                     logit_bias: Mapping[object, object] | None) -> OutputRules | None:
         """The rules a request asks for (checked; the grammar compiled now, in the caller's thread), or None
         when it asks for none: the per-step path then touches no logits."""
-        bias = LogitBias(logit_bias, model._n_vocab) if logit_bias else None
+        bias = LogitBias(logit_bias, model.handle.n_vocab) if logit_bias else None
         matcher = Matcher(constraint, model) if constraint is not None else None
         return cls(matcher, bias) if matcher is not None or bias is not None else None
 

@@ -1,18 +1,17 @@
 """The constraint library's view of a loaded model's vocabulary: every token's bytes and the end-of-generation ids.
 
-Built once per Model (about 0.1 s for 49,152 tokens) and cached for as long as the Model lives.
+Built once per loaded model (about 0.1 s for 49,152 tokens; Models made by with_context share it) and cached for
+as long as the weights stay loaded.
 """
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._ffi import lib
 from ..errors import ClosedError, LlamaError
-from .._vocab import token_piece, vocab_tokenize
+from ..native import ModelHandle
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Model
@@ -58,61 +57,58 @@ class Vocab:
         return None
 
 
-_cache: weakref.WeakKeyDictionary[Model, Vocab] = weakref.WeakKeyDictionary()
+_cache: weakref.WeakKeyDictionary[ModelHandle, Vocab] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
 
-def vocab_for(model: Model) -> Vocab:
-    """The Vocab of `model`, built on first use and cached for the Model's lifetime."""
+def vocab_for(model: Model | ModelHandle) -> Vocab:
+    """The Vocab of a Model's loaded weights, built on first use and cached while they stay loaded."""
+    handle = model if isinstance(model, ModelHandle) else model.handle  # (ClosedError for a closed Model)
     with _cache_lock:
-        cached = _cache.get(model)
+        cached = _cache.get(handle)
     if cached is not None:
         return cached
-    built = _build(model)
+    built = _build(handle)
     with _cache_lock:
-        return _cache.setdefault(model, built)
+        return _cache.setdefault(handle, built)
 
 
-def _token_pieces(vocab_ptr: Any, n_vocab: int) -> tuple[list[bytes], set[int], list[int]]:
-    piece = functools.partial(token_piece, vocab_ptr)
+def _token_pieces(vocab: ModelHandle) -> tuple[list[bytes], set[int], list[int]]:
     pieces: list[bytes] = []
     special: set[int] = set()
     eog: list[int] = []
-    for t in range(n_vocab):
-        rendered = piece(t, True)
+    for t in range(vocab.n_vocab):
+        rendered = vocab.token_piece(t, True)
         # a control token is empty without special=True; a normal or user-defined token reads the same both ways
-        if rendered != piece(t, False):
+        if rendered != vocab.token_piece(t, False):
             special.add(t)
             rendered = SPECIAL_PREFIX + rendered
         pieces.append(rendered)
-        if lib.llama_vocab_is_eog(vocab_ptr, t):
+        if vocab.is_eog(t):
             eog.append(t)
     return pieces, special, eog
 
 
-def _build(model: Model) -> Vocab:
+def _build(handle: ModelHandle) -> Vocab:
     llg = llguidance()
-    if model.closed:
-        raise ClosedError("the model is closed")
-    vocab_ptr = model._vocab
-    n_vocab = int(model._n_vocab)
-    pieces, special, eog = _token_pieces(vocab_ptr, n_vocab)
-    eos = lib.llama_vocab_eos(vocab_ptr)
-    if eos in eog:  # EOS first: llguidance reports the first one as its eos_token
-        eog.remove(eos)
-        eog.insert(0, eos)
+    n_vocab = handle.n_vocab
+    pieces, special, eog = _token_pieces(handle)
+    if handle.eos in eog:  # EOS first: llguidance reports the first one as its eos_token
+        eog.remove(handle.eos)
+        eog.insert(0, handle.eos)
     if not eog:
         raise LlamaError("the model's vocabulary has no end-of-generation token; a constraint could not end")
-    model_ref = weakref.ref(model)
+    # weak: the cache's value must not keep its key (the weights) alive
+    handle_ref = weakref.ref(handle)
 
     def tokenize(text: str | bytes) -> list[int]:
         # llguidance calls this (rarely: forced text, canonical tokenization); no Model lock here, so a mask
         # computed on another thread while the Model is busy cannot deadlock
-        m = model_ref()
-        if m is None or m.closed:
+        vocab = handle_ref()
+        if vocab is None:
             raise ClosedError("the model of this constraint was closed")
         data = text if isinstance(text, bytes) else text.encode("utf-8")
-        return vocab_tokenize(m._vocab, data, False, False)
+        return vocab.tokenize(data, False, False)
 
     class _Wrapped:  # what llguidance.TokenizerWrapper reads
         eos_token_id = eog[0]

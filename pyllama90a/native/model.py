@@ -1,0 +1,147 @@
+"""ModelHandle: one loaded llama_model, and the calls that read it without a context (vocabulary, metadata,
+llama.cpp's built-in chat templates)."""
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Sequence
+
+from .._ffi import ffi, lib
+from .._log import NativeCall
+from ..errors import INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, fs_path, int_in_range, token_ids, utf8
+
+LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
+
+
+class ModelHandle:
+    """The weights of one GGUF file, loaded once; any number of ContextHandles run on them.
+
+    No close(): the weights are freed by a finalizer when the last reference is gone, and every ContextHandle
+    made from this handle holds one, so they are never freed under a context (the Models that share them drop
+    theirs on close()). Every call here only reads the model: any thread may make them at any time.
+    """
+
+    def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1) -> None:
+        raw_path = fs_path("path", path)
+        int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
+        self.path = Path(os.fsdecode(raw_path))
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        with NativeCall() as call:
+            ptr = lib.llama_model_load_from_file(raw_path, params)
+        if ptr == ffi.NULL:  # (the reason is looked up only on failure)
+            call.fail(ModelLoadError, f"llama.cpp could not load {self.path}{_load_reason(call.lines)}")
+        weakref.finalize(self, lib.llama_model_free, ptr)
+        self.ptr = ptr  # the llama_model*, for ContextHandle; valid as long as this handle is referenced
+        self._vocab = lib.llama_model_get_vocab(ptr)
+        self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
+        self.n_embd: int = lib.llama_model_n_embd(ptr)
+        self.n_ctx_train: int = lib.llama_model_n_ctx_train(ptr)
+        bos, eos = lib.llama_vocab_bos(self._vocab), lib.llama_vocab_eos(self._vocab)
+        self.bos: int | None = bos if 0 <= bos < self.n_vocab else None  # None: the vocabulary has none
+        self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
+
+    # -- tokens ----------------------------------------------------------------------------------------------
+
+    def tokenize(self, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        """The tokens of UTF-8 `data`; add_special adds BOS/EOS as the model wants, parse_special reads control
+        tokens' text (e.g. "<|im_end|>") as those tokens."""
+        if len(data) > INT32_MAX - 8:  # its length and the token buffer's are int32 in llama_tokenize
+            raise InvalidArgumentError(f"text has {len(data)} bytes; llama.cpp tokenizes at most {INT32_MAX - 8}")
+        cap = len(data) + 8
+        buf = ffi.new("llama_token[]", cap)
+        with NativeCall() as call:
+            n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+            if n < 0:  # never seen for cap > bytes, but llama.cpp tells the size needed
+                cap = -n
+                buf = ffi.new("llama_token[]", cap)
+                n = lib.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        call.check(n >= 0, LlamaError, "tokenization failed")
+        return list(ffi.unpack(buf, n))
+
+    def token_piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token; special=True renders control tokens too (else they are empty)."""
+        if not 0 <= token < self.n_vocab:  # llama.cpp would throw across the C API: the process would end
+            raise InvalidArgumentError(f"token {token} is not in this model's vocabulary [0, {self.n_vocab})")
+        buf = ffi.new("char[]", 64)
+        n = lib.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:  # the buffer was too small; -n is the size needed
+            buf = ffi.new("char[]", -n)
+            with NativeCall() as call:
+                n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            call.check(n >= 0, LlamaError, f"llama_token_to_piece failed for token {token}")
+        return ffi.unpack(buf, n)
+
+    def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
+        """The text of `tokens` (ids in [0, n_vocab), checked); special=True renders control tokens."""
+        ids = token_ids(tokens, self.n_vocab)
+        arr = ffi.new("llama_token[]", ids)
+        cap = min(max(16, 8 * len(ids)), INT32_MAX)
+        buf = ffi.new("char[]", cap)
+        with NativeCall() as call:
+            n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, cap, False, special)
+            if n < 0:  # -n is the size needed
+                buf = ffi.new("char[]", -n)
+                n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, len(buf), False, special)
+        call.check(n >= 0, LlamaError, "detokenization failed")
+        return ffi.unpack(buf, n).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        """Whether `token` ends a generation (EOS, EOT, ...)."""
+        return lib.llama_vocab_is_eog(self._vocab, token)
+
+    # -- metadata and templates --------------------------------------------------------------------------------
+
+    def metadata(self, key: str) -> str | None:
+        """The GGUF metadata value of `key` as text, or None when the model has no such key."""
+        raw_key = utf8("key", key, nul_ok=False)
+        buf = ffi.new("char[]", 4096)
+        n = lib.llama_model_meta_val_str(self.ptr, raw_key, buf, len(buf))
+        if n >= len(buf):  # snprintf-like: n is the whole value's length
+            buf = ffi.new("char[]", n + 1)
+            n = lib.llama_model_meta_val_str(self.ptr, raw_key, buf, len(buf))
+        return None if n < 0 else ffi.unpack(buf, n).decode("utf-8", "replace")
+
+    def builtin_chat_template(self, messages: Sequence[dict], name: str | None = None) -> str:
+        """`messages` ({"role", "content"} strings) rendered by llama.cpp's built-in template `name` (None: the
+        one it matches to the GGUF's template text), ready for the assistant's turn."""
+        # the template gets NUL-terminated strings: a NUL would silently cut a message
+        encoded = [(utf8(f"messages[{i}]['role']", m["role"], nul_ok=False),
+                    utf8(f"messages[{i}]['content']", m["content"], nul_ok=False)) for i, m in enumerate(messages)]
+        cap = 2 * sum(len(role) + len(content) for role, content in encoded) + 256
+        if cap > INT32_MAX:  # the output buffer's length is an int32
+            raise InvalidArgumentError(f"messages are too long for llama.cpp's chat template ({cap} bytes)")
+        keep = [(ffi.new("char[]", role), ffi.new("char[]", content)) for role, content in encoded]
+        chat = ffi.new("llama_chat_message[]", len(keep))
+        for i, (role, content) in enumerate(keep):
+            chat[i].role, chat[i].content = role, content
+        if name:
+            tmpl = ffi.new("char[]", utf8("name", name, nul_ok=False))
+        else:
+            tmpl = lib.llama_model_chat_template(self.ptr, ffi.NULL)
+            if tmpl == ffi.NULL:
+                raise LlamaError(f"{self.path.name} has no chat template")
+        for _ in range(2):
+            buf = ffi.new("char[]", cap)
+            with NativeCall() as call:
+                n = lib.llama_chat_apply_template(tmpl, chat, len(keep), True, buf, cap)
+            call.check(n >= 0, LlamaError, f"llama.cpp does not support the chat template {name or self.path.name}")
+            if n <= cap:
+                return ffi.unpack(buf, n).decode("utf-8", "replace")
+            cap = n
+        raise LlamaError("chat template output kept growing")  # pragma: no cover
+
+    def __repr__(self) -> str:
+        return f"ModelHandle({str(self.path)!r}, n_vocab={self.n_vocab}, n_embd={self.n_embd})"
+
+
+def _load_reason(lines: Iterable[str]) -> str:
+    """': <why>' from llama.cpp's "error loading model: <why>" log line (the key and value a check refused), so
+    the exception's first line says it; '' when it logged none."""
+    marker = "error loading model: "
+    for line in reversed(list(lines)):
+        if marker in line:
+            return ": " + line.split(marker, 1)[1]
+    return ""

@@ -1,0 +1,49 @@
+"""SamplerChain: a llama.cpp sampler chain built from SamplingParams, sampling from a context's logits."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from .._ffi import ffi, lib
+from .._log import NativeCall
+from ..errors import UINT32_MAX, LlamaError
+from .context import ContextHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sampling import SamplingParams
+
+RANDOM_SEED = UINT32_MAX  # llama.cpp's LLAMA_DEFAULT_SEED (a uint32): draw a random seed
+PENALTY_LAST_N = 64  # the penalties count the last 64 tokens the chain picked
+
+
+class SamplerChain:
+    """A llama.cpp sampler chain for one generation (it remembers the tokens it picked, for the penalties). It
+    needs no context to be made, so a request can build its own on any thread; freed when garbage collected."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+        with NativeCall() as call:
+            chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        call.check(chain != ffi.NULL, LlamaError, "could not create a sampler chain")
+        self._ptr = ffi.gc(chain, lib.llama_sampler_free)
+        if (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0):
+            self._add(lib.llama_sampler_init_penalties, n_vocab, PENALTY_LAST_N, params.repeat_penalty,
+                      params.frequency_penalty, params.presence_penalty)
+        if params.greedy:
+            self._add(lib.llama_sampler_init_greedy)
+            return
+        if params.top_k > 0:
+            self._add(lib.llama_sampler_init_top_k, params.top_k)
+        self._add(lib.llama_sampler_init_top_p, params.top_p, 1)
+        self._add(lib.llama_sampler_init_min_p, params.min_p, 1)
+        self._add(lib.llama_sampler_init_temp, params.temperature)
+        self._add(lib.llama_sampler_init_dist, RANDOM_SEED if params.seed is None else params.seed)
+
+    def _add(self, init: Callable[..., Any], *args: object) -> None:
+        with NativeCall() as call:
+            sampler = init(*args)
+        call.check(sampler != ffi.NULL, LlamaError, "could not create a sampler")
+        lib.llama_sampler_chain_add(self._ptr, sampler)  # the chain owns it from now on
+
+    def sample(self, context: ContextHandle, index: int = -1) -> int:
+        """Sample from the logits of batch position `index` (default: the last output) and accept the token."""
+        context.logits_row(index)  # llama.cpp aborts the process on a position without logits: checked first
+        return lib.llama_sampler_sample(self._ptr, context.ptr, index)
