@@ -95,7 +95,7 @@ class KVCacheInfo:
 
 @dataclass(frozen=True)
 class _ModelFile:
-    """The facts of the loaded file a Model keeps beside its ModelHandle (read from the header before loading)."""
+    """The facts of a loaded file that every Model on its weights shares (Model.with_context)."""
     path: Path
     header: GGUFHeader
     sha256: bytes       # of the GGUF header: what a state file must have been saved by (state_file.py)
@@ -137,6 +137,7 @@ class Model:
 
     KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off" or "auto".
     Use as a context manager or call close(); a model that is garbage collected is freed too.
+    `with_context(...)` makes another Model on the same loaded weights (e.g. an embedder beside a generator).
 
     Threads: a Model runs one thing on its context at a time. While a generation runs (a non-streaming call, or
     a stream from its first piece until it ends or its iterator is closed), every method that uses the context
@@ -168,6 +169,26 @@ class Model:
         file = _ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
         self._check_header(file, params)
         self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params)
+
+    def with_context(self, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto", n_ctx: int = 4096,
+                     n_batch: int = 512, n_ubatch: int = 512, n_threads: int | None = None, seed: int | None = None,
+                     embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None) -> Model:
+        """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
+        of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context arguments; the
+        file and n_gpu_layers are this Model's. Each Model has its own context, lock and close(): the two may
+        run on different threads at once, and the weights stay loaded until the last of them is closed."""
+        # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
+        # whatever this Model does meanwhile
+        handle = self.handle
+        other = Model.__new__(Model)  # (no second load: __init__ is for a file)
+        other._handle = other._context = None
+        other.path = self.path
+        params = other._settle(ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
+                               n_ubatch=n_ubatch, n_threads=n_threads, seed=seed, embedding=embedding,
+                               n_seq_max=n_seq_max, chat_template=chat_template)
+        other._check_header(self._file, params)
+        other._open(self._file, handle, params)
+        return other
 
     def _settle(self, *, ctk: str, ctv: str, flash_attn: str, n_ctx: int, n_batch: int, n_ubatch: int,
                 n_threads: int | None, seed: int | None, embedding: bool, n_seq_max: int,
@@ -233,8 +254,8 @@ class Model:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the context, and the weights unless someone still holds them (Model.handle). A second close does
-        nothing."""
+        """Free the context, and the weights unless another Model (with_context) still uses them. A second close
+        does nothing."""
         with self._lock:
             self._refuse_if_busy("close the model")
             context, self._context, self._handle = self._context, None, None
@@ -253,8 +274,8 @@ class Model:
 
     @property
     def handle(self) -> ModelHandle:
-        """The loaded weights (vocabulary, metadata) this Model runs on. Holding it keeps the weights loaded; its
-        calls are allowed at any time, from any thread."""
+        """The loaded weights (vocabulary, metadata) this Model runs on, shared with Models made by
+        with_context(). Holding it keeps the weights loaded; its calls are allowed at any time, from any thread."""
         handle = self._handle
         if handle is None:
             raise ClosedError("this Model is closed")

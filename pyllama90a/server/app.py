@@ -239,12 +239,13 @@ def _model_card(state: ServerState) -> dict[str, Any]:
 
 
 def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
-    """Embeddings come from a second context of the same model file, made on first use (pooled, no KV reuse)."""
+    """Embeddings come from a second context on the engine's loaded weights, made on first use (pooled, no KV
+    reuse); it runs beside the engine's context, and the weights stay loaded until both are closed."""
     with state.embed_lock:
         if state.embedder is None:
             engine = state.engine
-            state.embedder = Model(engine.model.path, embedding=True, n_ctx=2048, n_batch=2048,
-                                   n_gpu_layers=engine.n_gpu_layers, n_threads=engine.n_threads)
+            state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048,
+                                                       n_threads=engine.n_threads)
         try:
             n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)
             return state.embedder.embed(texts), n_tokens
