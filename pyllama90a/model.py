@@ -18,6 +18,7 @@ from ._ffi import ffi, lib
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextError, ContextOverflowError, DecodeError,
                      InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError, StateFileError, check, flag,
                      fs_path, int_in_range, positive_int, token_ids, utf8)
+from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
 from .chat import PreparedChat, finish_reason, prepare_chat
 from .chat_template import ChatTemplate
@@ -195,7 +196,8 @@ class Model:
     def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
                  flash_attn: str = "auto", n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_gpu_layers: int = -1, n_threads: int | None = None, seed: int | None = None,
-                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None) -> None:
+                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
+                 attention_paths: AttentionPaths | None = None) -> None:
         self._ctx = self._model = None
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
@@ -267,6 +269,9 @@ class Model:
         self._finalizer = weakref.finalize(self, _free_native, self._ctx, self._model)
         self._vocab = lib.llama_model_get_vocab(self._model)
         self._n_vocab = lib.llama_vocab_n_tokens(self._vocab)
+        self._attention_paths = AttentionPaths()
+        if attention_paths is not None:
+            self.attention_paths = attention_paths
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
 
     # -- validation before llama.cpp sees anything -------------------------------------------------
@@ -377,6 +382,25 @@ class Model:
         with self._using_model() as ctx:
             lib.llama_kv_cache_bytes(ctx, k, v)
             return KVCacheInfo(self.ctk, self.ctv, lib.llama_n_ctx(ctx), k[0], v[0])
+
+    @property
+    def attention_paths(self) -> AttentionPaths:
+        """Which of pyllama90a's attention kernels this context's graphs use (all by default); assign another
+        AttentionPaths to switch some off (the compute buffers are re-reserved at once)."""
+        return self._attention_paths
+
+    @attention_paths.setter
+    def attention_paths(self, paths: AttentionPaths) -> None:
+        if not isinstance(paths, AttentionPaths):
+            raise InvalidArgumentError(f"attention_paths must be an AttentionPaths, got {type(paths).__name__}")
+        with self._using_context("change the attention paths") as ctx:
+            params = lib.llama_pyl_attn_default_params()
+            params.paths = paths.bits
+            _log.clear_recent()
+            if not lib.llama_pyl_set_attn_params(ctx, params):
+                raise ContextError("llama.cpp could not reserve the compute buffers of these attention paths",
+                                   _log.recent_native_log())
+            self._attention_paths = paths
 
     @property
     def attention(self) -> AttentionChoice:
