@@ -23,6 +23,7 @@ def _use_installed_native_module() -> None:
 _use_installed_native_module()
 
 from ._log import set_native_log_level
+from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError
@@ -35,7 +36,7 @@ from .model import Completion, KVCacheInfo, Model, Piece, Timings, Usage
 __version__ = "0.1.0"
 
 __all__ = [
-    "Model", "BatchEngine", "Chunk", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "KV_TYPES", "QUANTIZED_KV_TYPES",
+    "Model", "BatchEngine", "Chunk", "AttentionPaths", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "KV_TYPES", "QUANTIZED_KV_TYPES",
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
     "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",

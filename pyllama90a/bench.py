@@ -25,20 +25,24 @@ import numpy as np
 
 from .bench_report import machine_name, write_results
 from .errors import InvalidArgumentError
+from .attention_paths import AttentionPaths
 from .kv_types import check_kv_type
 from .model import Completion, Model
 
 DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 
 
-# variants switch one patch off, so that a mode can be compared with and without it in one run:
-# "+deq": the in-place quantized-V paths (0003 CPU, 0005 CUDA) off, i.e. patch 0001's dequantize + mul_mat;
-# "+ungrouped": patch 0006 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group;
-# "+mmq": patch 0008 off, i.e. CUDA prefill's K^T Q over a quantized K cache on MMQ instead of cuBLAS;
+# variants switch one path off, so that a mode can be compared with and without it in one run (the Model's
+# AttentionPaths; "+norot" is upstream's own environment switch):
+# "+deq": the in-place quantized-V paths (0003 CPU, 0004 CUDA) off, i.e. patch 0002's dequantize + mul_mat;
+# "+ungrouped": patch 0005 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group;
+# "+mmq": patch 0007 off, i.e. CUDA prefill's K^T Q over a quantized K cache on MMQ instead of cuBLAS;
+# "+nock": patch 0009's CK FlashAttention off (gfx90a builds with CK);
 # "+norot": upstream's Hadamard rotation of Q/K/V for quantized caches off (what it costs; it buys accuracy)
-VARIANT_ENV: dict[str, tuple[str, str] | None] = {
-    "": None, "deq": ("LLAMA_ATTN_VQUANT", "0"), "ungrouped": ("LLAMA_ATTN_KQ_GROUPED", "0"),
-    "mmq": ("GGML_CUDA_KV_CUBLAS", "0"), "norot": ("LLAMA_ATTN_ROT_DISABLE", "1"), "nock": ("PYLLAMA90A_CK_FA", "0")}
+VARIANT_PATHS: dict[str, AttentionPaths] = {
+    "": AttentionPaths(), "deq": AttentionPaths(vquant_direct=False), "ungrouped": AttentionPaths(kq_grouped=False),
+    "mmq": AttentionPaths(kv_cublas=False), "nock": AttentionPaths(ck_fa=False), "norot": AttentionPaths()}
+VARIANT_ENV: dict[str, tuple[str, str]] = {"norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,8 @@ class Mode:
     @classmethod
     def parse(cls, text: str) -> Mode:
         base, _, variant = text.partition("+")
-        if variant not in VARIANT_ENV:
-            known = ", ".join("+" + v for v in VARIANT_ENV if v)
+        if variant not in VARIANT_PATHS:
+            known = ", ".join("+" + v for v in VARIANT_PATHS if v)
             raise InvalidArgumentError(f"mode {text!r}: unknown variant +{variant} (known: {known})")
         try:
             fa, kv = base.split(":")
@@ -66,11 +70,16 @@ class Mode:
     def __str__(self) -> str:
         return f"fa-{self.flash_attn}:{self.ctk}/{self.ctv}" + (f"+{self.variant}" if self.variant else "")
 
+    @property
+    def attention_paths(self) -> AttentionPaths:
+        return VARIANT_PATHS[self.variant]
+
     def apply_environment(self) -> None:
-        """llama.cpp reads the variant's switch whenever it builds a graph: set it before each use."""
-        for name, _ in filter(None, VARIANT_ENV.values()):
+        """The variant's upstream environment switch (read by llama.cpp when it builds a context or graph): set
+        it before each use, and clear the others'."""
+        for name, _ in VARIANT_ENV.values():
             os.environ.pop(name, None)
-        switch = VARIANT_ENV[self.variant]
+        switch = VARIANT_ENV.get(self.variant)
         if switch:
             name, value = switch
             os.environ[name] = value
@@ -124,7 +133,8 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
     for mode in modes:
         mode.apply_environment()
         models[mode] = Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
-                             n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512, n_ubatch=512)
+                             n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512, n_ubatch=512,
+                             attention_paths=mode.attention_paths)
     try:
         n_vocab = models[modes[0]].handle.n_vocab
         tokens = np.random.default_rng(0).integers(10, n_vocab, size=n_ctx).tolist()
@@ -170,7 +180,7 @@ def memory_report(model_path: Path, modes: list[Mode], n_ctx: int, baseline: str
     for mode in modes:
         mode.apply_environment()
         with Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
-                   n_batch=512, n_ubatch=512, n_gpu_layers=n_gpu_layers) as m:
+                   n_batch=512, n_ubatch=512, n_gpu_layers=n_gpu_layers, attention_paths=mode.attention_paths) as m:
             rows.append((str(mode), m.kv_cache.total_bytes, m.compute_buffer_bytes))
     base = next(r for r in rows if r[0] == baseline)
     lines = [f"Machine: {machine_name()}  ", f"Model: `{model_path.name}`, n_ctx {n_ctx}, n_ubatch 512", "",

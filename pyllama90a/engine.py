@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .attention_paths import AttentionPaths
 from .chat import prepare_chat
 from .constrained import Constraint, ConstraintError, OutputRules
 from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError, positive_int
@@ -117,12 +118,13 @@ class BatchEngine:
 
     def __init__(self, path=None, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto",  # noqa: ANN001
                  n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512, n_gpu_layers: int = -1,
-                 n_threads: int | None = None, queue_size: int = 64, chat_template: str | None = None) -> None:
+                 n_threads: int | None = None, queue_size: int = 64, chat_template: str | None = None,
+                 attention_paths: AttentionPaths | None = None) -> None:
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
         self.model = Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
                            n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel,
-                           chat_template=chat_template)
+                           chat_template=chat_template, attention_paths=attention_paths)
         self.parallel = parallel
         self.n_gpu_layers, self.n_threads = n_gpu_layers, n_threads
         self.queue_size = queue_size

@@ -13,6 +13,7 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
+from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
 from .chat import PreparedChat, finish_reason, prepare_chat
 from .chat_template import ChatTemplate
@@ -151,7 +152,8 @@ class Model:
     def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
                  flash_attn: str = "auto", n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_gpu_layers: int = -1, n_threads: int | None = None, seed: int | None = None,
-                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None) -> None:
+                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
+                 attention_paths: AttentionPaths | None = None) -> None:
         self._handle: ModelHandle | None = None  # both None once closed
         self._context: ContextHandle | None = None
         if path is None:
@@ -168,11 +170,12 @@ class Model:
         # the state files' identity, taken now from the file llama.cpp loads next
         file = _ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
         self._check_header(file, params)
-        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params)
+        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params, attention_paths)
 
     def with_context(self, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto", n_ctx: int = 4096,
                      n_batch: int = 512, n_ubatch: int = 512, n_threads: int | None = None, seed: int | None = None,
-                     embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None) -> Model:
+                     embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
+                     attention_paths: AttentionPaths | None = None) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
         of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context arguments; the
         file and n_gpu_layers are this Model's. Each Model has its own context, lock and close(): the two may
@@ -187,7 +190,7 @@ class Model:
                                n_ubatch=n_ubatch, n_threads=n_threads, seed=seed, embedding=embedding,
                                n_seq_max=n_seq_max, chat_template=chat_template)
         other._check_header(self._file, params)
-        other._open(self._file, handle, params)
+        other._open(self._file, handle, params, attention_paths)
         return other
 
     def _settle(self, *, ctk: str, ctv: str, flash_attn: str, n_ctx: int, n_batch: int, n_ubatch: int,
@@ -214,12 +217,25 @@ class Model:
         self._chat_template_read = False
         return params
 
-    def _open(self, file: _ModelFile, handle: ModelHandle, params: ContextParams) -> None:
-        """Make the context: flash_attn "auto" resolved by the attention policy, pooling for embeddings."""
+    def _open(self, file: _ModelFile, handle: ModelHandle, params: ContextParams,
+              attention_paths: AttentionPaths | None) -> None:
+        """Make the context: flash_attn "auto" resolved by the attention policy, pooling for embeddings, the
+        attention paths set before anything is decoded."""
+        if attention_paths is not None and not isinstance(attention_paths, AttentionPaths):
+            raise InvalidArgumentError(f"attention_paths must be an AttentionPaths, got "
+                                       f"{type(attention_paths).__name__}")
         self._file = file
         self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
         pooling = self._pooling_for(file.header) if self.embedding else "model"
         context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling))
+        self._attention_paths = AttentionPaths()
+        if attention_paths is not None and attention_paths != self._attention_paths:
+            try:
+                context.set_attention_paths(attention_paths.bits)
+            except BaseException:
+                context.close()
+                raise
+            self._attention_paths = attention_paths
         self._handle, self._context = handle, context
 
     # -- validation before llama.cpp sees anything -------------------------------------------------
@@ -347,6 +363,20 @@ class Model:
         with self._reading_context() as context:
             k, v = context.kv_cache_bytes()
             return KVCacheInfo(self.ctk, self.ctv, context.n_ctx, k, v)
+
+    @property
+    def attention_paths(self) -> AttentionPaths:
+        """Which of pyllama90a's attention kernels this context's graphs use (all by default); assign another
+        AttentionPaths to switch some off (the compute buffers are re-reserved at once)."""
+        return self._attention_paths
+
+    @attention_paths.setter
+    def attention_paths(self, paths: AttentionPaths) -> None:
+        if not isinstance(paths, AttentionPaths):
+            raise InvalidArgumentError(f"attention_paths must be an AttentionPaths, got {type(paths).__name__}")
+        with self._using_context("change the attention paths") as context:
+            context.set_attention_paths(paths.bits)
+            self._attention_paths = paths
 
     @property
     def attention(self) -> AttentionChoice:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from decode_paths import switches
 from pyllama90a._ffi import ffi, lib
+from pyllama90a.attention_paths import AttentionPaths
 from pyllama90a.native.ggml import ggml_type
 
 
@@ -21,15 +21,15 @@ class Node:
     src_types: tuple[int, ...]
 
 
-def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, env: dict[str, str] | None = None,
+def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, paths: AttentionPaths | None = None,
                  n_gpu_layers: int = 0, n_ctx: int = 1024) -> list[Node]:
-    """Decode tokens[:-1] as a prompt, then the last token alone; returns the nodes of that last step."""
-    with switches(**(env or {})):
-        return _record_last_step(model_path, tokens, ctk, ctv, n_gpu_layers, n_ctx)
+    """Decode tokens[:-1] as a prompt, then the last token alone (the context taking `paths`); returns the nodes
+    of that last step."""
+    return _record_last_step(model_path, tokens, ctk, ctv, n_gpu_layers, n_ctx, paths or AttentionPaths())
 
 
 def _record_last_step(model_path: Path, tokens: list[int], ctk: str, ctv: str, n_gpu_layers: int,
-                      n_ctx: int) -> list[Node]:
+                      n_ctx: int, paths: AttentionPaths) -> list[Node]:
     nodes: list[Node] = []
 
     @ffi.callback("bool(struct ggml_tensor *, bool, void *)")
@@ -53,6 +53,9 @@ def _record_last_step(model_path: Path, tokens: list[int], ctk: str, ctv: str, n
     ctx = lib.llama_init_from_model(model, cparams)
     try:
         assert ctx != ffi.NULL
+        params = lib.llama_pyl_attn_default_params()
+        params.paths = paths.bits
+        assert lib.llama_pyl_set_attn_params(ctx, params)
         prompt = ffi.new("llama_token[]", tokens[:-1])
         assert lib.llama_decode(ctx, lib.llama_batch_get_one(prompt, len(tokens) - 1)) == 0
         nodes.clear()

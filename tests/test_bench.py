@@ -20,17 +20,20 @@ def test_mode_parsing() -> None:
             Mode.parse(bad)
 
 
-@pytest.mark.parametrize("variant", ["deq", "ungrouped", "mmq", "norot"])
-def test_variant_sets_only_its_switch(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
-    switches = {name for name, _ in filter(None, VARIANT_ENV.values())}
-    for name in switches:
-        monkeypatch.setenv(name, "stale")
-    Mode.parse(f"fa-off:q4_0/q4_0+{variant}").apply_environment()
-    name, value = VARIANT_ENV[variant]
+@pytest.mark.parametrize("variant, off", [("deq", ["vquant_direct"]), ("ungrouped", ["kq_grouped"]),
+                                          ("mmq", ["kv_cublas"]), ("nock", ["ck_fa"]), ("norot", []), ("", [])])
+def test_variant_switches_only_its_path(variant: str, off: list[str]) -> None:
+    mode = Mode.parse("fa-off:q4_0/q4_0" + (f"+{variant}" if variant else ""))
+    assert mode.attention_paths.off() == off
+
+
+def test_norot_sets_only_upstreams_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    (name, value), = VARIANT_ENV.values()
+    monkeypatch.setenv(name, "stale")
+    Mode.parse("fa-off:q4_0/q4_0+norot").apply_environment()
     assert os.environ[name] == value
-    assert not any(other in os.environ for other in switches - {name})
-    Mode.parse("fa-off:q4_0/q4_0").apply_environment()
-    assert not any(other in os.environ for other in switches)
+    Mode.parse("fa-off:q4_0/q4_0+deq").apply_environment()
+    assert name not in os.environ
 
 
 def test_bench_writes_json_and_markdown_with_ratios(tmp_path: Path) -> None:

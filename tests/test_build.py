@@ -70,12 +70,13 @@ def test_a_patch_that_does_not_apply_is_named(tmp_path) -> None:
         pytest.skip("no prepared llama.cpp source in the default cache")
     out = _prepare(tmp_path, PYLLAMA90A_LLAMA_CPP_SRC=prepared.stdout.strip())
     assert out.returncode == 1
-    assert "0001-quantized-v-without-flash-attn.patch does not apply" in out.stderr
+    assert "0001-pyllama90a-api-and-attention-hooks.patch does not apply" in out.stderr
 
 
 def test_prepared_tree_carries_our_patches() -> None:
     out = subprocess.run([sys.executable, str(PREPARE)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     tree = Path(out.stdout.strip())
-    assert "llama_kv_cache_bytes" in (tree / "include" / "llama.h").read_text()
+    assert "llama_kv_cache_bytes" in (tree / "include" / "llama-pyllama90a.h").read_text()
+    assert "llama_kv_cache_bytes" not in (tree / "include" / "llama.h").read_text()  # llama.h stays upstream's
     assert "quantized V cache requires flash_attn" not in (tree / "src" / "llama-context.cpp").read_text()

@@ -1,6 +1,6 @@
 """The CK FlashAttention build pieces that can run without ROCm: cmake/ck_fa.cmake's configure-time step
 (CK fetched, CK's codegen run, sources handed to CMake), its refusal without HIP, the HIP glue's field
-copies, and patch 0010 staying inert in builds without -DPYLLAMA90A_CK_FA=ON."""
+copies, and patch 0009 staying inert in builds without -DPYLLAMA90A_CK_FA=ON."""
 from __future__ import annotations
 
 import re
@@ -66,9 +66,12 @@ def test_the_glue_copies_every_mirror_field_in_order(struct: str, target: str):
     assert [dst for dst, _ in copied] == mirror_fields(struct)
 
 
-def test_patch_0010_adds_nothing_outside_its_build_option():
-    patch = (REPO / "vendor" / "patches" / "0010-ck-flash-attn-dispatch-gfx90a.patch").read_text()
-    hunks = patch[patch.index("\n@@"):]
+def test_patch_0009_adds_nothing_to_ggml_outside_its_build_option():
+    patch = (REPO / "vendor" / "patches" / "0009-ck-flash-attn-dispatch-gfx90a.patch").read_text()
+    # its fattn.cu part (its other part only marks FLASH_ATTN_EXT nodes in src/llama-attn.cpp)
+    fattn = patch[patch.index("diff --git a/ggml/src/ggml-cuda/fattn.cu"):]
+    fattn = fattn[:fattn.index("\ndiff --git") if "\ndiff --git" in fattn else len(fattn)]
+    hunks = fattn[fattn.index("\n@@"):]
     depth = 0
     for line in hunks.splitlines():
         if not line.startswith("+"):
@@ -81,4 +84,4 @@ def test_patch_0010_adds_nothing_outside_its_build_option():
             depth -= 1
         else:
             assert depth == 1 or added == "", added
-    assert depth == 0 and patch.count("#ifdef PYLLAMA90A_CK_FA") == 2
+    assert depth == 0 and fattn.count("#ifdef PYLLAMA90A_CK_FA") == 2

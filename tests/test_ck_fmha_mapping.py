@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ck_dispatch import namespace, parse_api, select, trait_parameters
-from ck_fa_graph import Shape, build
+from ck_fa_graph import CK_FA_MARK_SLOT, Shape, build
 from ck_mapping import Mapping, ck_mapping, ggml_ctx, struct_fields  # noqa: F401  (fixtures)
 from ck_tree import ck_root, fmha_dir  # noqa: F401  (fixtures)
 from pyllama90a._ffi import ffi, lib
@@ -94,7 +94,7 @@ def eligible_node(ctx, **changes):
     return build(ctx, Shape(**fields), np.random.default_rng(0)).node
 
 
-def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx, monkeypatch: pytest.MonkeyPatch):
+def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx):
     check = ck_mapping.check
     assert check(eligible_node(ggml_ctx)) == "ok"
     assert check(eligible_node(ggml_ctx, kv_type="q4_0")) == "ok"  # dequantized to F16 first
@@ -123,8 +123,9 @@ def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx, m
     assert ck_mapping.lib.pyllama90a_ck_fa_staging_bytes(ck_mapping.node(node)) == needed
     assert check(node, max_staging_bytes=needed) == "ok"
     assert check(node, max_staging_bytes=needed - 1) == "staging"
-    monkeypatch.setenv("PYLLAMA90A_CK_FA", "0")
-    assert check(eligible_node(ggml_ctx)) == "disabled"
+    node = eligible_node(ggml_ctx)
+    node.op_params[CK_FA_MARK_SLOT] = 0  # a context whose attention paths leave CK out does not mark it
+    assert check(node) == "disabled"
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""Patch 0007: on CUDA (or HIP), K^T q over a quantized K cache runs MMVQ's short-rows kernel during decode.
+"""Patch 0006: on CUDA (or HIP), K^T q over a quantized K cache runs MMVQ's short-rows kernel during decode.
 
 A K row is one head: head_dim values, 2 (hd 64) or 4 (hd 128) quant blocks. The short-rows kernel gives each row
-a few lanes of a warp instead of whole warps (GGML_CUDA_MMVQ_SHORT_ROWS=0 switches it off). Both kernels compute
+a few lanes of a warp instead of whole warps (the test knob mmvq_short_rows_off switches it off). Both kernels compute
 the same integer dot products and differ only in the order of the float sums, so decode logits must agree to
 rounding, for all six quantized K types (V f16, flash attention off), GQA 1, 3, 4 and 8, head dims 64 and 128,
-and a cache (300+ cells) that is not a multiple of 256. Covered products: patch 0006's grouped product
-(ncols = r query heads, one channel per KV head), the broadcast product (LLAMA_ATTN_KQ_GROUPED=0: one column,
+and a cache (300+ cells) that is not a multiple of 256. Covered products: patch 0005's grouped product
+(ncols = r query heads, one channel per KV head), the broadcast product (kq_grouped path off: one column,
 channels broadcast from the KV heads) and a 3-token step (3 columns, broadcast).
 
 Skipped unless the package was built with a CUDA/HIP backend and a device is present.
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
-from decode_paths import step_logits, switches
+from cuda_knobs import cuda_test_knobs
+from decode_paths import paths, step_logits
 from gpu import requires_gpu
 from gqa_shapes import gqa_shapes
 from pyllama90a.synthetic import synthetic_model
@@ -27,10 +28,9 @@ from pyllama90a.synthetic import synthetic_model
 pytestmark = requires_gpu
 
 SHAPES = gqa_shapes("gqa1-hd64", "gqa1-hd128", "gqa3-hd64", "gqa4-hd64", "gqa4-hd128", "gqa8-hd64", "gqa8-hd128")
-# the broadcast product (patch 0006 off) on two shapes: channel_ratio > 1, with one and with two KV heads
+# the broadcast product (patch 0005's path off) on two shapes: channel_ratio > 1, with one and with two KV heads
 BROADCAST_SHAPES = ("gqa4-hd64", "gqa8-hd128")
 N_PREFIX, N_DECODE, N_LAST = 300, 6, 3
-SWITCH = "GGML_CUDA_MMVQ_SHORT_ROWS"
 
 
 def _cases() -> list[tuple[str, str, bool]]:
@@ -49,8 +49,8 @@ def _tokens(n_vocab: int) -> list[int]:
 
 def _decode(path: Path, ctk: str, grouped: bool, tokens: list[int]) -> np.ndarray:
     """Logits of N_DECODE one-token steps after a 300-token prefix, then of one N_LAST-token step."""
-    with switches(LLAMA_ATTN_KQ_GROUPED="1" if grouped else "0"), \
-            pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512) as m:
+    with pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512,
+                  attention_paths=paths(kq_grouped=grouped)) as m:
         m.eval(tokens[:N_PREFIX])
         rows = list(step_logits(m, tokens[N_PREFIX:N_PREFIX + N_DECODE]))
         m.eval(tokens[N_PREFIX + N_DECODE:])
@@ -58,10 +58,10 @@ def _decode(path: Path, ctk: str, grouped: bool, tokens: list[int]) -> np.ndarra
     return np.array(rows)
 
 
-def _all_cases(switch: str | None) -> dict[str, np.ndarray]:
-    """Every case's logits with the switch set (or not); llama.cpp reads it at each launch."""
+def _all_cases(short_rows: bool) -> dict[str, np.ndarray]:
+    """Every case's logits with the short-rows kernel (or MMVQ: the test knob); read at each launch."""
     results = {}
-    with switches(**{SWITCH: switch}):
+    with cuda_test_knobs(mmvq_short_rows_off=not short_rows):
         for shape, ctk, grouped in _cases():
             # f16 weights: the projections take MMVF, so the K^T q product is the only MMVQ user
             path = synthetic_model(SHAPES[shape], weight_type="f16")
@@ -71,7 +71,7 @@ def _all_cases(switch: str | None) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, dict[str, np.ndarray]]:
-    return {"on": _all_cases(None), "off": _all_cases("0")}
+    return {"on": _all_cases(True), "off": _all_cases(False)}
 
 
 @pytest.mark.parametrize(("shape", "ctk", "grouped"), _cases(), ids=lambda v: v if isinstance(v, str) else

@@ -1,8 +1,8 @@
-"""Patch 0006: decode with a quantized K and GQA computes K^T q once per KV head, its query heads as columns.
+"""Patch 0005: decode with a quantized K and GQA computes K^T q once per KV head, its query heads as columns.
 
 The graph must take that path (a K^T q product of r columns per KV head instead of one broadcast over all
 query heads) only for quantized K with one token per stream, and the logits must equal the broadcast path's
-(LLAMA_ATTN_KQ_GROUPED=0) to rounding, for all six quantized types and GQA ratios 3 (SmolLM2), 4 and 8.
+(the kq_grouped path off) to rounding, for all six quantized types and GQA ratios 3 (SmolLM2), 4 and 8.
 The op-level check of the grouped product against numpy is in test_attention_ops.py.
 Runs on whatever backend the build has (CPU in CI, CUDA on the device machine).
 """
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
-from decode_paths import step_logits, switches
+from decode_paths import paths, step_logits
 from gqa_shapes import gqa_shapes
 from graph_probe import decode_nodes
 from pyllama90a.synthetic import synthetic_model
@@ -34,8 +34,7 @@ def _tokens(n: int, n_vocab: int = 49152) -> list[int]:
 def test_grouped_path_is_taken_for_quantized_k(model_path, ctk: str) -> None:
     tokens = _tokens(300)
     grouped = _kq_products(decode_nodes(model_path, tokens, ctk=ctk, ctv="f16"))
-    broadcast = _kq_products(decode_nodes(model_path, tokens, ctk=ctk, ctv="f16",
-                                          env={"LLAMA_ATTN_KQ_GROUPED": "0"}))
+    broadcast = _kq_products(decode_nodes(model_path, tokens, ctk=ctk, ctv="f16", paths=paths(kq_grouped=False)))
     (n_kv,) = {ne[0] for ne in grouped}
     r = SMOLLM2_HEADS // SMOLLM2_KV_HEADS
     assert grouped == {(n_kv, r, SMOLLM2_KV_HEADS, 1)}
@@ -48,8 +47,8 @@ def test_f16_k_keeps_the_broadcast_product(model_path) -> None:
 
 
 def _decode_logits(path, ctk: str, grouped: bool, tokens: list[int], n_prefix: int) -> np.ndarray:
-    with switches(LLAMA_ATTN_KQ_GROUPED="1" if grouped else "0"), \
-            pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512, n_threads=2) as m:
+    with pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512, n_threads=2,
+                  attention_paths=paths(kq_grouped=grouped)) as m:
         m.eval(tokens[:n_prefix])
         return step_logits(m, tokens[n_prefix:])
 

@@ -1,7 +1,7 @@
-"""Patch 0008: on CUDA (or HIP), prefill's K^T Q over a quantized K cache goes to cuBLAS instead of MMQ.
+"""Patch 0007: on CUDA (or HIP), prefill's K^T Q over a quantized K cache goes to cuBLAS instead of MMQ.
 
 The K cache view is converted to F16 a group of KV heads at a time (at most 64 MiB) and multiplied as an F16 cache
-would be. GGML_CUDA_KV_CUBLAS=0 keeps it on MMQ; GGML_CUDA_KV_CUBLAS_HEADS=1 forces one group per KV head, so that
+would be. The kv_cublas path off keeps it on MMQ; the test knob kv_cublas_heads=1 forces one group per KV head, so that
 the grouping is exercised at test sizes. Every prefill logit (300 tokens in one step, a cache that is not a
 multiple of 256) of six quantized K types (V f16, flash attention off), GQA 1, 3, 4 and 8, head dims 64 and 128 is
 checked against MMQ and against the CPU backend (the whole model on the CPU): three independent computations.
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
-from decode_paths import switches
+from cuda_knobs import cuda_test_knobs
+from decode_paths import paths
 from gpu import requires_gpu
 from gqa_shapes import gqa_shapes
 from pyllama90a.synthetic import synthetic_model
@@ -26,11 +27,11 @@ pytestmark = requires_gpu
 
 SHAPES = gqa_shapes("gqa1-hd64", "gqa3-hd64", "gqa4-hd128-2kv", "gqa8-hd64")
 N_PROMPT = 300
-RUNS = {  # run name -> (environment, n_gpu_layers)
-    "cublas": ({}, -1),
-    "cublas-per-head": ({"GGML_CUDA_KV_CUBLAS_HEADS": "1"}, -1),
-    "mmq": ({"GGML_CUDA_KV_CUBLAS": "0"}, -1),
-    "cpu": ({}, 0),
+RUNS = {  # run name -> (kv_cublas path, test knob kv_cublas_heads, n_gpu_layers)
+    "cublas": (True, 0, -1),
+    "cublas-per-head": (True, 1, -1),
+    "mmq": (False, 0, -1),
+    "cpu": (True, 0, 0),
 }
 
 
@@ -38,9 +39,11 @@ def _cases() -> list[tuple[str, str]]:
     return [(shape, ctk) for shape in SHAPES for ctk in pl.QUANTIZED_KV_TYPES]
 
 
-def _prefill_logits(path: Path, ctk: str, tokens: list[int], env: dict[str, str], n_gpu_layers: int) -> np.ndarray:
-    with switches(**env), pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512,
-                                   n_gpu_layers=n_gpu_layers) as m:
+def _prefill_logits(path: Path, ctk: str, tokens: list[int], kv_cublas: bool, heads: int,
+                    n_gpu_layers: int) -> np.ndarray:
+    with cuda_test_knobs(kv_cublas_heads=heads), pl.Model(path, ctk=ctk, ctv="f16", flash_attn="off", n_ctx=512,
+                                                          n_gpu_layers=n_gpu_layers,
+                                                          attention_paths=paths(kv_cublas=kv_cublas)) as m:
         return m.logits(tokens)
 
 
@@ -51,7 +54,7 @@ def runs() -> dict[tuple[str, str], dict[str, np.ndarray]]:
         # f16 weights: the projections do not depend on MMQ either
         path = synthetic_model(SHAPES[shape], weight_type="f16")
         tokens = np.random.default_rng(11).integers(10, SHAPES[shape].n_vocab, size=N_PROMPT).tolist()
-        results[shape, ctk] = {name: _prefill_logits(path, ctk, tokens, env, ngl) for name, (env, ngl) in RUNS.items()}
+        results[shape, ctk] = {name: _prefill_logits(path, ctk, tokens, *run) for name, run in RUNS.items()}
     return results
 
 

@@ -1,8 +1,8 @@
 """Two sequences with a KV stream each in one ubatch on CUDA (or HIP): the quantized-cache paths see n_stream = 2.
 
-Prefill (40 tokens per sequence) takes patch 0008's cuBLAS K^T Q, once with all KV heads in one call and once one
-KV head per call (GGML_CUDA_KV_CUBLAS_HEADS=1, the per-stream loop), and patch 0005's chunked V product when V is
-quantized; decode steps take patches 0006/0007 (K) and 0005's in-place kernel (V). Each sequence must decode as it
+Prefill (40 tokens per sequence) takes patch 0007's cuBLAS K^T Q, once with all KV heads in one call and once one
+KV head per call (the test knob kv_cublas_heads=1, the per-stream loop), and patch 0004's chunked V product when V
+is quantized; decode steps take patches 0005/0006 (K) and 0004's in-place kernel (V). Each sequence must decode as it
 does alone, for the six quantized K types with an f16 V and with V of the same type.
 
 Skipped unless the package was built with a CUDA/HIP backend and a device is present.
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
+from cuda_knobs import cuda_test_knobs
 from gpu import requires_gpu
 from gqa_shapes import GQA_SHAPES
 from pyllama90a.synthetic import synthetic_model
@@ -24,13 +25,15 @@ SHAPE = GQA_SHAPES["gqa4-hd64"]
 N_PROMPT, N_STEPS = 40, 3
 
 
-@pytest.mark.parametrize("heads_per_call", [None, "1"], ids=["all-heads", "one-head"])
+@pytest.mark.parametrize("heads_per_call", [0, 1], ids=["all-heads", "one-head"])
 @pytest.mark.parametrize("same_v", [False, True], ids=["v-f16", "v-same"])
 @pytest.mark.parametrize("ctk", pl.QUANTIZED_KV_TYPES)
-def test_two_streams_decode_like_one_on_gpu(monkeypatch: pytest.MonkeyPatch, ctk: str, same_v: bool,
-                                            heads_per_call: str | None) -> None:
-    if heads_per_call:
-        monkeypatch.setenv("GGML_CUDA_KV_CUBLAS_HEADS", heads_per_call)
+def test_two_streams_decode_like_one_on_gpu(ctk: str, same_v: bool, heads_per_call: int) -> None:
+    with cuda_test_knobs(kv_cublas_heads=heads_per_call):
+        _two_streams_decode_like_one(ctk, same_v)
+
+
+def _two_streams_decode_like_one(ctk: str, same_v: bool) -> None:
     ctv = ctk if same_v else "f16"
     path = synthetic_model(SHAPE, weight_type="f16")
     rng = np.random.default_rng(5)

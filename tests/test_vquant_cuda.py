@@ -1,12 +1,12 @@
-"""Patch 0005: on CUDA (or HIP) the attention reads a quantized V cache on the device (GGML_OP_OUT_PROD).
+"""Patch 0004: on CUDA (or HIP) the attention reads a quantized V cache on the device (GGML_OP_OUT_PROD).
 
 Skipped unless the package was built with a CUDA/HIP backend and a device is present; the models are fully
 offloaded (Model's default n_gpu_layers=-1). Each comparison runs the same tokens twice: with the device path
-and with it switched off (LLAMA_ATTN_VQUANT=0: patch 0001's cast to F32 + transpose + mul_mat, also on the
+and with it switched off (AttentionPaths(vquant_direct=False): patch 0002's cast to F32 + transpose + mul_mat, also on the
 device). Decode reads the quantized rows in place and accumulates in F32, so its logits agree with the
 fallback's to rounding, for all six quantized types, GQA 1, 3, 4 and 8, head dims 64 and 128 and a cache
 length (300+) that is not a multiple of 256. Prefill dequantizes chunks of rows for cuBLAS; it is checked
-against the fallback with the chunking forced small (GGML_CUDA_OUT_PROD_CHUNK), so that the chunks'
+against the fallback with the chunking forced small (the test knob out_prod_chunk_rows), so that the chunks'
 accumulation runs too. That the device path was taken is checked from llama.cpp's own report at context
 creation: its compute buffers lose the F32 copies of V, and the graph has no more backend splits than an
 f16-V graph (an op that fell back to the CPU would add splits).
@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
-from decode_paths import step_logits, switches
+from cuda_knobs import cuda_test_knobs
+from decode_paths import paths, step_logits
 from gpu import requires_gpu
 from gqa_shapes import gqa_shapes
 from graph_probe import decode_nodes
@@ -46,11 +47,11 @@ def _spread(x: np.ndarray) -> float:
 def _decode(path, kv_type: str, device_path: bool, tokens: list[int]) -> np.ndarray:
     """Prefill with the fallback path in both runs (the same cache contents, bit for bit), then decode one
     token at a time with the path under test: the decode graphs are built after the switch changes."""
-    with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512) as m:
-        with switches(LLAMA_ATTN_VQUANT="0"):
-            m.eval(tokens[:N_PREFIX])
-        with switches(LLAMA_ATTN_VQUANT=None if device_path else "0"):
-            return step_logits(m, tokens[N_PREFIX:])
+    with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512,
+                  attention_paths=paths(vquant_direct=False)) as m:
+        m.eval(tokens[:N_PREFIX])
+        m.attention_paths = paths(vquant_direct=device_path)
+        return step_logits(m, tokens[N_PREFIX:])
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -65,20 +66,20 @@ def test_device_decode_matches_fallback(shape: str, kv_type: str) -> None:
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3 * _spread(ref))
 
 
-def _prefill(path, kv_type: str, device_path: bool, chunk: str | None) -> np.ndarray:
-    with switches(LLAMA_ATTN_VQUANT=None if device_path else "0", GGML_CUDA_OUT_PROD_CHUNK=chunk):
+def _prefill(path, kv_type: str, device_path: bool, chunk: int) -> np.ndarray:
+    with cuda_test_knobs(out_prod_chunk_rows=chunk):
         with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_batch=128,
-                      n_ubatch=128) as m:
+                      n_ubatch=128, attention_paths=paths(vquant_direct=device_path)) as m:
             return m.logits(_random_tokens(512, 301))
 
 
 @pytest.mark.parametrize("shape", ["gqa3-hd64", "gqa8-hd128"])
 @pytest.mark.parametrize("kv_type", pl.QUANTIZED_KV_TYPES)
-@pytest.mark.parametrize("chunk", [None, "100"])
-def test_device_prefill_matches_fallback(shape: str, kv_type: str, chunk: str | None) -> None:
+@pytest.mark.parametrize("chunk", [0, 100])
+def test_device_prefill_matches_fallback(shape: str, kv_type: str, chunk: int) -> None:
     path = synthetic_model(SHAPES[shape], weight_type="f16")
     got = _prefill(path, kv_type, True, chunk)
-    ref = _prefill(path, kv_type, False, None)
+    ref = _prefill(path, kv_type, False, 0)
     assert np.isfinite(got).all()
     # both are cuBLAS GEMMs in TF32 with different blockings, and layer 1's K and V are quantized from
     # layer 0's slightly different output: more than rounding, far less than a wrong read
@@ -111,10 +112,11 @@ def _native_log():
 
 def _reserve(path, ctk: str, ctv: str, device_path: bool) -> tuple[int, int]:
     """(compute buffer bytes, graph splits) of a context whose every graph is decode-sized (n_ubatch 8):
-    patch 0005's op then handles all of them, and the fallback's two F32 copies of V (n_ctx cells each)
+    patch 0004's op then handles all of them, and the fallback's two F32 copies of V (n_ctx cells each)
     dominate its compute buffer."""
-    with switches(LLAMA_ATTN_VQUANT=None if device_path else "0"), _native_log() as lines:
-        with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8) as m:
+    with _native_log() as lines:
+        with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8,
+                      attention_paths=paths(vquant_direct=device_path)) as m:
             compute = m.compute_buffer_bytes
     splits = [re.search(r"splits = (\d+)(?: / (\d+))?", line) for line in lines]
     found = [s for s in splits if s]
@@ -136,6 +138,6 @@ def test_device_path_is_taken(kv_type: str) -> None:
     tokens = list(range(10, 310))
     on = [n for n in decode_nodes(path, tokens, ctk=kv_type, ctv=kv_type, n_gpu_layers=-1) if n.op == "OUT_PROD"]
     off = [n for n in decode_nodes(path, tokens, ctk=kv_type, ctv=kv_type, n_gpu_layers=-1,
-                                   env={"LLAMA_ATTN_VQUANT": "0"}) if n.op == "OUT_PROD"]
+                                   paths=paths(vquant_direct=False)) if n.op == "OUT_PROD"]
     assert len(on) == SHAPES["gqa4-hd128"].n_layer and not off
     assert all(n.src_types[0] == ggml_type(kv_type) for n in on)

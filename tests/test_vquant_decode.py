@@ -1,7 +1,7 @@
 """Patch 0003: CPU decode reads the quantized V cache in place (llama_attn_vquant).
 
 Each case decodes the same tokens one at a time twice: with the in-place path and with it switched off
-(LLAMA_ATTN_VQUANT=0, patch 0001's dequantize + mul_mat path). Both accumulate in F32 from the same cache
+(AttentionPaths(vquant_direct=False), patch 0002's dequantize + mul_mat path). Both accumulate in F32 from the same cache
 contents, so the logits agree to rounding, for all six quantized types and GQA ratios 1, 3 (SmolLM2), 4 and 8, with
 head dims 64 and 128 and a cache length (300+) that is not a multiple of 256. The real model's check is
 statistical (see REAL_MODEL_BOUNDS); the synthetic two-layer models' is to rounding.
@@ -13,7 +13,7 @@ import pytest
 
 import pyllama90a as pl
 from conftest import DATA
-from decode_paths import step_logits, switches
+from decode_paths import paths, step_logits
 from gqa_shapes import gqa_shapes
 from pyllama90a.synthetic import synthetic_model
 
@@ -26,8 +26,8 @@ def _random_tokens(n_vocab: int) -> list[int]:
 
 
 def _decode(path, kv_type: str, in_place: bool, tokens: list[int]) -> np.ndarray:
-    with switches(LLAMA_ATTN_VQUANT=None if in_place else "0"), \
-            pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_threads=2) as m:
+    with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_threads=2,
+                  attention_paths=paths(vquant_direct=in_place)) as m:
         m.eval(tokens[:N_PREFIX])
         return step_logits(m, tokens[N_PREFIX:])
 
@@ -69,7 +69,7 @@ def test_in_place_decode_matches_dequantize_path_synthetic(shape: str, kv_type: 
 
 
 def test_the_switch_selects_a_different_path() -> None:
-    """LLAMA_ATTN_VQUANT=0 really changes the computation (so the comparisons above compare two paths).
+    """vquant_direct=False really changes the computation (so the comparisons above compare two paths).
     Their summation orders differ; with f16 weights the difference can round away in some cases, not here."""
     in_place, dequant = _check_tightly(synthetic_model(SHAPES["gqa8-hd128"], weight_type="f16"), "q8_0", 512)
     assert not np.array_equal(in_place, dequant)

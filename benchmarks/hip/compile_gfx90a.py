@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compile our CUDA/HIP kernels (patches 0005, 0007, 0008) for AMD MI210 (gfx90a, wavefront 64) with hipcc.
+"""Compile our CUDA/HIP kernels (patches 0004, 0006, 0007) for AMD MI210 (gfx90a, wavefront 64) with hipcc.
 
 No AMD GPU is needed: each translation unit of the patched ggml-cuda that our patches touch is compiled
 the way ggml-hip compiles it (the .cu file as HIP, GGML_USE_HIP, --offload-arch=gfx90a, the defines of
@@ -15,7 +15,7 @@ A unit that does not compile is reported with its first errors.
   python3 benchmarks/hip/compile_gfx90a.py [--cxx clang++-19] [--src TREE] [--out DIR] [--unit NAME ...]
                                            [--markdown FILE] [--json FILE]
 
-Units that need clang >= 17 (fattn.cu with patch 0010, ck_fa_hip.cpp with CK's ck_tile headers) fail
+Units that need clang >= 17 (fattn.cu with patch 0009, ck_fa_hip.cpp with CK's ck_tile headers) fail
 with hipcc 5.2.3's clang 15; `--cxx clang++-19` (Debian's clang 19 over the same HIP 5.2.3 headers and
 device libraries) compiles them.
 
@@ -77,32 +77,32 @@ class Unit:
 
 
 UNITS = [
-    Unit("out-prod.cu", "0005", "k_out_prod_q_small",
+    Unit("out-prod.cu", "0004", "k_out_prod_q_small",
          (r"^void k_out_prod_q_small<", r"^k_out_prod_q_reduce\(", r"^void k_out_prod_dequantize_rows<"),
-         ("GGML_CUDA_OUT_PROD_CHUNK",),
+         ("ggml_backend_cuda_pyl_set_test_knobs",),
          "OUT_PROD with a quantized src0: decode kernel, chunk reduction, dequantize for the cuBLAS path"),
-    Unit("cpy.cu", "0005", "ggml_cpy_iq4_nl_f32_cuda",
+    Unit("cpy.cu", "0004", "ggml_cpy_iq4_nl_f32_cuda",
          (r"dequantize_iq4_nl_pair",), (),
          "iq4_nl -> F32 copy"),
-    Unit("mmvq.cu", "0007", "mul_mat_vec_q_short_rows",
-         (r"^void mul_mat_vec_q_short_rows<",), ("GGML_CUDA_MMVQ_SHORT_ROWS",),
+    Unit("mmvq.cu", "0006", "mul_mat_vec_q_short_rows",
+         (r"^void mul_mat_vec_q_short_rows<",), ("ggml_cuda_pyl_test",),
          "MMVQ for rows of a few quant blocks (quantized K heads)"),
-    Unit("convert.cu", "0008", "dequantize_iq4_nl_f2",
+    Unit("convert.cu", "0007", "dequantize_iq4_nl_f2",
          (r"^void dequantize_block<32, 2, &\(?dequantize_iq4_nl_f2\b",), (),
          "iq4_nl in the non-contiguous F16/BF16/F32 converters (K cache -> F16 for cuBLAS)"),
-    Unit("getrows.cu", "0008 (dequantize.cuh)", "dequantize_iq4_nl_f2",
+    Unit("getrows.cu", "0007 (dequantize.cuh)", "dequantize_iq4_nl_f2",
          (), (),
-         "unchanged, but includes dequantize.cuh, where patch 0008 adds dequantize_iq4_nl_f2"),
-    Unit("ggml-cuda.cu", "0005, 0008", "ggml_cuda_mul_mat_kv_cublas",
-         (), ("GGML_CUDA_KV_CUBLAS",),
-         "host side: OUT_PROD/CPY supports_op (0005), quantized-K prefill through cuBLAS (0008)"),
+         "unchanged, but includes dequantize.cuh, where patch 0007 adds dequantize_iq4_nl_f2"),
+    Unit("ggml-cuda.cu", "0004, 0007", "ggml_cuda_mul_mat_kv_cublas",
+         (), ("ggml_backend_cuda_pyl_set_test_knobs",),
+         "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through cuBLAS (0007)"),
     Unit("fmha_mapping.cpp", "CK FA glue (src/ck_fa)", "fmha_fwd", (), (),
          "the ggml -> CK fmha_fwd argument mapping, host code, compiled as HIP with GGML_USE_HIP",
          repo_path="src/ck_fa/fmha_mapping.cpp"),
-    Unit("fattn.cu", "0010", "pyllama90a_ck_fa_try", (), ("pyllama90a_ck_fa_try",),
-         "FLASH_ATTN_EXT asks CK first (patch 0010), compiled as with -DPYLLAMA90A_CK_FA=ON",
+    Unit("fattn.cu", "0009", "pyllama90a_ck_fa_try", (), ("pyllama90a_ck_fa_try",),
+         "FLASH_ATTN_EXT asks CK first (patch 0009), compiled as with -DPYLLAMA90A_CK_FA=ON",
          defines=("PYLLAMA90A_CK_FA",)),
-    Unit("ck_fa_hip.cpp", "0010 glue (src/ck_fa)", "fmha_fwd", (), ("pyllama90a_ck_fa_try",),
+    Unit("ck_fa_hip.cpp", "0009 glue (src/ck_fa)", "fmha_fwd", (), ("pyllama90a_ck_fa_try",),
          "the HIP glue: stages F16 operands, calls CK's fmha_fwd (needs CK's ck_tile headers)",
          repo_path="src/ck_fa/ck_fa_hip.cpp", defines=("PYLLAMA90A_CK_FA",), ck=True,
          # ck_tile's pk_fp4.hpp subscripts ext_vector types in constexpr functions, which clang < 20

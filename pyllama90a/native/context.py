@@ -274,6 +274,19 @@ class ContextHandle:
         lib.llama_kv_cache_bytes(self._live(), k, v)
         return k[0], v[0]
 
+    def set_attention_paths(self, bits: int) -> None:
+        """Which of pyllama90a's attention kernels this context's graphs use (llama_pyl_attn_path bits); the
+        compute buffers are re-reserved at once."""
+        params = lib.llama_pyl_attn_default_params()
+        params.paths = bits
+        with NativeCall() as call:
+            ok = lib.llama_pyl_set_attn_params(self._live(), params)
+        call.check(bool(ok), ContextError, "llama.cpp could not reserve the compute buffers for these attention paths")
+
+    def attention_paths(self) -> int:
+        """The context's llama_pyl_attn_path bits."""
+        return int(lib.llama_pyl_get_attn_params(self._live()).paths)
+
     def compute_buffer_bytes(self) -> int:
         """Bytes of the compute buffers llama.cpp reserved (all backends); a decode may reserve them again."""
         return lib.llama_compute_buffer_bytes(self._live())

@@ -91,7 +91,7 @@ def path_logits(model_path: Path, mode: Mode, n_gpu_layers: int, tokens: list[in
     mode.apply_environment()
     try:
         with Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=512,
-                   n_gpu_layers=n_gpu_layers, n_threads=None) as m:
+                   n_gpu_layers=n_gpu_layers, n_threads=None, attention_paths=mode.attention_paths) as m:
             prefill = m.logits(tokens[:N_PREFILL])
             steps = []
             for token in tokens[N_PREFILL:]:

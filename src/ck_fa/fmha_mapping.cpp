@@ -9,9 +9,9 @@
 #include "fmha_mapping.h"
 
 #include "ggml.h"
+#include "ggml-pyllama90a.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -124,8 +124,8 @@ int64_t pyllama90a_ck_fa_staging_bytes(const ggml_tensor * node) {
 }
 
 int pyllama90a_ck_fa_check(const ggml_tensor * node, const pyllama90a_ck_fa_options * options) {
-    const char * env = std::getenv("PYLLAMA90A_CK_FA");
-    if (env && std::strcmp(env, "0") == 0) return PYLLAMA90A_CK_FA_DISABLED;
+    // only nodes the graph marked for CK (the context's attention paths allow it: llama-pyllama90a.h)
+    if (!(ggml_pyl_get_mark(node) & GGML_PYL_MARK_CK_FA)) return PYLLAMA90A_CK_FA_DISABLED;
 
     const ggml_tensor * q = node->src[0];
     const ggml_tensor * k = node->src[1];

@@ -15,7 +15,7 @@ struct ggml_tensor;
 /* Why a node goes (or does not go) to CK; anything but OK keeps ggml's own kernels. */
 enum pyllama90a_ck_fa_verdict {
     PYLLAMA90A_CK_FA_OK = 0,
-    PYLLAMA90A_CK_FA_DISABLED = 1,      /* PYLLAMA90A_CK_FA=0 in the environment */
+    PYLLAMA90A_CK_FA_DISABLED = 1,      /* the node is not marked GGML_PYL_MARK_CK_FA (the context's paths) */
     PYLLAMA90A_CK_FA_HEAD_DIM = 2,      /* K and V head dims differ or are not a compiled one (64, 128) */
     PYLLAMA90A_CK_FA_TYPE = 3,          /* Q, K, V, mask or output of a type the path does not take */
     PYLLAMA90A_CK_FA_SINKS = 4,         /* attention sinks: CK's forward has none */

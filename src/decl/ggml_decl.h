@@ -88,3 +88,8 @@ ggml_backend_dev_t ggml_backend_dev_get(size_t index);
 const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 const char * ggml_backend_dev_description(ggml_backend_dev_t device);
 enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+
+/* a backend's own functions by name (tests reach the CUDA backend's test knobs this way) */
+typedef struct ggml_backend_reg * ggml_backend_reg_t;
+ggml_backend_reg_t ggml_backend_reg_by_name(const char * name);
+void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);

@@ -102,8 +102,6 @@ uint32_t llama_n_batch(const struct llama_context * ctx);
 uint32_t llama_n_seq_max(const struct llama_context * ctx);
 enum llama_pooling_type llama_pooling_type(const struct llama_context * ctx);
 llama_memory_t llama_get_memory(const struct llama_context * ctx);
-void llama_kv_cache_bytes(const struct llama_context * ctx, size_t * k_bytes, size_t * v_bytes);
-size_t llama_compute_buffer_bytes(const struct llama_context * ctx);
 void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
 void llama_set_embeddings(struct llama_context * ctx, bool embeddings);
 void llama_synchronize(struct llama_context * ctx);

@@ -1,0 +1,44 @@
+"""Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
+
+All paths are on by default. A path switched off takes the way upstream llama.cpp goes, so that the bench and
+the tests compare both in one process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
+llama.cpp reads them once per graph build of that context; no kernel reads the environment.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import InvalidArgumentError
+
+# the bits of enum llama_pyl_attn_path, in the order of the fields below
+_BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3}
+
+
+@dataclass(frozen=True)
+class AttentionPaths:
+    vquant_direct: bool = True  # a quantized V read in place (CPU, CUDA/HIP); off: dequantize + mul_mat (patch 0002)
+    kq_grouped: bool = True     # decode K^T q once per group of query heads with GQA (patch 0005)
+    kv_cublas: bool = True      # CUDA/HIP prefill K^T Q over a quantized K: F16 copy + cuBLAS (patch 0007); off: MMQ
+    ck_fa: bool = True          # gfx90a builds with CK: FLASH_ATTN_EXT through CK's fmha_fwd (patch 0009)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not isinstance(getattr(self, f.name), bool):
+                raise InvalidArgumentError(f"AttentionPaths.{f.name} must be True or False, "
+                                           f"got {getattr(self, f.name)!r}")
+
+    @property
+    def bits(self) -> int:
+        """The llama_pyl_attn_path bits for llama_pyl_set_attn_params."""
+        return sum(bit for name, bit in _BITS.items() if getattr(self, name))
+
+    @classmethod
+    def from_bits(cls, bits: int) -> AttentionPaths:
+        return cls(**{name: bool(bits & bit) for name, bit in _BITS.items()})
+
+    def off(self) -> list[str]:
+        """The names of the paths switched off."""
+        return [name for name in _BITS if not getattr(self, name)]
+
+
+__all__ = ["AttentionPaths"]
