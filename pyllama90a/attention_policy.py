@@ -8,7 +8,7 @@
 | CUDA               | K/V pairs CUDA's FA kernels     | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
 |                    | have (f16, bf16, q8_0, q4_0)    |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
 | CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types; FA-off   |
-|                    |                                 |                     | reads them on the GPU (patches 0005-0007)               |
+|                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
 | HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
 | HIP, other         | any                             | llama.cpp decides   | no measurement                                          |
 """

@@ -1,7 +1,7 @@
 """The CK fmha mapping (src/ck_fa/fmha_mapping.cpp) as a tiny shared library for the tests.
 
 Compiled here with the system C++ compiler against the pinned llama.cpp's ggml.h and loaded with cffi in
-ABI mode. Why not in the cffi module: the mapping belongs to the HIP build (patch 0010 links it into
+ABI mode. Why not in the cffi module: the mapping belongs to the HIP build (patch 0009 links it into
 ggml-hip); compiling it into pyllama90a._native would ship a test-only surface in every wheel, while
 this way the tests exercise the very source file the HIP build compiles, without HIP.
 """

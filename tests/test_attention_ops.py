@@ -1,4 +1,4 @@
-"""Op level: the non-FA attention branch of patch 0001 for a quantized, untransposed V cache.
+"""Op level: the non-FA attention branch of patch 0002 for a quantized, untransposed V cache.
 
 llama.cpp builds, per layer, kqv = mul_mat(cont(transpose(cast(V, F32))), softmax(kq)) where V is a
 strided view of the cache (head_dim x n_head_kv x n_kv, blocks along head_dim). Here the same ggml ops
@@ -77,7 +77,7 @@ def test_dequantized_v_branch_matches_reference(ctx, kv_type: str, n_head: int, 
     # the V cache: one row of n_embd_v_gqa values per KV cell, quantized along the row
     v_f32 = rng.standard_normal((n_kv, n_embd_v_gqa), dtype=np.float32)
     v, v_ref = _head_view_of_cache(ctx, qtype, v_f32, n_head_kv)
-    # patch 0001's branch
+    # patch 0002's branch
     v = lib.ggml_cont(ctx, lib.ggml_transpose(ctx, lib.ggml_cast(ctx, v, lib.GGML_TYPE_F32)))
 
     # softmax output: probabilities over KV cells per (head, token)
@@ -101,7 +101,7 @@ def test_dequantized_v_branch_matches_reference(ctx, kv_type: str, n_head: int, 
 @pytest.mark.parametrize("n_head,n_head_kv,n_kv", [(9, 3, 300), (8, 2, 259), (8, 1, 64), (4, 4, 37)])
 def test_decode_kq_matches_reference(ctx, kv_type: str, grouped: bool, n_head: int, n_head_kv: int, n_kv: int) -> None:
     """K^T q for one decoded token over a quantized, strided K view: broadcast over query heads as upstream
-    builds it, and grouped (patch 0006: the query heads of a KV head as columns of one product)."""
+    builds it, and grouped (patch 0005: the query heads of a KV head as columns of one product)."""
     rng = np.random.default_rng(n_kv + n_head)
     qtype = ggml_type(kv_type)
     n_embd_k_gqa = HEAD_DIM * n_head_kv

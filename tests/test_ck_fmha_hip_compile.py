@@ -150,7 +150,7 @@ def test_the_glue_compiles_against_ggml_cuda_and_ck_and_links_to_the_dispatcher(
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     defined = symbols(llvm_bin, glue, "defined")
-    assert "_Z20pyllama90a_ck_fa_tryR25ggml_backend_cuda_contextP11ggml_tensor" in defined  # what patch 0010 calls
+    assert "_Z20pyllama90a_ck_fa_tryR25ggml_backend_cuda_contextP11ggml_tensor" in defined  # what patch 0009 calls
     needed = symbols(llvm_bin, glue, "undefined")
     ck_calls = {s for s in needed if "fmha_fwd" in s}
     assert ck_calls and ck_calls <= symbols(llvm_bin, dispatcher_object, "defined")

@@ -1,4 +1,4 @@
-"""Our CUDA/HIP kernels (patches 0005, 0007, 0008) and the CK glue compile for AMD MI210 (gfx90a, wave 64).
+"""Our CUDA/HIP kernels (patches 0004, 0006, 0007) and the CK glue compile for AMD MI210 (gfx90a, wave 64).
 
 Runs benchmarks/hip/compile_gfx90a.py per translation unit with Debian's hipcc 5.2.3 (plus the
 compile-only shims of benchmarks/hip/shims/) and, where installed, with a newer clang++ (17+, e.g.
@@ -90,7 +90,7 @@ def test_unit_compiles_for_gfx90a(env, name: str) -> None:
                                               "k_out_prod_q_reduce": 1}, res["our_kernels_by_name"]
         assert res["our_kernels"]["spills"] == 0
     if name == "convert.cu":
-        # patch 0008's dequantize_iq4_nl_f2 in the F16, BF16 and F32 non-contiguous converters
+        # patch 0007's dequantize_iq4_nl_f2 in the F16, BF16 and F32 non-contiguous converters
         assert res["expected"][_unit(name).kernels[0]] == 3, res["expected"]
 
 
@@ -102,7 +102,7 @@ def test_ck_glue_compiles_as_hip(env) -> None:
     assert res["problems"] == [], res["problems"]
 
 
-# fattn.cu (patch 0010) and the CK glue need clang >= 17: clang 15 rejects upstream's non-dependent
+# fattn.cu (patch 0009) and the CK glue need clang >= 17: clang 15 rejects upstream's non-dependent
 # static_assert(warp_size == 32) in a discarded `if constexpr` branch (fattn-mma-f16.cuh) and lacks
 # builtins ck_tile uses (__builtin_amdgcn_exp2f); hipcc 5.2.3 must fail on exactly those
 CLANG15_FAILURES = {

@@ -2,7 +2,7 @@
 
 Each case edits one value of the tiny synthetic model in place and loads it in a child process, so
 that a regression (llama.cpp aborting the process) fails the test instead of ending the test run.
-Before patch 0009 every one of these aborted the process, at load or at the first decode.
+Before patch 0008 every one of these aborted the process, at load or at the first decode.
 """
 from __future__ import annotations
 

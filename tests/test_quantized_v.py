@@ -1,4 +1,4 @@
-"""Model level: patch 0001 (quantized V without flash attention) on SmolLM2-135M.
+"""Model level: patch 0002 (quantized V without flash attention) on SmolLM2-135M.
 
 Upstream refuses every FA-off context below with a quantized V, so each test here fails without the patch.
 Tolerances were measured on this model (tests/data/perplexity.txt, 473 tokens, CPU) and are written as

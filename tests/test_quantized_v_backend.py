@@ -1,4 +1,4 @@
-"""Patch 0001 on whatever backend the package was built for (CPU in CI, CUDA on the GPU machine).
+"""Patch 0002 on whatever backend the package was built for (CPU in CI, CUDA on the GPU machine).
 
 Random-weight models (pyllama90a.synthetic) of head_dim 64 and 128 with GQA: FA-off with quantized K
 and V must match FA-on with the same types (same cache contents) and stay near f16. No download needed,

@@ -36,15 +36,15 @@ NOISE_MODE = "fa-off:f16/f16"
 # (mode, what it exercises); FA-on modes are the reference on the CPU and are checked on other devices only
 PATH_MODES = (
     ("fa-on:f16/f16", "flash attention (upstream's, or CK's on gfx90a if built)"),
-    ("fa-off:q8_0/q8_0", "quantized K and V without FA (0001, 0003/0005, 0006, 0007, 0008)"),
-    ("fa-off:q4_0/q4_0", "quantized K and V without FA (0001, 0003/0005, 0006, 0007, 0008)"),
+    ("fa-off:q8_0/q8_0", "quantized K and V without FA (0002, 0003/0004, 0005, 0006, 0007)"),
+    ("fa-off:q4_0/q4_0", "quantized K and V without FA (0002, 0003/0004, 0005, 0006, 0007)"),
     ("fa-off:iq4_nl/iq4_nl", "quantized K and V without FA, non-linear 4-bit"),
-    ("fa-off:q4_0/f16", "quantized K only (0006, 0007, 0008)"),
-    ("fa-off:f16/q4_0", "quantized V only (0001, 0003/0005)"),
-    ("fa-off:q4_0/q4_0+deq", "quantized V through 0001's dequantize + mul_mat"),
-    ("fa-off:q4_0/q4_0+ungrouped", "quantized K^T q broadcast over GQA heads (0006 off)"),
+    ("fa-off:q4_0/f16", "quantized K only (0005, 0006, 0007)"),
+    ("fa-off:f16/q4_0", "quantized V only (0002, 0003/0004)"),
+    ("fa-off:q4_0/q4_0+deq", "quantized V through 0002's dequantize + mul_mat"),
+    ("fa-off:q4_0/q4_0+ungrouped", "quantized K^T q broadcast over GQA heads (0005 off)"),
 )
-CUDA_ONLY_MODES = (("fa-off:q4_0/q4_0+mmq", "quantized K prefill on MMQ (0008 off)"),)
+CUDA_ONLY_MODES = (("fa-off:q4_0/q4_0+mmq", "quantized K prefill on MMQ (0007 off)"),)
 # on AMD, FA over a quantized cache may go to CK (staged as F16); elsewhere it is the calibration itself (below)
 HIP_ONLY_MODES = (
     ("fa-on:q8_0/q8_0", "FA over a quantized cache: CK's if built (staged as F16), else the calibration's kernels"),
