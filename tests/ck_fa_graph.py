@@ -88,9 +88,6 @@ def _mask_values(shape: Shape, rng: np.random.Generator, n_past: int) -> np.ndar
     return values
 
 
-# ggml-pyllama90a.h: the op_params slot of pyllama90a's marks, and the mark that lets CK take a FLASH_ATTN_EXT
-CK_FA_MARK_SLOT, CK_FA_MARK = 15, 1 << 2
-
 
 def build(ctx, shape: Shape, rng: np.random.Generator, *, max_bias: float = 0.0, softcap: float = 0.0) -> FaGraph:
     d, dv = shape.head_dim, shape.dv
@@ -121,7 +118,7 @@ def build(ctx, shape: Shape, rng: np.random.Generator, *, max_bias: float = 0.0,
 
     scale = float(1.0 / np.sqrt(d) * rng.uniform(0.7, 1.3))
     node = lib.ggml_flash_attn_ext(ctx, q, k, v, mask, scale, max_bias, softcap)
-    node.op_params[CK_FA_MARK_SLOT] = CK_FA_MARK  # as llama_attn_mark_fa marks it for a context that allows CK
+    lib.ggml_pyl_set_mark(node, lib.GGML_PYL_MARK_CK_FA)  # as llama_attn_mark_fa marks it when CK is allowed
     return FaGraph(node, q_values.transpose(0, 2, 1, 3), k_values, v_values, n_past, scale)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ck_dispatch import namespace, parse_api, select, trait_parameters
-from ck_fa_graph import CK_FA_MARK_SLOT, Shape, build
+from ck_fa_graph import Shape, build
 from ck_mapping import Mapping, ck_mapping, ggml_ctx, struct_fields  # noqa: F401  (fixtures)
 from ck_tree import ck_root, fmha_dir  # noqa: F401  (fixtures)
 from pyllama90a._ffi import ffi, lib
@@ -124,7 +124,7 @@ def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx):
     assert check(node, max_staging_bytes=needed) == "ok"
     assert check(node, max_staging_bytes=needed - 1) == "staging"
     node = eligible_node(ggml_ctx)
-    node.op_params[CK_FA_MARK_SLOT] = 0  # a context whose attention paths leave CK out does not mark it
+    lib.ggml_pyl_set_mark(node, 0)  # a context whose attention paths leave CK out does not mark it
     assert check(node) == "disabled"
 
 

@@ -17,3 +17,4 @@ size_t llama_compute_buffer_bytes(const struct llama_context * ctx);
 enum ggml_pyl_mark { GGML_PYL_MARK_K_CACHE = 1, GGML_PYL_MARK_KV_CUBLAS = 2, GGML_PYL_MARK_CK_FA = 4 };
 bool ggml_pyl_kv_quant_type(enum ggml_type type);
 int32_t ggml_pyl_get_mark(const struct ggml_tensor * t);
+void ggml_pyl_set_mark(struct ggml_tensor * t, int32_t mark);
