@@ -13,7 +13,10 @@ answers = {}
 
 with pl.BatchEngine(path, ctk="q8_0", ctv="q8_0", parallel=len(questions), n_ctx=2048) as engine:
     def ask(question: str) -> None:
-        tokens = engine.chat_prompt([{"role": "user", "content": question}])
+        # (a system message of our own: SmolLM2's template would add its default one, which leads the 135M
+        # model astray on short questions)
+        tokens = engine.chat_prompt([{"role": "system", "content": "You are a helpful assistant."},
+                                     {"role": "user", "content": question}])
         answers[question] = "".join(chunk.text for chunk in engine.stream(tokens, max_tokens=24, temperature=0))
 
     threads = [threading.Thread(target=ask, args=(q,)) for q in questions]
