@@ -12,19 +12,10 @@ import pytest
 import pyllama90a as pl
 from pyllama90a.chat_template import ChatTemplateError
 from pyllama90a.tool_calls import reassemble
+from weather_tools import ASK, TIME, WEATHER
 
 pytest.importorskip("llguidance")
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                                    "unit": {"enum": ["C", "F"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The local time in a time zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
-                   "required": ["zone"], "additionalProperties": False}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 GREEDY = {"temperature": 0, "max_tokens": 64}
 
 

@@ -13,22 +13,13 @@ import jsonschema
 import pytest
 
 from pyllama90a.server.process import ServerProcess
+from weather_tools import ASK, TIME, WEATHER
 
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
 pytest.importorskip("llguidance")
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                                    "unit": {"enum": ["C", "F"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The local time in a time zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
-                   "required": ["zone"], "additionalProperties": False}}}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 GREEDY = {"model": "m", "temperature": 0, "max_tokens": 64}
 
 
