@@ -77,8 +77,8 @@ class Matcher:
     def apply(self, logits: np.ndarray) -> None:
         """Set the logit of every token the constraint does not allow next to -inf, in place.
 
-        `logits` is a writable float32 array of n_vocab values, e.g. a numpy view of llama.cpp's logits row
-        (np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(ctx, i), 4 * n_vocab), np.float32))."""
+        `logits` is a writable float32 array of n_vocab values, e.g. native.ContextHandle.logits_row(i), a numpy
+        view of llama.cpp's own row."""
         n = self.vocab.n_vocab
         if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.shape != (n,):
             raise InvalidArgumentError(f"logits must be a float32 numpy array of shape ({n},), got "
