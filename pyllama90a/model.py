@@ -670,9 +670,9 @@ class Model:
             try:
                 for i, t in enumerate(texts):
                     tokens = self.tokenize(t)
-                    if len(tokens) > context.n_batch:
-                        raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; embeddings take at most "
-                                                   f"n_batch={context.n_batch}")
+                    if len(tokens) > context.max_decode_tokens:
+                        raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most "
+                                                   f"{context.max_decode_tokens} (one decode)")
                     context.clear()
                     self._kv_tokens = []
                     self._decode(context, tokens)

@@ -261,3 +261,17 @@ def test_load_state_errors(model_path, tmp_path) -> None:
         with pytest.raises(StateFileError, match="not a pyllama90a state file"):
             m.load_state(junk)
         assert m.generate("Hi", max_tokens=2, temperature=0).usage.completion_tokens == 2
+
+
+def test_a_bidirectional_decode_over_n_ubatch_is_refused_not_an_abort(model_path) -> None:
+    # with non-causal attention (BERT-like embedding models) llama.cpp cannot split a batch into micro-batches
+    # and asserts, killing the process, on one over n_ubatch; set_causal_attn(False) makes SmolLM2's context so
+    with pl.Model(model_path, embedding=True, n_ctx=1024, n_batch=1024, n_ubatch=128) as m:
+        with m.hold_context("this test") as context:
+            context.set_causal_attn(False)
+            assert context.max_decode_tokens == 128
+            with pytest.raises(pl.InvalidArgumentError, match="n_ubatch"):
+                context.decode_tokens(m.tokenize("word " * 200))
+        with pytest.raises(pl.ContextOverflowError, match="at most 128"):
+            m.embed("word " * 200)
+        assert m.embed("a short text").shape == (576,)

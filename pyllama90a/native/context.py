@@ -131,6 +131,7 @@ class ContextHandle:
         self._memory = lib.llama_get_memory(ptr)
         self.n_ctx: int = lib.llama_n_ctx(ptr)  # after llama.cpp's padding
         self.n_batch: int = lib.llama_n_batch(ptr)
+        self.n_ubatch: int = lib.llama_n_ubatch(ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(ptr)
 
     # -- lifetime ----------------------------------------------------------------------------------------------
@@ -186,10 +187,28 @@ class ContextHandle:
             rc = lib.llama_decode(ctx, batch.native)
         call.check(rc == 0, DecodeError, f"llama_decode failed with code {rc}")
 
+    @property
+    def causal_attn(self) -> bool:
+        """Whether attention is causal (False for BERT-like encoders, or after set_causal_attn(False))."""
+        return bool(lib.llama_get_causal_attn(self._live()))
+
+    def set_causal_attn(self, on: bool) -> None:
+        """Causal (True) or bidirectional (False) attention for the next decodes."""
+        lib.llama_set_causal_attn(self._live(), flag("on", on))
+
+    @property
+    def max_decode_tokens(self) -> int:
+        """The most tokens one decode takes: n_batch, or n_ubatch when attention is not causal (every token
+        must then see every other, so the batch cannot be split into micro-batches)."""
+        return self.n_batch if self.causal_attn else min(self.n_batch, self.n_ubatch)
+
     def _check_batch_size(self, n_tokens: int) -> None:
-        # llama.cpp asserts (aborting the process) on a batch over n_batch; an empty one it refuses
-        if not 0 < n_tokens <= self.n_batch:
-            raise InvalidArgumentError(f"a decode takes 1 to n_batch={self.n_batch} tokens, got {n_tokens}")
+        # llama.cpp asserts (aborting the process) on a batch over n_batch, or over n_ubatch with non-causal
+        # attention; an empty one it refuses
+        limit = self.max_decode_tokens
+        if not 0 < n_tokens <= limit:
+            which = "n_batch" if limit == self.n_batch else "n_ubatch (attention is not causal)"
+            raise InvalidArgumentError(f"a decode takes 1 to {limit} tokens ({which}), got {n_tokens}")
 
     def logits_row(self, index: int = -1) -> np.ndarray:
         """A writable float32 view (no copy) of the logits of batch position `index` (-1: the last output),

@@ -244,7 +244,7 @@ def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
     with state.embed_lock:
         if state.embedder is None:
             engine = state.engine
-            state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048,
+            state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
                                                        n_threads=engine.n_threads)
         try:
             n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)

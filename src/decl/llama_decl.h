@@ -99,11 +99,14 @@ struct llama_context * llama_init_from_model(struct llama_model * model, struct 
 void     llama_free(struct llama_context * ctx);
 uint32_t llama_n_ctx(const struct llama_context * ctx);
 uint32_t llama_n_batch(const struct llama_context * ctx);
+uint32_t llama_n_ubatch(const struct llama_context * ctx);
 uint32_t llama_n_seq_max(const struct llama_context * ctx);
 enum llama_pooling_type llama_pooling_type(const struct llama_context * ctx);
 llama_memory_t llama_get_memory(const struct llama_context * ctx);
 void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
 void llama_set_embeddings(struct llama_context * ctx, bool embeddings);
+void llama_set_causal_attn(struct llama_context * ctx, bool causal_attn);
+bool llama_get_causal_attn(const struct llama_context * ctx);
 void llama_synchronize(struct llama_context * ctx);
 
 void llama_memory_clear(llama_memory_t mem, bool data);
