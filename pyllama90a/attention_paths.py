@@ -40,5 +40,16 @@ class AttentionPaths:
         """The names of the paths switched off."""
         return [name for name in _BITS if not getattr(self, name)]
 
+    @classmethod
+    def checked(cls, value: object, *, none_ok: bool = False) -> AttentionPaths:
+        """`value` if it is an AttentionPaths (None: the default paths, where `none_ok`); else
+        InvalidArgumentError. The one check of every place that takes attention paths, so a dict or a bits int
+        never reaches set_attention_paths."""
+        if value is None and none_ok:
+            return cls()
+        if not isinstance(value, cls):
+            raise InvalidArgumentError(f"attention_paths must be an AttentionPaths, got {type(value).__name__}")
+        return value
+
 
 __all__ = ["AttentionPaths"]

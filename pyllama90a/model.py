@@ -221,21 +221,18 @@ class Model:
               attention_paths: AttentionPaths | None) -> None:
         """Make the context: flash_attn "auto" resolved by the attention policy, pooling for embeddings, the
         attention paths set before anything is decoded."""
-        if attention_paths is not None and not isinstance(attention_paths, AttentionPaths):
-            raise InvalidArgumentError(f"attention_paths must be an AttentionPaths, got "
-                                       f"{type(attention_paths).__name__}")
+        paths = AttentionPaths.checked(attention_paths, none_ok=True)
         self._file = file
         self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
         pooling = self._pooling_for(file.header) if self.embedding else "model"
         context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling))
-        self._attention_paths = AttentionPaths()
-        if attention_paths is not None and attention_paths != self._attention_paths:
+        if paths != AttentionPaths():  # a new context starts with every path on
             try:
-                context.set_attention_paths(attention_paths.bits)
+                context.set_attention_paths(paths.bits)
             except BaseException:
                 context.close()
                 raise
-            self._attention_paths = attention_paths
+        self._attention_paths = paths
         self._handle, self._context = handle, context
 
     # -- validation before llama.cpp sees anything -------------------------------------------------
@@ -372,8 +369,7 @@ class Model:
 
     @attention_paths.setter
     def attention_paths(self, paths: AttentionPaths) -> None:
-        if not isinstance(paths, AttentionPaths):
-            raise InvalidArgumentError(f"attention_paths must be an AttentionPaths, got {type(paths).__name__}")
+        paths = AttentionPaths.checked(paths)
         with self._using_context("change the attention paths") as context:
             context.set_attention_paths(paths.bits)
             self._attention_paths = paths

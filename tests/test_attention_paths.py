@@ -24,6 +24,26 @@ def test_paths_are_bits_of_the_native_enum() -> None:
         AttentionPaths(kq_grouped=0)  # type: ignore[arg-type]
 
 
+def test_one_check_of_a_paths_argument(model_path) -> None:
+    paths = AttentionPaths(kq_grouped=False)
+    assert AttentionPaths.checked(paths) is paths
+    assert AttentionPaths.checked(None, none_ok=True) == AttentionPaths()
+    with pytest.raises(pl.InvalidArgumentError, match="must be an AttentionPaths, got NoneType"):
+        AttentionPaths.checked(None)  # the setter's case: None is no set of paths
+    # every entry point refuses what is not an AttentionPaths before llama.cpp sees it: bits, a dict
+    with pytest.raises(pl.InvalidArgumentError, match="must be an AttentionPaths, got int"):
+        pl.Model(model_path, n_ctx=256, n_threads=2, attention_paths=paths.bits)  # type: ignore[arg-type]
+    with pytest.raises(pl.InvalidArgumentError, match="must be an AttentionPaths, got dict"):
+        pl.BatchEngine(model_path, n_ctx=256, parallel=1, n_threads=2,
+                       attention_paths={"kq_grouped": False})  # type: ignore[arg-type]
+    with pl.Model(model_path, n_ctx=256, n_threads=2) as m:
+        with pytest.raises(pl.InvalidArgumentError, match="must be an AttentionPaths, got int"):
+            m.with_context(n_ctx=256, attention_paths=paths.bits)  # type: ignore[arg-type]
+        with pytest.raises(pl.InvalidArgumentError, match="must be an AttentionPaths, got NoneType"):
+            m.attention_paths = None  # type: ignore[assignment]
+        assert m.attention_paths == AttentionPaths()
+
+
 def test_a_model_sets_its_context_paths(model_path) -> None:
     with pl.Model(model_path, n_ctx=512, n_threads=2, attention_paths=AttentionPaths(kq_grouped=False)) as m:
         assert m.attention_paths == AttentionPaths(kq_grouped=False)
