@@ -17,7 +17,7 @@ from .chat_template import normalize_messages, text_only_history
 from .constrained import Constraint
 from .constrained import ToolCallFormat as PatternFormat
 from .constrained import tool_calls as tool_call_constraint
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, about
 from .tool_calls import GENERIC, ToolCallFormat, ToolCallStream, check_tool_choice, check_tools
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,30 +56,38 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
     checked_tools = check_tools(tools)
     choice = check_tool_choice(tool_choice, checked_tools)
     if not isinstance(parallel_tool_calls, bool):
-        raise InvalidArgumentError(f"parallel_tool_calls must be True or False, got {parallel_tool_calls!r}")
+        raise InvalidArgumentError(f"parallel_tool_calls must be True or False, got {parallel_tool_calls!r}",
+                                   param="parallel_tool_calls")
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
-        raise InvalidArgumentError(f"chat_template_kwargs must be a dict, got {type(template_kwargs).__name__}")
+        raise InvalidArgumentError(f"chat_template_kwargs must be a dict, got {type(template_kwargs).__name__}",
+                                   param="chat_template_kwargs")
     # tool_choice "none": the model is not shown the tools, so it does not write calls nobody reads
     offered = checked_tools if choice.mode != "none" else []
     if offered and constraint is not None:
         raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
-                                   "combined with tools unless tool_choice is 'none'")
+                                   "combined with tools unless tool_choice is 'none'", param="tools")
     template = model.chat_template
-    if template is None:
-        if template_kwargs:
-            raise InvalidArgumentError(f"chat_template_kwargs need a Jinja chat template; {model.path.name} has "
-                                       f"none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)")
-        fmt = GENERIC
-        msgs = text_only_history(normalize_messages(messages), offered)
-        tokens = model.tokenize(model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
-                                parse_special=True)
-    else:
-        fmt = template.tool_call_format
-        text = template.render(messages, tools=offered or None, **dict(template_kwargs or {}))
-        tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
+    # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
+    # the messages
+    with about("messages"):
+        if template is None:
+            if template_kwargs:
+                raise InvalidArgumentError(f"chat_template_kwargs need a Jinja chat template; {model.path.name} "
+                                           f"has none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)",
+                                           param="chat_template_kwargs")
+            fmt = GENERIC
+            msgs = text_only_history(normalize_messages(messages), offered)
+            tokens = model.tokenize(model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
+                                    parse_special=True)
+        else:
+            fmt = template.tool_call_format
+            text = template.render(messages, tools=offered or None, **dict(template_kwargs or {}))
+            tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
     if offered:
-        calls = fmt.constraint(offered, choice, parallel_tool_calls)
-        assert calls is not None  # (None only for tool_choice "none")
-        constraint = tool_call_constraint([PatternFormat(p.prefix, p.schema, p.suffix) for p in calls.patterns],
-                                          trigger=calls.trigger, parallel=calls.parallel, separator=calls.separator)
+        with about("tools"):  # the tools' schemas become the call grammar
+            calls = fmt.constraint(offered, choice, parallel_tool_calls)
+            assert calls is not None  # (None only for tool_choice "none")
+            constraint = tool_call_constraint([PatternFormat(p.prefix, p.schema, p.suffix) for p in calls.patterns],
+                                              trigger=calls.trigger, parallel=calls.parallel,
+                                              separator=calls.separator)
     return PreparedChat(tokens, constraint, offered, fmt if offered else None)

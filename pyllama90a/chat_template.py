@@ -26,7 +26,7 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Sequence
 
-from .errors import ChatTemplateError, InvalidArgumentError, fs_path, utf8
+from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
 from .tool_calls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 
 __all__ = ["ChatTemplate", "ToolArguments", "normalize_messages", "special_tokens", "text_only_history",
@@ -161,7 +161,7 @@ def _arguments(value: object, where: str) -> object:
             args.json = value
             return args
         return value
-    raise InvalidArgumentError(f"{where} must be a JSON string or an object, got {type(value).__name__}")
+    raise InvalidArgumentError(f"{where} must be a JSON string or an object, got {type(value).__name__}", param=where)
 
 
 def _content(value: object, where: str) -> str | None:
@@ -176,45 +176,53 @@ def _content(value: object, where: str) -> str | None:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise InvalidArgumentError(f"{where}[{j}] must be a text part {{'type': 'text', 'text': ...}} "
-                                           f"(only text is supported), got {kind!r}"[:200])
+                                           f"(only text is supported), got {kind!r}"[:200], param=f"{where}[{j}]")
             texts.append(part["text"])
         return "\n".join(texts)
     raise InvalidArgumentError(f"{where} must be a string, a list of text parts or null, "
-                               f"got {type(value).__name__}")
+                               f"got {type(value).__name__}", param=where)
 
 
-def normalize_messages(messages: object) -> list[dict]:
-    """Checked copies of OpenAI-style messages, as templates want them (see the module's doc)."""
+def normalize_messages(messages: object, *, first: int = 0) -> list[dict]:
+    """Checked copies of OpenAI-style messages, as templates want them (see the module's doc). An error's `param`
+    is the path of the bad field ("messages[1].content"); `first` is the index of messages[0] in the caller's
+    list, for a caller that checks one message at a time."""
     if not isinstance(messages, (list, tuple)) or not messages:
-        raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}",
+                                   param="messages")
     out = []
-    for i, m in enumerate(messages):
+    for i, m in enumerate(messages, first):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
-            raise InvalidArgumentError(f"{where} must be an object, got {type(m).__name__}")
+            raise InvalidArgumentError(f"{where} must be an object, got {type(m).__name__}", param=where)
         role = m.get("role")
         if not isinstance(role, str) or not role:
-            raise InvalidArgumentError(f"{where}.role must be a non-empty string, got {role!r}"[:200])
-        utf8(f"{where}.role", role)  # (a lone surrogate would fail only at tokenization, naming no message)
+            raise InvalidArgumentError(f"{where}.role must be a non-empty string, got {role!r}"[:200],
+                                       param=f"{where}.role")
+        with about(f"{where}.role"):
+            utf8(f"{where}.role", role)  # (a lone surrogate would fail only at tokenization, naming no message)
         msg = dict(m)
         msg["content"] = _content(m.get("content"), f"{where}.content")
         if msg["content"] is not None:
-            utf8(f"{where}.content", msg["content"])
+            with about(f"{where}.content"):
+                utf8(f"{where}.content", msg["content"])
         calls = m.get("tool_calls")
         if calls is not None:
             if role != "assistant":
-                raise InvalidArgumentError(f"{where}.tool_calls is only for assistant messages (role is {role!r})")
+                raise InvalidArgumentError(f"{where}.tool_calls is only for assistant messages (role is {role!r})",
+                                           param=f"{where}.tool_calls")
             if not isinstance(calls, (list, tuple)):
-                raise InvalidArgumentError(f"{where}.tool_calls must be a list, got {type(calls).__name__}")
+                raise InvalidArgumentError(f"{where}.tool_calls must be a list, got {type(calls).__name__}",
+                                           param=f"{where}.tool_calls")
             new_calls = []
             for j, call in enumerate(calls):
                 cw = f"{where}.tool_calls[{j}]"
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise InvalidArgumentError(f"{cw} must be {{'id': ..., 'type': 'function', 'function': "
-                                               f"{{'name': ..., 'arguments': ...}}}}")
+                                               f"{{'name': ..., 'arguments': ...}}}}", param=cw)
                 if "id" in call and call["id"] is not None and not isinstance(call["id"], str):
-                    raise InvalidArgumentError(f"{cw}.id must be a string")
+                    raise InvalidArgumentError(f"{cw}.id must be a string", param=f"{cw}.id")
                 new_fn = dict(fn)
                 new_fn["arguments"] = _arguments(fn.get("arguments", {}), f"{cw}.function.arguments")
                 new_calls.append({**call, "type": call.get("type", "function"), "function": new_fn})
@@ -223,11 +231,11 @@ def normalize_messages(messages: object) -> list[dict]:
                 msg["content"] = ""  # most templates concatenate content; None would fail there
         elif msg["content"] is None:
             raise InvalidArgumentError(f"{where}.content is missing (only an assistant message with tool_calls "
-                                       "may leave it out)")
+                                       "may leave it out)", param=f"{where}.content")
         if role == "tool":
             for key in ("tool_call_id", "name"):
                 if key in m and m[key] is not None and not isinstance(m[key], str):
-                    raise InvalidArgumentError(f"{where}.{key} must be a string")
+                    raise InvalidArgumentError(f"{where}.{key} must be a string", param=f"{where}.{key}")
         out.append(msg)
     return out
 
@@ -367,7 +375,7 @@ class ChatTemplate:
         clash = _RESERVED.intersection(kwargs)
         if clash:
             raise InvalidArgumentError(f"template variable(s) {sorted(clash)} are set by render(); "
-                                       "pass them as its arguments")
+                                       "pass them as its arguments", param="chat_template_kwargs")
         source = self._source_for(tools)
         fmt = self.tool_call_format
         native_tools = bool(tools) and self.renders_tools()

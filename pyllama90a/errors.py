@@ -6,8 +6,10 @@ InvalidArgumentError, never cffi's OverflowError/TypeError or a UnicodeEncodeErr
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from typing import Iterator
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -37,7 +39,12 @@ class ContextError(LlamaError):
 
 
 class InvalidArgumentError(LlamaError, ValueError):
-    """An argument is out of range or of the wrong kind."""
+    """An argument is out of range or of the wrong kind. `param` names the argument (for the server: the request
+    field) when the code that raised it knows which one, e.g. "tools" or "messages[2].content"; else None."""
+
+    def __init__(self, message: str, native_log: list[str] | None = None, *, param: str | None = None) -> None:
+        super().__init__(message, native_log)
+        self.param = param
 
 
 class ChatTemplateError(InvalidArgumentError):
@@ -68,6 +75,18 @@ class BusyError(LlamaError):
 
 class StateFileError(LlamaError):
     """A state file is missing, unreadable, corrupt, or was saved by another model or context."""
+
+
+@contextlib.contextmanager
+def about(param: str) -> Iterator[None]:
+    """InvalidArgumentErrors raised inside, which name no argument, are about `param`: the caller knows which of
+    its arguments it handed to a general checker (utf8, a tokenizer, a constraint builder)."""
+    try:
+        yield
+    except InvalidArgumentError as e:
+        if e.param is None:
+            e.param = param
+        raise
 
 
 def int_in_range(name: str, value: object, lo: int, hi: int) -> int:

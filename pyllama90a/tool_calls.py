@@ -29,7 +29,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, about
 
 __all__ = [
     "ToolCallFormat", "ToolCallConstraint", "ToolCallPattern", "ParsedToolCall", "ParseResult", "ToolCallStream", "FORMATS",
@@ -54,7 +54,13 @@ def _type_name(value: object) -> str:
 
 def check_tools(tools: object, field: str = "tools") -> list[dict]:
     """`tools` as a list of OpenAI tool dicts ({"type": "function", "function": {"name", "description"?,
-    "parameters"?}}), checked; None gives []. Bad shapes raise InvalidArgumentError naming the field."""
+    "parameters"?}}), checked; None gives []. Bad shapes raise InvalidArgumentError naming the field (its
+    message the path in it, its `param` the field)."""
+    with about(field):
+        return _check_tools(tools, field)
+
+
+def _check_tools(tools: object, field: str) -> list[dict]:
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -111,6 +117,11 @@ class ToolChoice:
 
 def check_tool_choice(tool_choice: object, tools: Sequence[dict], field: str = "tool_choice") -> ToolChoice:
     """Check `tool_choice` against the checked `tools`. None means "auto" with tools and "none" without."""
+    with about(field):
+        return _check_tool_choice(tool_choice, tools, field)
+
+
+def _check_tool_choice(tool_choice: object, tools: Sequence[dict], field: str) -> ToolChoice:
     names = tool_names(tools)
     if tool_choice is None:
         return ToolChoice("auto" if names else "none")
@@ -223,7 +234,8 @@ class ToolCallFormat:
         tools = check_tools(tools)
         choice = tool_choice if isinstance(tool_choice, ToolChoice) else check_tool_choice(tool_choice, tools)
         if choice.mode == "none":
-            raise InvalidArgumentError("tool_choice 'none' allows no call: there is no call schema")
+            raise InvalidArgumentError("tool_choice 'none' allows no call: there is no call schema",
+                                       param="tool_choice")
         alternatives = []
         for tool in tools:
             fn = tool["function"]

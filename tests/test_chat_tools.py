@@ -96,6 +96,26 @@ def test_tools_and_a_response_format_are_refused_together(chat_model) -> None:
         chat_model.chat(ASK, tools=[{"type": "function", "function": {"name": "bad name!"}}])
 
 
+@pytest.mark.parametrize(("kwargs", "param"), [
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice"),
+    ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "tools"),
+    ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"bos_token": "x"}}, "chat_template_kwargs"),  # a variable render() sets
+    ({"messages": [ASK[0], {"role": "user", "content": [{"type": "image_url"}]}]}, "messages[1].content[0]"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]}, "messages[0].tool_calls[0]"),
+    ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
+    ({"logit_bias": {10**9: 5}}, "logit_bias"),
+])
+def test_a_refusal_names_its_argument(chat_model, kwargs, param) -> None:
+    """The server's 400s take `param` from here: the raiser names the argument, nobody parses its message."""
+    kwargs = {"messages": ASK, "max_tokens": 2, **kwargs}
+    with pytest.raises(pl.InvalidArgumentError) as e:
+        chat_model.chat(kwargs.pop("messages"), **kwargs)
+    assert e.value.param == param, e.value
+
+
 # -- constraints and logit_bias in generate/chat ---------------------------------------------------------------
 
 def test_generate_json_schema_from_a_pydantic_model(chat_model) -> None:
@@ -192,3 +212,6 @@ def test_a_file_without_a_template_chats_with_llama_cpp_chatml(tmp_path) -> None
         with_tools = m.apply_chat_template(ASK, tools=[WEATHER])
         assert with_tools.startswith("<|im_start|>system\n") and "get_weather" in with_tools
         assert m.chat(ASK, temperature=0, max_tokens=2).usage.completion_tokens >= 1
+        with pytest.raises(pl.InvalidArgumentError, match="NUL") as e:  # (llama.cpp's template takes C strings)
+            m.chat([{"role": "user", "content": "a\0b"}], max_tokens=2)
+        assert e.value.param == "messages"

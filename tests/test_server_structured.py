@@ -102,7 +102,7 @@ def test_a_bad_constraint_is_a_400_naming_its_field(client, field, value) -> Non
     response = client.post(CHAT, json={"messages": ASK, "max_tokens": 4, field: value})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["param"] == field or field in error["message"], error
+    assert error["param"] == field and field in error["message"], error
 
 
 def test_two_constraints_at_once_are_refused(client) -> None:

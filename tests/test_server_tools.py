@@ -134,6 +134,7 @@ def test_n_choices(client) -> None:
     ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages[0].tool_calls"),
     ({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]}, "messages[0].tool_calls[0]"),
     ({"n": 0}, "n"),
+    ({"chat_template_kwargs": {"bos_token": "x"}}, "chat_template_kwargs"),  # refused by the template's render()
 ])
 def test_bad_tool_requests_are_a_400_naming_the_field(server, body, param) -> None:
     r = httpx.post(server.base_url + "/v1/chat/completions", json={"messages": ASK, "max_tokens": 2, **body},

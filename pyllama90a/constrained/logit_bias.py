@@ -24,7 +24,8 @@ class LogitBias:
 
     def __init__(self, bias: Mapping[object, object], n_vocab: int, *, name: str = "logit_bias") -> None:
         if not isinstance(bias, Mapping):
-            raise InvalidArgumentError(f"{name} must be a mapping of token id to bias, got {type(bias).__name__}")
+            raise InvalidArgumentError(f"{name} must be a mapping of token id to bias, got {type(bias).__name__}",
+                                       param=name)
         if isinstance(n_vocab, bool) or not isinstance(n_vocab, int) or n_vocab <= 0:
             raise InvalidArgumentError(f"n_vocab must be a positive integer, got {n_vocab!r}")
         ids: dict[int, float] = {}
@@ -32,9 +33,10 @@ class LogitBias:
             token = _token_id(key, n_vocab, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not -MAX_BIAS <= value <= MAX_BIAS:
-                raise InvalidArgumentError(f"{name}[{key!r}] must be a number in [-100, 100], got {value!r}")
+                raise InvalidArgumentError(f"{name}[{key!r}] must be a number in [-100, 100], got {value!r}",
+                                           param=name)
             if token in ids:
-                raise InvalidArgumentError(f"{name} gives token {token} twice")
+                raise InvalidArgumentError(f"{name} gives token {token} twice", param=name)
             ids[token] = float(value)
         self.n_vocab = n_vocab
         self.ids = np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))
@@ -60,14 +62,15 @@ def _token_id(key: object, n_vocab: int, name: str) -> int:
     if isinstance(key, str):
         text = key.strip()
         if not (text.isascii() and text.isdigit()):
-            raise InvalidArgumentError(f"{name} keys must be token ids, got {key!r}")
+            raise InvalidArgumentError(f"{name} keys must be token ids, got {key!r}", param=name)
         token = int(text) if len(text) <= 12 else n_vocab
     elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         token = int(key)
     else:
-        raise InvalidArgumentError(f"{name} keys must be token ids, got {type(key).__name__} {key!r}")
+        raise InvalidArgumentError(f"{name} keys must be token ids, got {type(key).__name__} {key!r}", param=name)
     if not 0 <= token < n_vocab:
-        raise InvalidArgumentError(f"{name}: token id {key!r} is not in this model's vocabulary [0, {n_vocab})")
+        raise InvalidArgumentError(f"{name}: token id {key!r} is not in this model's vocabulary [0, {n_vocab})",
+                                   param=name)
     return token
 
 

@@ -71,7 +71,8 @@ class Constraint:
                 grammar = self.grammar_for(vocab)
                 t = llg.LLMatcher(vocab.tokenizer, grammar, log_level=0)
                 if t.is_error():
-                    raise ConstraintError(f"{_FIELD.get(self.kind, self.kind)}: {_clean(t.get_error())}")
+                    field = _FIELD.get(self.kind, self.kind)
+                    raise ConstraintError(f"{field}: {_clean(t.get_error())}", param=field)
                 self._per_vocab[vocab] = t
             return t.deep_copy()
 

@@ -112,7 +112,8 @@ class ModelHandle:
                     utf8(f"messages[{i}]['content']", m["content"], nul_ok=False)) for i, m in enumerate(messages)]
         cap = 2 * sum(len(role) + len(content) for role, content in encoded) + 256
         if cap > INT32_MAX:  # the output buffer's length is an int32
-            raise InvalidArgumentError(f"messages are too long for llama.cpp's chat template ({cap} bytes)")
+            raise InvalidArgumentError(f"messages are too long for llama.cpp's chat template ({cap} bytes)",
+                                       param="messages")
         keep = [(ffi.new("char[]", role), ffi.new("char[]", content)) for role, content in encoded]
         chat = ffi.new("llama_chat_message[]", len(keep))
         for i, (role, content) in enumerate(keep):

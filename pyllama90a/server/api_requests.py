@@ -300,11 +300,9 @@ def _message(m: Any, index: int) -> dict[str, Any]:
         raise _bad(f"{where}.name", "'name' is supported on tool messages only (a chat template drops the "
                                     "names of other messages)")
     try:
-        (checked,) = normalize_messages([m])
+        (checked,) = normalize_messages([m], first=index)
     except InvalidArgumentError as e:
-        message = str(e).replace("messages[0]", where, 1)
-        path = re.match(r"messages\[\d+\](\.\w+)*(\[\d+\])?", message)  # the field it names
-        raise _bad(path.group(0) if path else where, message) from None
+        raise _bad(e.param or where, str(e)) from None
     return checked
 
 

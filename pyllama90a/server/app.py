@@ -297,21 +297,13 @@ def _submit(state: ServerState, gen: Generation, prompt: Any, deliver: list[Any]
     except ChatTemplateError as e:
         raise APIError(400, str(e), param="messages", code="chat_template_error") from None
     except InvalidArgumentError as e:
-        raise APIError(400, str(e), param=_param_of(str(e), chat)) from None
+        # the field the raiser named; else, for a chat, what the template and tokenizer were given
+        raise APIError(400, str(e), param=e.param or ("messages" if chat else None)) from None
     except ClosedError as e:
         raise _unavailable(e) from None
     except LlamaError as e:  # llama.cpp's built-in template refused the messages
         raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
     return handles, prepared
-
-
-def _param_of(message: str, chat: bool) -> str | None:
-    """The request field an InvalidArgumentError from the chat preparation or submit names first."""
-    for name in ("tool_choice", "tools", "parallel_tool_calls", "chat_template_kwargs", "messages", "logit_bias",
-                 "response_format"):
-        if message.startswith(name):
-            return name
-    return "messages" if chat else None
 
 
 async def _generate(state: ServerState, request: Request, gen: Generation, prompt: Any, *, chat: bool) -> Response:
