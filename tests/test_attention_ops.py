@@ -120,3 +120,40 @@ def test_decode_kq_matches_reference(ctx, kv_type: str, grouped: bool, n_head: i
     want = np.einsum("hd,khd->hk", q_np.astype(np.float64), k_ref[:, np.arange(n_head) // r, :])
     # q is quantized to 8 bits for the integer dot products: relative error well under 1%
     assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("kv_type", QUANTIZED_KV_TYPES)
+@pytest.mark.parametrize("n_head,n_head_kv,n_kv,n_tokens", [
+    (6, 2, 37, 1),     # GQA 3, decode, odd n_kv
+    (9, 3, 300, 4),    # SmolLM2's GQA, a few tokens (still in place)
+    (8, 1, 256, 8),    # MQA, the last in-place size
+    (8, 2, 512, 9),    # the first GEMM size (k a multiple of 16: llamafile's sgemm)
+    (4, 4, 259, 40),   # a prefill with n_kv no sgemm takes (the vec_dot fallback)
+])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_out_prod_of_quantized_v_matches_reference(ctx, kv_type: str, n_head: int, n_head_kv: int, n_kv: int,
+                                                   n_tokens: int, n_threads: int) -> None:
+    """Patch 0003: kqv = OUT_PROD(V, kq^T) with the quantized V view itself, as pyllama90a's attention builds it
+    on every backend; ggml-cpu reads V in place for up to 8 query tokens (threads over KV cells, then a
+    reduction of their partial sums) and through one KV head's transposed F32 copy and a GEMM for more. Some
+    cells are masked (p == 0 for every head and token), as causal and padded cells are."""
+    rng = np.random.default_rng(n_kv * 7 + n_tokens)
+    qtype = ggml_type(kv_type)
+    v_f32 = rng.standard_normal((n_kv, HEAD_DIM * n_head_kv), dtype=np.float32)
+    v, v_ref = _head_view_of_cache(ctx, qtype, v_f32, n_head_kv)
+    p = rng.random((n_head, n_tokens, n_kv), dtype=np.float32)
+    p[:, :, rng.random(n_kv) < 0.2] = 0.0
+    p /= p.sum(axis=-1, keepdims=True)
+    kq = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n_kv, n_tokens, n_head, 1)
+    ffi.memmove(kq.data, p.tobytes(), p.nbytes)
+
+    kqv = lib.ggml_out_prod(ctx, v, lib.ggml_transpose(ctx, kq))
+    graph = lib.ggml_new_graph(ctx)
+    lib.ggml_build_forward_expand(graph, kqv)
+    assert lib.ggml_graph_compute_with_ctx(ctx, graph, n_threads) == lib.GGML_STATUS_SUCCESS
+
+    assert tuple(kqv.ne) == (HEAD_DIM, n_tokens, n_head, 1)
+    got = _tensor_array(kqv, (n_head, n_tokens, HEAD_DIM))
+    group = n_head // n_head_kv
+    want = np.einsum("htk,khd->htd", p, v_ref[:, np.arange(n_head) // group, :].astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

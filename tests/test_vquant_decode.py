@@ -15,6 +15,8 @@ import pyllama90a as pl
 from conftest import DATA
 from decode_paths import paths, step_logits
 from gqa_shapes import gqa_shapes
+from graph_probe import decode_nodes
+from pyllama90a.native.ggml import ggml_type
 from pyllama90a.synthetic import synthetic_model
 
 SHAPES = gqa_shapes("gqa1-hd64", "gqa4-hd128", "gqa8-hd128")
@@ -73,3 +75,20 @@ def test_the_switch_selects_a_different_path() -> None:
     Their summation orders differ; with f16 weights the difference can round away in some cases, not here."""
     in_place, dequant = _check_tightly(synthetic_model(SHAPES["gqa8-hd128"], weight_type="f16"), "q8_0", 512)
     assert not np.array_equal(in_place, dequant)
+
+
+@pytest.mark.parametrize("kv_type", pl.QUANTIZED_KV_TYPES)
+def test_the_v_product_is_one_out_prod_of_the_quantized_cache(model_path, kv_type: str) -> None:
+    """One graph form on every backend: per layer, OUT_PROD with the quantized V view as src0 (no ggml custom op,
+    no F32 copy of V); vquant_direct=False gives 0002's cast + transpose + mul_mat instead."""
+    with pl.Model(model_path, n_ctx=256) as m:
+        tokens = m.tokenize((DATA / "perplexity.txt").read_text())[:40]
+    n_layer = 30  # SmolLM2-135M
+    direct = decode_nodes(model_path, tokens, ctk=kv_type, ctv=kv_type)
+    out_prods = [n for n in direct if n.op == "OUT_PROD"]
+    assert len(out_prods) == n_layer
+    assert {n.src_types[0] for n in out_prods} == {ggml_type(kv_type)}
+    assert not [n for n in direct if n.op == "CUSTOM" or n.name.startswith("v_dequant")]
+    dequant = decode_nodes(model_path, tokens, ctk=kv_type, ctv=kv_type, paths=paths(vquant_direct=False))
+    assert not [n for n in dequant if n.op == "OUT_PROD"]
+    assert {n.name for n in dequant if n.op == "CPY"} >= {f"v_dequant-{il}" for il in range(n_layer)}

@@ -71,6 +71,7 @@ struct ggml_tensor * ggml_transpose(struct ggml_context * ctx, struct ggml_tenso
 struct ggml_tensor * ggml_cont(struct ggml_context * ctx, struct ggml_tensor * a);
 struct ggml_tensor * ggml_cast(struct ggml_context * ctx, struct ggml_tensor * a, enum ggml_type type);
 struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_out_prod(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 /* FLASH_ATTN_EXT, for the CK FlashAttention mapping tests (tests/test_ck_fmha_reference.py) */
 struct ggml_tensor * ggml_flash_attn_ext(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
                                          struct ggml_tensor * v, struct ggml_tensor * mask, float scale,
