@@ -130,7 +130,7 @@ def test_decode_kq_matches_reference(ctx, kv_type: str, grouped: bool, n_head: i
     (8, 2, 512, 9),    # the first GEMM size (k a multiple of 16: llamafile's sgemm)
     (4, 4, 259, 40),   # a prefill with n_kv no sgemm takes (the vec_dot fallback)
 ])
-@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("n_threads", [1, 2, 5])
 def test_out_prod_of_quantized_v_matches_reference(ctx, kv_type: str, n_head: int, n_head_kv: int, n_kv: int,
                                                    n_tokens: int, n_threads: int) -> None:
     """Patch 0003: kqv = OUT_PROD(V, kq^T) with the quantized V view itself, as pyllama90a's attention builds it
