@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .chat_template import normalize_messages, text_only_history
+from .chat_template import check_template_variables, normalize_messages, text_only_history
 from .constrained import Constraint
 from .constrained import ToolCallFormat as PatternFormat
 from .constrained import tool_calls as tool_call_constraint
@@ -61,6 +61,7 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
         raise InvalidArgumentError(f"chat_template_kwargs must be a dict, got {type(template_kwargs).__name__}",
                                    param="chat_template_kwargs")
+    check_template_variables(template_kwargs or {})
     # tool_choice "none": the model is not shown the tools, so it does not write calls nobody reads
     offered = checked_tools if choice.mode != "none" else []
     if offered and constraint is not None:

@@ -24,17 +24,29 @@ import re
 import threading
 from collections import OrderedDict
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
 from .tool_calls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 
-__all__ = ["ChatTemplate", "ToolArguments", "normalize_messages", "special_tokens", "text_only_history",
-           "TEMPLATE_KEY", "TOOL_USE_TEMPLATE_KEY"]
+__all__ = ["ChatTemplate", "ToolArguments", "check_template_variables", "normalize_messages", "special_tokens",
+           "text_only_history", "TEMPLATE_KEY", "TOOL_USE_TEMPLATE_KEY"]
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 TOOL_USE_TEMPLATE_KEY = "tokenizer.chat_template.tool_use"
 _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+
+
+def check_template_variables(variables: Mapping[str, Any]) -> None:
+    """Refuse extra template variables (Model.chat's and the server's chat_template_kwargs) that render() sets
+    itself. Checked before render(**variables) too: there "messages", "tools" or "add_generation_prompt" would
+    bind to render's own parameters (a TypeError, or a prompt silently rendered without the assistant's turn)."""
+    if not all(isinstance(k, str) for k in variables):
+        raise InvalidArgumentError("template variable names must be strings", param="chat_template_kwargs")
+    clash = _RESERVED.intersection(variables)
+    if clash:
+        raise InvalidArgumentError(f"template variable(s) {sorted(clash)} are set by render(); "
+                                   "pass them as its arguments", param="chat_template_kwargs")
 
 
 # -- the environment -------------------------------------------------------------------------------------
@@ -372,10 +384,7 @@ class ChatTemplate:
         tools = check_tools(tools)
         if not isinstance(add_generation_prompt, bool):
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
-        clash = _RESERVED.intersection(kwargs)
-        if clash:
-            raise InvalidArgumentError(f"template variable(s) {sorted(clash)} are set by render(); "
-                                       "pass them as its arguments", param="chat_template_kwargs")
+        check_template_variables(kwargs)
         source = self._source_for(tools)
         fmt = self.tool_call_format
         native_tools = bool(tools) and self.renders_tools()

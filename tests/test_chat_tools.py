@@ -103,6 +103,8 @@ def test_tools_and_a_response_format_are_refused_together(chat_model) -> None:
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "tools"),
     ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
     ({"chat_template_kwargs": {"bos_token": "x"}}, "chat_template_kwargs"),  # a variable render() sets
+    ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs"),  # render()'s own argument
+    ({"chat_template_kwargs": {1: True}}, "chat_template_kwargs"),
     ({"messages": [ASK[0], {"role": "user", "content": [{"type": "image_url"}]}]}, "messages[1].content[0]"),
     ({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]}, "messages[0].tool_calls[0]"),
     ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),

@@ -135,6 +135,11 @@ def test_n_choices(client) -> None:
     ({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]}, "messages[0].tool_calls[0]"),
     ({"n": 0}, "n"),
     ({"chat_template_kwargs": {"bos_token": "x"}}, "chat_template_kwargs"),  # refused by the template's render()
+    # names of render()'s own parameters: once a 500 (TypeError) or, for add_generation_prompt, a prompt without
+    # the assistant's turn
+    ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs"),
 ])
 def test_bad_tool_requests_are_a_400_naming_the_field(server, body, param) -> None:
     r = httpx.post(server.base_url + "/v1/chat/completions", json={"messages": ASK, "max_tokens": 2, **body},
