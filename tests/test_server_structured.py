@@ -11,6 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import pyllama90a as pl
+from pyllama90a.constrained import Constraint
 from pyllama90a.server import ServerState, create_app
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
@@ -76,6 +77,23 @@ def test_llama_cpp_json_schema_field(client) -> None:
     text = _content(client.post(COMPLETIONS, json={"prompt": "Status:", "max_tokens": 30, "temperature": 0,
                                                    "json_schema": schema}))
     jsonschema.validate(json.loads(text), schema)
+
+
+def test_n_choices_share_one_compiled_grammar(client, monkeypatch) -> None:
+    """One request's choices compile its grammar once (Constraint.template; each choice steps a copy): a compile
+    per choice costs n times as much (n=8: 5.7 ms against 0.8 ms for a small schema, 33 ms against 4 ms for one
+    of 40 fields). Each choice's matcher state is its own, so every choice ends valid."""
+    compiles = []
+    grammar_for = Constraint.grammar_for
+    monkeypatch.setattr(Constraint, "grammar_for", lambda self, vocab: compiles.append(self) or grammar_for(self, vocab))
+    response = client.post(CHAT, json={"messages": ASK, "max_tokens": 120, "temperature": 1.0, "seed": 5, "n": 3,
+                                       "json_schema": PERSON})
+    assert response.status_code == 200, response.text
+    choices = response.json()["choices"]
+    assert len(choices) == 3 and len(compiles) == 1
+    for choice in choices:
+        assert choice["finish_reason"] == "stop"
+        jsonschema.validate(json.loads(choice["message"]["content"]), PERSON)
 
 
 def test_logit_bias_bans_and_forces_a_token(client, model_path) -> None:
