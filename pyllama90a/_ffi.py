@@ -1,7 +1,7 @@
 """The one import point of the native module: `ffi` and `lib`. Importing it initialises llama.cpp once."""
 from __future__ import annotations
 
-from ._native import ffi, lib  # noqa: F401  (re-exported)
+from ._native import ffi, lib  # (re-exported: __all__)
 from . import _log
 
 lib.llama_backend_init()

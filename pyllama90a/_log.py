@@ -28,7 +28,7 @@ _thread = threading.local()
 
 
 @ffi.def_extern()
-def pyllama90a_on_log(level: int, text) -> None:  # noqa: ANN001 - called from C with a char*
+def pyllama90a_on_log(level: int, text) -> None:  # text: a char*, from C
     # llama.cpp may send one line in several pieces: join them until the newline
     buf = getattr(_thread, "partial", "") + ffi.string(text).decode("utf-8", "replace")
     if not buf.endswith("\n"):

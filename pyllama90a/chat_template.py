@@ -51,7 +51,7 @@ def check_template_variables(variables: Mapping[str, Any]) -> None:
 
 # -- the environment -------------------------------------------------------------------------------------
 
-def _environment():  # noqa: ANN202 - jinja2 is imported lazily
+def _environment():  # (no annotation: jinja2 is imported lazily)
     import jinja2
     from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
@@ -61,13 +61,13 @@ def _environment():  # noqa: ANN202 - jinja2 is imported lazily
 
         tags = {"generation"}
 
-        def parse(self, parser):  # noqa: ANN001, ANN201
+        def parse(self, parser):
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.Scope(body, lineno=lineno)
 
     class Sandbox(ImmutableSandboxedEnvironment):
-        def unsafe_undefined(self, obj, attribute):  # noqa: ANN001, ANN201
+        def unsafe_undefined(self, obj, attribute):
             # the default gives an Undefined that fails only when used further ({{ x.__class__ }} prints "")
             raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
 
@@ -99,7 +99,7 @@ _cache: OrderedDict[str, Any] = OrderedDict()
 _CACHE_SIZE = 16
 
 
-def _get_env():  # noqa: ANN202
+def _get_env():
     global _env
     with _env_lock:
         if _env is None:
@@ -118,7 +118,7 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def compile_template(source: str):  # noqa: ANN201 - a jinja2.Template
+def compile_template(source: str):  # a jinja2.Template
     """The compiled template of `source`, from a small cache (compiled once per template text)."""
     if not isinstance(source, str):
         raise InvalidArgumentError(f"chat_template must be a str, got {type(source).__name__}")

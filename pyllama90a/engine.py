@@ -16,6 +16,7 @@ import collections
 import contextlib
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -116,9 +117,10 @@ class EngineStats:
 class BatchEngine:
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
-    def __init__(self, path=None, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto",  # noqa: ANN001
-                 n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512, n_gpu_layers: int = -1,
-                 n_threads: int | None = None, queue_size: int = 64, chat_template: str | None = None,
+    def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
+                 flash_attn: str = "auto", n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512,
+                 n_gpu_layers: int = -1, n_threads: int | None = None, queue_size: int = 64,
+                 chat_template: str | None = None,
                  attention_paths: AttentionPaths | None = None) -> None:
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
@@ -276,7 +278,7 @@ class BatchEngine:
         try:
             while self._step():
                 pass
-        except BaseException as e:  # noqa: BLE001 - whatever ended the thread, nobody may wait for it forever
+        except BaseException as e:  # whatever ended the thread, nobody may wait for it forever
             log.exception("the engine thread stopped")
             error = EngineStoppedError(f"the engine thread stopped on {e!r}")
             error.__cause__ = e
@@ -292,7 +294,7 @@ class BatchEngine:
             for job in jobs:
                 try:
                     self._emit(job, Chunk(finish_reason="error", error=error))
-                except BaseException:  # noqa: BLE001 - the other consumers still get their error
+                except BaseException:  # the other consumers still get their error
                     log.exception("a consumer failed on the engine's last chunk")
 
     def _step(self) -> bool:

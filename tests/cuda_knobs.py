@@ -9,7 +9,7 @@ from typing import Iterator
 from pyllama90a._ffi import ffi, lib
 
 
-def _setter():  # noqa: ANN202 - a cffi function pointer
+def _setter():  # a cffi function pointer
     reg = lib.ggml_backend_reg_by_name(b"CUDA")
     assert reg != ffi.NULL, "no CUDA backend in this build"
     address = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_cuda_pyl_set_test_knobs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_bad_requests_raise_before_queueing(engine) -> None:
 
 
 def test_a_failing_consumer_does_not_stop_the_engine(engine) -> None:
-    def broken(chunk) -> None:  # noqa: ANN001
+    def broken(chunk: pl.Chunk) -> None:
         raise RuntimeError("consumer bug")
 
     engine.submit("Hello", broken, max_tokens=8)
@@ -115,12 +116,12 @@ def test_queue_limit_and_close(model_path) -> None:
         engine.submit("Hi", print)
 
 
-def _ends(into: list):  # noqa: ANN202
+def _ends(into: list):
     """A consumer that keeps only the last chunk of a request."""
     return lambda c: into.append(c) if c.finish_reason else None
 
 
-def _wait_for(predicate, timeout: float = 30.0) -> bool:  # noqa: ANN001
+def _wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.01)

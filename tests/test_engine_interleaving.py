@@ -34,7 +34,7 @@ def _run(engine: pl.BatchEngine, prompts: tuple[str, ...], stagger: bool) -> tup
     events: list[tuple[str, int]] = []
     errors: list[BaseException] = []
 
-    def consumer(prompt: str):  # noqa: ANN202
+    def consumer(prompt: str):
         def on_chunk(chunk: pl.Chunk) -> None:
             events.append((prompt, len(chunk.tokens)))
             got[prompt].extend(chunk.logprobs)

@@ -44,7 +44,7 @@ class Finding:
         return f"{self.outcome.kind}-{hashlib.sha256(self.signature.encode()).hexdigest()[:10]}"
 
 
-def job_for(spec: dict, work: Path, i: int):  # noqa: ANN201 - a runner job function
+def job_for(spec: dict, work: Path, i: int):  # a runner job function
     if spec.get("target") == "api":
         return api_job(spec, work / f"api-{i}")
     return case_job(spec, work / f"case-{i}.gguf")

@@ -23,7 +23,7 @@ class Batch:
         native.n_tokens = 0
 
     @property
-    def native(self):  # noqa: ANN201 - a cdata struct
+    def native(self):  # a cdata struct
         """The llama_batch, for ContextHandle.decode; ClosedError once freed."""
         if not self._finalizer.alive:
             raise ClosedError("this batch is closed")

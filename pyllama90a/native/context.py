@@ -87,7 +87,7 @@ class ContextParams:
             raise InvalidArgumentError(f"n_batch={self.n_batch} must be at least n_seq_max={n_seq_max}")
 
 
-def _llama_params(p: ContextParams):  # noqa: ANN202 - a cdata struct
+def _llama_params(p: ContextParams):  # a cdata struct
     """The llama_context_params of `p`: the one place they are filled."""
     cparams = lib.llama_context_default_params()
     cparams.n_ctx = p.n_ctx
@@ -104,7 +104,7 @@ def _llama_params(p: ContextParams):  # noqa: ANN202 - a cdata struct
     return cparams
 
 
-def _free_context(ptr, model: ModelHandle) -> None:  # noqa: ANN001 - a cdata pointer
+def _free_context(ptr, model: ModelHandle) -> None:  # ptr: a cdata pointer
     # `model` is an argument so that the finalizer holds it: the weights stay loaded until the context is freed
     lib.llama_free(ptr)
 
@@ -155,11 +155,11 @@ class ContextHandle:
         return model
 
     @property
-    def ptr(self):  # noqa: ANN201 - a cdata pointer
+    def ptr(self):  # a cdata pointer
         """The llama_context*, for the binding's other classes (SamplerChain); ClosedError once freed."""
         return self._live()
 
-    def _live(self):  # noqa: ANN202 - a cdata pointer
+    def _live(self):  # a cdata pointer
         ptr = self._ptr
         if ptr is None:
             raise ClosedError("this context is closed")

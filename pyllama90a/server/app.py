@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -64,7 +64,7 @@ class _Mailbox:
         self._lock = threading.Lock()
         self._scheduled = False
 
-    def sender(self, queue: asyncio.Queue, choice: int = 0):  # noqa: ANN201
+    def sender(self, queue: asyncio.Queue, choice: int = 0) -> Callable[[Chunk], None]:
         """The engine's on_chunk for choice `choice` of a request: its chunks reach `queue` as (choice, chunk)."""
         def send(chunk: Chunk) -> None:  # engine thread
             with self._lock:
