@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -128,3 +130,21 @@ def test_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(ValueError):
         write_synthetic(bad, tmp_path / "x.gguf", weight_type="q4_0")
     assert list(tmp_path.iterdir()) == []
+
+
+CHECK_IMPORTS = """
+import os, sys, tempfile
+path = list(sys.path)
+from pyllama90a.synthetic import write_synthetic
+write_synthetic("tiny", os.path.join(tempfile.mkdtemp(), "tiny.gguf"))
+assert sys.path == path, "sys.path changed"
+for name in ("gguf", "yaml"):  # the file writer and its own dependency: installed packages, not stand-ins
+    spec = sys.modules[name].__spec__
+    assert spec is not None and spec.origin and os.path.isfile(spec.origin), (name, spec)
+"""
+
+
+def test_writing_a_model_uses_installed_packages_only() -> None:
+    """synthetic.py once put llama.cpp's gguf-py on sys.path and planted a fake `yaml` in sys.modules for it."""
+    out = subprocess.run([sys.executable, "-c", CHECK_IMPORTS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
