@@ -62,3 +62,10 @@ def test_mypy_reads_the_projects_settings(tmp_path: Path) -> None:
     out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
                           str(tmp_path / "cache"), str(bad)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Incompatible return value type" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_installed_package_is_marked_typed() -> None:
+    """py.typed (PEP 561) ships in the package, so that users' type checkers read its annotations."""
+    import pyllama90a
+
+    assert (Path(pyllama90a.__file__).parent / "py.typed").is_file()
