@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from .bench_report import machine_name, write_results
-from .server.process import ServerProcess
+from .tools.server_process import ServerProcess
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "the first city on Mars", "a dragon who cannot fly",
           "an old violin", "a detective cat", "a river that flows uphill", "the last library on Earth",

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.server.process import ServerProcess
+from pyllama90a.tools.server_process import ServerProcess
 
 KV = ["--ctk", "q8_0", "--ctv", "q8_0"]
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",

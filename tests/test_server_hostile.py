@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 
 import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
-from pyllama90a.server.malformed_requests import MUTATIONS, campaign
-from pyllama90a.server.process import ServerProcess
+from pyllama90a.tools.malformed_requests import MUTATIONS, campaign
+from pyllama90a.tools.server_process import ServerProcess
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -267,7 +267,7 @@ def test_a_dead_engine_is_reported_and_requests_get_503(model_path) -> None:
 
 
 def test_a_malformed_request_campaign_gets_no_5xx(server) -> None:
-    """A bounded sample of pyllama90a.server.malformed_requests (the long run is its command line)."""
+    """A bounded sample of pyllama90a.tools.malformed_requests (the long run is its command line)."""
     outcomes, failures = campaign(server.base_url, 150, seed=1)
     assert not failures
     assert {name for name, _ in outcomes} >= set(MUTATIONS)  # every class was sent

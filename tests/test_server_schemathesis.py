@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-from pyllama90a.server.process import ServerProcess  # noqa: E402
+from pyllama90a.tools.server_process import ServerProcess  # noqa: E402
 
 MAX_EXAMPLES = int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "15"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,

@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 import pytest
 
-from pyllama90a.server.process import ServerProcess
+from pyllama90a.tools.server_process import ServerProcess
 from weather_tools import ASK, TIME, WEATHER
 
 openai = pytest.importorskip("openai")

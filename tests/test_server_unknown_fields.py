@@ -15,7 +15,7 @@ import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
 from pyllama90a.server.api_requests import CHAT_FIELDS, COMPLETION_FIELDS, EMBEDDING_FIELDS, Limits
 from pyllama90a.server.openapi_doc import route_docs
-from pyllama90a.server.process import ServerProcess
+from pyllama90a.tools.server_process import ServerProcess
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 HI = [{"role": "user", "content": "Hi"}]

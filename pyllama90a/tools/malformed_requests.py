@@ -1,8 +1,8 @@
 """Malformed and hostile HTTP requests against a running server, counted by answer: a fuzz campaign for the
 server's input handling (issue 9's target: 0 answers with a 5xx, the server alive at the end).
 
-    python -m pyllama90a.server.malformed_requests --count 2000            # starts its own server
-    python -m pyllama90a.server.malformed_requests --url http://127.0.0.1:8000 --count 500
+    python -m pyllama90a.tools.malformed_requests --count 2000            # starts its own server
+    python -m pyllama90a.tools.malformed_requests --url http://127.0.0.1:8000 --count 500
 
 Each request starts from a valid body of one route and breaks it one way (a class below): cut short, a field
 of the wrong type, numbers JSON or Python cannot hold, deep nesting, lone surrogates and invalid UTF-8, huge
@@ -159,14 +159,14 @@ def campaign(base_url: str, count: int, seed: int = 0) -> tuple[Counter, list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyllama90a.server.malformed_requests", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyllama90a.tools.malformed_requests", description=__doc__.split("\n")[0])
     p.add_argument("--url", help="a running server (default: start one with the default model)")
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     server = None
     if args.url is None:
-        from .process import ServerProcess
+        from .server_process import ServerProcess
 
         server = ServerProcess(["--parallel", "2", "--n-ctx", "2048", "--max-tokens-default", "4",
                                 "--max-tokens-limit", "16"]).start()

@@ -2,7 +2,7 @@
 
 Used at run time by the server load benchmark (`python -m pyllama90a.bench server`, for this package's
 server and llama.cpp's own llama-server, which share /health) and by the malformed-request campaign
-(`python -m pyllama90a.server.malformed_requests` without --url); the tests use it too.
+(`python -m pyllama90a.tools.malformed_requests` without --url); the tests use it too.
 """
 from __future__ import annotations
 
