@@ -47,6 +47,22 @@ def _greedy_tokens(context: ContextHandle, prompt: list[int], n: int) -> list[in
     return out
 
 
+def test_greedy_sampling_by_argmax_picks_what_llamas_greedy_sampler_picks(model_path) -> None:
+    handle = ModelHandle(model_path)
+    context = ContextHandle(handle, ContextParams(n_ctx=256, n_threads=2))
+    context.decode_tokens(handle.tokenize(PROMPT.encode(), True, False))
+    chain = SamplerChain(SamplingParams(temperature=0), handle.n_vocab)
+    assert chain.argmax_only
+    for _ in range(24):
+        by_argmax = chain.sample(context)
+        chain.argmax_only = False  # the same chain through llama.cpp: its greedy sampler
+        assert chain.sample(context) == by_argmax
+        chain.argmax_only = True
+        context.decode_tokens([by_argmax])
+    assert not SamplerChain(SamplingParams(temperature=0, repeat_penalty=1.1), handle.n_vocab).argmax_only
+    assert not SamplerChain(SamplingParams(temperature=0.5), handle.n_vocab).argmax_only
+
+
 # -- lifetimes ----------------------------------------------------------------------------------------------------
 
 def test_a_context_freed_before_its_model_leaves_the_model_usable(model_path, unmapped) -> None:

@@ -24,7 +24,11 @@ class SamplerChain:
             chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         call.check(chain != ffi.NULL, LlamaError, "could not create a sampler chain")
         self._ptr = ffi.gc(chain, lib.llama_sampler_free)
-        if (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0):
+        penalties = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0)
+        # greedy without penalties is the logits row's argmax (the first of equal maxima, as llama.cpp's greedy
+        # sampler picks): numpy finds it without llama.cpp building its n_vocab candidate array per token
+        self.argmax_only = params.greedy and not penalties
+        if penalties:
             self._add(lib.llama_sampler_init_penalties, n_vocab, PENALTY_LAST_N, params.repeat_penalty,
                       params.frequency_penalty, params.presence_penalty)
         if params.greedy:
@@ -45,5 +49,7 @@ class SamplerChain:
 
     def sample(self, context: ContextHandle, index: int = -1) -> int:
         """Sample from the logits of batch position `index` (default: the last output) and accept the token."""
-        context.logits_row(index)  # llama.cpp aborts the process on a position without logits: checked first
+        row = context.logits_row(index)  # llama.cpp aborts the process on a position without logits: checked first
+        if self.argmax_only:
+            return int(row.argmax())
         return lib.llama_sampler_sample(self._ptr, context.ptr, index)
