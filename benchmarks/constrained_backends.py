@@ -77,7 +77,7 @@ def _stats(ns: list[int]) -> dict[str, float]:
             "p90_us": us[min(len(us) - 1, int(len(us) * 0.9))], "max_us": us[-1]}
 
 
-def _case_constraint(c, kind: str):  # noqa: ANN001, ANN202 - the pyllama90a.constrained module
+def _case_constraint(c, kind: str):  # c: the pyllama90a.constrained module
     if kind == "json_schema":
         return c.json_schema(SCHEMA)
     if kind == "regex":
@@ -87,7 +87,7 @@ def _case_constraint(c, kind: str):  # noqa: ANN001, ANN202 - the pyllama90a.con
     return c.tool_calls([c.ToolCallFormat(TOOL_BEGIN, TOOL_ARGS, TOOL_END)], trigger=TRIGGER)
 
 
-def _xgrammar_compile(xgr, info, kind: str):  # noqa: ANN001, ANN202
+def _xgrammar_compile(xgr, info, kind: str):
     compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=False)  # fresh: no cache hit across cases
     if kind == "json_schema":
         return compiler.compile_json_schema(SCHEMA, any_whitespace=False, separators=(", ", ": "))
@@ -227,7 +227,7 @@ def main(out_json: str | None) -> None:
                       f, indent=1)
 
 
-def eight_slots(model, vocab, c, tokens: list[int]) -> dict:  # noqa: ANN001
+def eight_slots(model, vocab, c, tokens: list[int]) -> dict:
     """8 matchers under the JSON schema on the tokens of its generation: per step, after a real decode (the
     caches as the engine leaves them), the 8 masks one after another vs compute_masks(), and 8 applies."""
     spec = c.json_schema(SCHEMA)
@@ -270,8 +270,8 @@ def engine_step_ms(parallel: int = 8, max_tokens: int = 64) -> float:
         done = threading.Semaphore(0)
         counts = [0] * parallel
 
-        def on_chunk(i: int):  # noqa: ANN202
-            def f(chunk) -> None:  # noqa: ANN001
+        def on_chunk(i: int):
+            def f(chunk) -> None:
                 counts[i] += len(chunk.tokens)
                 if chunk.finish_reason is not None or chunk.error is not None:
                     done.release()
