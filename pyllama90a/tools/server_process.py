@@ -61,11 +61,12 @@ class ServerProcess:
         raise TimeoutError(f"server did not answer /health within {self.timeout} s: {' '.join(self.argv)}\n"
                            f"{output[-4000:]}")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> tuple[int, str]:
-        """Signal the server and wait (SIGKILL after `timeout` s); returns (exit code, its output)."""
+    def stop(self, sig: int | None = signal.SIGTERM, timeout: float = 20.0) -> tuple[int, str]:
+        """Signal the server (sig=None: it was signalled already, only wait) and wait (SIGKILL after `timeout`
+        s); returns (exit code, its output)."""
         if self.proc is None:
             return 0, ""
-        if self.proc.poll() is None:
+        if sig is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
             self.proc.wait(timeout=timeout)
