@@ -204,7 +204,9 @@ class ContextHandle:
 
     def _check_batch_size(self, n_tokens: int) -> None:
         # llama.cpp asserts (aborting the process) on a batch over n_batch, or over n_ubatch with non-causal
-        # attention; an empty one it refuses
+        # attention; an empty one it refuses. A batch within both limits (every decode step) needs no native call.
+        if 0 < n_tokens <= min(self.n_batch, self.n_ubatch):
+            return
         limit = self.max_decode_tokens
         if not 0 < n_tokens <= limit:
             which = "n_batch" if limit == self.n_batch else "n_ubatch (attention is not causal)"
