@@ -21,9 +21,17 @@ def machine_name() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    name = f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
+    name = f"{platform.node()} ({cpu}, {os.cpu_count()} cpus; {cpu_backend_line()})"
     kind, gpu = attention_device(n_gpu_layers=-1)
     return name if kind == "cpu" else f"{name} + {gpu}"
+
+
+def cpu_backend_line() -> str:
+    """Which ggml CPU backend runs (the variant a portable build chose) and the CPU features it uses and leaves."""
+    from . import cpu_features
+    from .native.ggml import cpu_build_features, loaded_cpu_backend
+
+    return f"{loaded_cpu_backend()}: {cpu_features.describe(cpu_build_features())}"
 
 
 def write_results(out: Path, stem: str, result: dict, table: str) -> Path:

@@ -19,7 +19,7 @@ def make_ffi() -> cffi.FFI:
         ffi.cdef((DECL_DIR / name).read_text())
     ffi.set_source(
         "pyllama90a._native",
-        '#include "ggml.h"\n#include "ggml-cpu.h"\n#include "ggml-backend.h"\n'
+        '#include "ggml.h"\n#include "ggml-alloc.h"\n#include "ggml-backend.h"\n'
         '#include "llama.h"\n#include "llama-pyllama90a.h"\n#include "ggml-pyllama90a.h"\n'
         '#include "native_helpers.h"\n',
     )

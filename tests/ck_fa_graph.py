@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.native.ggml import ggml_type
+from pyllama90a.native.ggml import compute_on_cpu, ggml_type
 
 MASK_ROW_PAD = 64  # GGML_KQ_MASK_PAD: llama.cpp pads the mask's query rows
 
@@ -126,6 +126,6 @@ def compute(ctx, node) -> np.ndarray:
     """ggml's CPU FLASH_ATTN_EXT; returns dst as [n_seq, n_q, n_head, Dv] float32."""
     graph = lib.ggml_new_graph(ctx)
     lib.ggml_build_forward_expand(graph, node)
-    assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
+    compute_on_cpu(graph, 2)
     shape = (node.ne[3], node.ne[2], node.ne[1], node.ne[0])
     return np.frombuffer(ffi.buffer(node.data, 4 * int(np.prod(shape))), dtype=np.float32).reshape(shape).copy()

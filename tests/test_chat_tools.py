@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Annotated
 
 import jsonschema
 import pytest
@@ -127,7 +128,7 @@ def test_generate_json_schema_from_a_pydantic_model(chat_model) -> None:
         model_config = pydantic.ConfigDict(extra="forbid")  # (else JSON schema allows more keys, and it adds them)
         name: str = pydantic.Field(max_length=30)
         population: int = pydantic.Field(ge=0, le=10**9)
-        landmarks: list[str] = pydantic.Field(max_length=3)
+        landmarks: list[Annotated[str, pydantic.Field(max_length=30)]] = pydantic.Field(max_length=3)
 
     out = chat_model.generate("A city as JSON:", json_schema=City, temperature=0, max_tokens=200)
     assert out.finish_reason == "stop"  # the grammar ended it

@@ -185,14 +185,39 @@ def _concurrently(fn, args: list) -> list:
     return results
 
 
+# How far apart (nats) two candidate tokens may be for a batch of another shape to pick the other one: a batch of
+# 8 tokens takes other CPU kernels than one token, and their results round differently.
+NEAR_TIE = 0.25
+
+
+def _greedy_with_margins(client: openai.OpenAI, prompt: str, max_tokens: int) -> list[tuple[str, dict[str, float]]]:
+    r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0, logprobs=5)
+    return list(zip(r.choices[0].logprobs.tokens, r.choices[0].logprobs.top_logprobs))
+
+
 def test_eight_streaming_clients_get_their_own_greedy_outputs(client) -> None:
-    alone = [_greedy(client, p, 20) for p in PROMPTS]
+    """Each of 8 clients in one decode batch gets the greedy continuation of its own prompt: token for token
+    what it gets alone, up to a near-tie of the alone run (where batched rounding may pick the runner-up)."""
+    alone = [_greedy_with_margins(client, p, 20) for p in PROMPTS]
 
     def streamed(prompt: str) -> str:
         return "".join(c.choices[0].text for c in client.completions.create(
             model="smollm2", prompt=prompt, max_tokens=20, temperature=0, stream=True))
 
-    assert _concurrently(streamed, PROMPTS) == alone
+    for prompt, text, steps in zip(PROMPTS, _concurrently(streamed, PROMPTS), alone):
+        expected = "".join(token for token, _ in steps)
+        if text == expected:
+            continue
+        # the first token where they part: the batched pick must be a near-tie of the alone run's pick there
+        prefix = ""
+        for token, top in steps:
+            if not text.startswith(prefix + token):
+                runner_up = next((t for t in top if t != token and text.startswith(prefix + t)), None)
+                assert runner_up is not None and top[token] - top[runner_up] < NEAR_TIE, (
+                    f"{prompt!r}: batched {text!r} left the greedy path {expected!r} after {prefix!r} where "
+                    f"{token!r} led every other candidate by {NEAR_TIE} nats or more ({top})")
+                break
+            prefix += token
 
 
 def test_failing_requests_do_not_disturb_the_batch(server, client) -> None:

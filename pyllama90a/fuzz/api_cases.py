@@ -12,9 +12,11 @@ error raised by a bad call must leave the Model usable.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,43 +158,45 @@ def _decode(j: Any, work: Path, model: Any) -> Any:
     return j
 
 
-def api_job(spec: dict, work: Path):  # a runner job function
-    def job(stage: Stage) -> None:
-        import pyllama90a as pl
-        from .model_case import _show_native_log
+def _run_api_case(spec: dict, work: Path, stage: Stage) -> None:
+    import pyllama90a as pl
+    from .model_case import _show_native_log
 
-        stage("build")
-        work.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {"n_ctx": 256, "n_threads": 1}
-        calls = []
-        for m in spec["mutations"]:
-            for op in m["ops"]:
-                if op["op"] == "arg":
-                    kwargs[op["name"]] = _decode(op["value"], work, None)
-                else:
-                    calls.append(op)
-        path = load_base(spec["base"]).data_path
-        _show_native_log()
-        stage("Model()")
-        first_error: pl.LlamaError | None = None
-        with pl.Model(path, **kwargs) as model:
-            for call in calls:
-                stage(f"{call['method']}()")
-                try:
-                    if "args" not in call:
-                        getattr(model, call["method"])
-                        continue
-                    args = _decode(call["args"], work, model)
-                    call_kwargs = _decode(call["kwargs"], work, model)
-                    result = getattr(model, call["method"])(*args, **call_kwargs)
-                    if call_kwargs.get("stream") is True:
-                        for _ in result:
-                            pass
-                except pl.LlamaError as e:
-                    first_error = first_error or e
-            if not model.closed:
-                stage("generate after the calls")
-                model.generate("Hello", max_tokens=2, temperature=0)
-        if first_error is not None:
-            raise first_error
-    return job
+    stage("build")
+    work.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = {"n_ctx": 256, "n_threads": 1}
+    calls = []
+    for m in spec["mutations"]:
+        for op in m["ops"]:
+            if op["op"] == "arg":
+                kwargs[op["name"]] = _decode(op["value"], work, None)
+            else:
+                calls.append(op)
+    path = load_base(spec["base"]).data_path
+    _show_native_log()
+    stage("Model()")
+    first_error: pl.LlamaError | None = None
+    with pl.Model(path, **kwargs) as model:
+        for call in calls:
+            stage(f"{call['method']}()")
+            try:
+                if "args" not in call:
+                    getattr(model, call["method"])
+                    continue
+                args = _decode(call["args"], work, model)
+                call_kwargs = _decode(call["kwargs"], work, model)
+                result = getattr(model, call["method"])(*args, **call_kwargs)
+                if call_kwargs.get("stream") is True:
+                    for _ in result:
+                        pass
+            except pl.LlamaError as e:
+                first_error = first_error or e
+        if not model.closed:
+            stage("generate after the calls")
+            model.generate("Hello", max_tokens=2, temperature=0)
+    if first_error is not None:
+        raise first_error
+
+
+def api_job(spec: dict, work: Path) -> Callable[[Stage], None]:  # a runner job function (picklable)
+    return functools.partial(_run_api_case, spec, work)

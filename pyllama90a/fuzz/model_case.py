@@ -5,9 +5,11 @@ the load: tokenize, a short greedy generation, and the chat template when the fi
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .bases import load_base
@@ -49,14 +51,16 @@ def exercise(path: str | os.PathLike[str], stage: Stage, model_args: dict | None
         stage("close")
 
 
-def case_job(spec: dict, path: Path):  # a runner job function
+def _run_case(spec: dict, path: Path, stage: Stage) -> None:
+    stage("build")
+    write_case(load_base(spec["base"]), spec["mutations"], path)
+    try:
+        exercise(path, stage, spec.get("model_args"))
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def case_job(spec: dict, path: Path) -> Callable[[Stage], None]:  # a runner job function (picklable)
     """The child function for `spec` (base, mutations, optional model_args): build the file at `path`
     (stage "build"), exercise it, remove it."""
-    def job(stage: Stage) -> None:
-        stage("build")
-        write_case(load_base(spec["base"]), spec["mutations"], path)
-        try:
-            exercise(path, stage, spec.get("model_args"))
-        finally:
-            path.unlink(missing_ok=True)
-    return job
+    return functools.partial(_run_case, spec, path)

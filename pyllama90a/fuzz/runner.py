@@ -1,9 +1,14 @@
-"""Run functions in forked children under a wall timeout and an RSS limit, and classify how each ended.
+"""Run functions in child processes under a wall timeout and an RSS limit, and classify how each ended.
 
-Forking from a parent that already imported pyllama90a (and parsed the fuzz bases) costs milliseconds,
-where a fresh interpreter costs a second. The parent never loads a model and runs no threads, so the
-fork is safe. Memory is watched by polling the child's RSS: RLIMIT_AS would also count mmap'd model
-files and large virtual reservations that are never touched.
+Children come from a fork server (multiprocessing's "forkserver"): a fresh interpreter that imports
+pyllama90a and the fuzz cases once and then forks a child per job, so a child never inherits native
+threads. Forking the caller itself was wrong wherever the caller had run a model before (a test suite):
+the child blocked in the OpenMP runtime of threads it did not inherit, and good cases read as hangs.
+A fork from the server costs milliseconds, where a fresh interpreter costs a second. Job functions are
+therefore picklable (module-level functions or functools.partial of them), and, as multiprocessing
+requires, the caller's main module is safe to import (`if __name__ == "__main__":`). Memory is watched by polling
+the child's RSS: RLIMIT_AS would also count mmap'd model files and large virtual reservations that are
+never touched.
 
 Outcomes:
     ok        the function returned
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -89,8 +95,8 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _child(func: Callable[[Stage], None], status_path: Path, stderr_path: Path) -> int:
-    """Runs in the forked child; returns its exit status."""
+def _child(func: Callable[[Stage], None], status_path: Path, stderr_path: Path) -> None:
+    """Runs in the child; the status file says how the function ended."""
     fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -115,7 +121,6 @@ def _child(func: Callable[[Stage], None], status_path: Path, stderr_path: Path) 
     sys.stdout.flush()
     sys.stderr.flush()
     _write_json(status_path, result)
-    return 0
 
 
 def _tail(stderr_path: Path) -> list[str]:
@@ -139,7 +144,7 @@ def _telling_line(lines: list[str]) -> str:
 @dataclass
 class _Running:
     key: Any
-    pid: int
+    process: multiprocessing.process.BaseProcess
     proc: psutil.Process | None
     started: float
     status_path: Path
@@ -148,26 +153,29 @@ class _Running:
     killed_for: str = ""
 
 
+# the modules every job function comes from, imported once by the fork server
+_PRELOAD = ["pyllama90a.fuzz.model_case", "pyllama90a.fuzz.api_cases"]
+
+
+def _context() -> multiprocessing.context.ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
 def _start(key: Any, func: Callable[[Stage], None], work: Path) -> _Running:
     status_path = work / f"{os.getpid()}-{id(func)}-{time.monotonic_ns()}.json"
     stderr_path = status_path.with_suffix(".stderr")
-    sys.stdout.flush()  # else the child would write the parent's buffered output again
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child never returns into the caller's code
-        code = 70
-        try:
-            code = _child(func, status_path, stderr_path)
-        finally:
-            os._exit(code)
+    process = _context().Process(target=_child, args=(func, status_path, stderr_path), daemon=True)
+    process.start()
     try:
-        proc = psutil.Process(pid)
+        proc = psutil.Process(process.pid)
     except psutil.Error:
         proc = None
-    return _Running(key, pid, proc, time.monotonic(), status_path, stderr_path)
+    return _Running(key, process, proc, time.monotonic(), status_path, stderr_path)
 
 
-def _finish(r: _Running, wait_status: int) -> Outcome:
+def _finish(r: _Running) -> Outcome:
     seconds = time.monotonic() - r.started
     try:
         status = json.loads(r.status_path.read_text())
@@ -180,10 +188,10 @@ def _finish(r: _Running, wait_status: int) -> Outcome:
               "peak_rss_mb": round(r.peak_rss / 2**20, 1)}
     if r.killed_for:
         return Outcome(r.killed_for, **common)
-    if os.WIFSIGNALED(wait_status):
-        sig = signal.Signals(os.WTERMSIG(wait_status)).name
-        return Outcome("crash", signal=sig, message=_telling_line(tail), **common)
-    code = os.WEXITSTATUS(wait_status)
+    code = r.process.exitcode
+    assert code is not None
+    if code < 0:
+        return Outcome("crash", signal=signal.Signals(-code).name, message=_telling_line(tail), **common)
     if "kind" not in status or code != 0:  # exited from native code (exit(), quick_exit) or died mid-write
         return Outcome("crash", exit_code=code, message=_telling_line(tail), **common)
     return Outcome(status["kind"], error_type=status.get("error_type", ""), message=status.get("message", ""),
@@ -193,7 +201,7 @@ def _finish(r: _Running, wait_status: int) -> Outcome:
 def run_jobs(jobs: Iterable[tuple[Any, Callable[[Stage], None]]], *, n_jobs: int = 2, timeout: float = 20.0,
              mem_limit_mb: float = 4096.0, work_dir: str | os.PathLike[str] | None = None
              ) -> Iterator[tuple[Any, Outcome]]:
-    """Run each job's function in its own forked child, `n_jobs` at a time; yield (key, Outcome) as they end."""
+    """Run each job's function in its own child, `n_jobs` at a time; yield (key, Outcome) as they end."""
     pending = iter(jobs)
     running: list[_Running] = []
     limit = mem_limit_mb * 2**20
@@ -210,10 +218,10 @@ def run_jobs(jobs: Iterable[tuple[Any, Callable[[Stage], None]]], *, n_jobs: int
                         running.append(_start(job[0], job[1], work))
                 time.sleep(POLL_S)
                 for r in list(running):
-                    pid, wait_status = os.waitpid(r.pid, os.WNOHANG)
-                    if pid:
+                    if not r.process.is_alive():
+                        r.process.join()
                         running.remove(r)
-                        yield r.key, _finish(r, wait_status)
+                        yield r.key, _finish(r)
                         continue
                     try:
                         rss = r.proc.memory_info().rss if r.proc else 0
@@ -225,14 +233,11 @@ def run_jobs(jobs: Iterable[tuple[Any, Callable[[Stage], None]]], *, n_jobs: int
                     elif not r.killed_for and time.monotonic() - r.started > timeout:
                         r.killed_for = "hang"
                     if r.killed_for:
-                        os.kill(r.pid, signal.SIGKILL)
+                        r.process.kill()
         finally:  # interrupted: no child outlives the run
             for r in running:
-                try:
-                    os.kill(r.pid, signal.SIGKILL)
-                    os.waitpid(r.pid, 0)
-                except OSError:
-                    pass
+                r.process.kill()
+                r.process.join()
 
 
 def run_one(func: Callable[[Stage], None], **limits: Any) -> Outcome:

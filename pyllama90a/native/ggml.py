@@ -1,7 +1,9 @@
-"""ggml-level facts: a KV type's ggml number and row size, the backend devices, llama.cpp's system info."""
+"""ggml-level facts: a KV type's ggml number and row size, the backend devices, the CPU backend (its features, the
+variant a portable build loaded, a graph computed on it), llama.cpp's system info."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from .._ffi import ffi, lib
 from ..kv_types import KV_TYPES
@@ -38,3 +40,71 @@ def devices() -> list[Device]:
 def system_info() -> str:
     """llama.cpp's one-line summary of the CPU features and backends it was built with."""
     return ffi.string(lib.llama_print_system_info()).decode().strip()
+
+
+def _cpu_device():
+    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    if dev == ffi.NULL:
+        raise RuntimeError("ggml has no CPU backend loaded")
+    return dev
+
+
+def cpu_proc(name: str, ctype: str):
+    """A function of the CPU backend by name (its module is loaded at run time in a portable build), or None."""
+    address = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(_cpu_device()), name.encode())
+    return None if address == ffi.NULL else ffi.cast(ctype, address)
+
+
+def cpu_build_features() -> dict[str, str]:
+    """The instruction-set features the loaded CPU backend was compiled for, e.g. {"AVX2": "1", "AMX_INT8": "1"}."""
+    get_features = cpu_proc("ggml_backend_get_features", "ggml_backend_get_features_t")
+    found: dict[str, str] = {}
+    if get_features is None:
+        return found
+    feature = get_features(lib.ggml_backend_dev_backend_reg(_cpu_device()))
+    while feature.name != ffi.NULL:
+        found[ffi.string(feature.name).decode()] = ffi.string(feature.value).decode()
+        feature += 1
+    return found
+
+
+def loaded_cpu_backend() -> str:
+    """File name of the CPU backend in use: the variant a portable build chose (e.g. libggml-cpu-haswell.so), or
+    libggml-cpu.so of a native build."""
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        for line in maps.read_text().splitlines():
+            name = line.rsplit("/", 1)[-1]
+            if name.startswith("libggml-cpu") and name.endswith(".so"):
+                return name
+    return "unknown"
+
+
+def compute_on_cpu(graph, n_threads: int) -> None:
+    """Compute a ggml graph (tensors in host memory) on the CPU backend with n_threads threads."""
+    backend = lib.ggml_backend_dev_init(_cpu_device(), ffi.NULL)
+    if backend == ffi.NULL:
+        raise RuntimeError("could not start ggml's CPU backend")
+    try:
+        set_n_threads = cpu_proc("ggml_backend_set_n_threads", "ggml_backend_set_n_threads_t")
+        if set_n_threads is not None:
+            set_n_threads(backend, n_threads)
+        status = lib.ggml_backend_graph_compute(backend, graph)
+        if status != lib.GGML_STATUS_SUCCESS:
+            raise RuntimeError(f"ggml_backend_graph_compute failed (status {status})")
+    finally:
+        lib.ggml_backend_free(backend)
+
+
+def cpu_extra_buffer_types() -> dict[str, object]:
+    """The CPU's extra buffer types for weights by name (e.g. "AMX", "CPU_REPACK"): what llama.cpp puts weights in
+    when weight repacking is on."""
+    get_extra = cpu_proc("ggml_backend_dev_get_extra_bufts", "ggml_backend_dev_get_extra_bufts_t")
+    found: dict[str, object] = {}
+    if get_extra is None:
+        return found
+    buft = get_extra(_cpu_device())
+    while buft[0] != ffi.NULL:
+        found[ffi.string(lib.ggml_backend_buft_name(buft[0])).decode()] = buft[0]
+        buft += 1
+    return found

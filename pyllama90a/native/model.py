@@ -10,7 +10,8 @@ from typing import Sequence
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, fs_path, int_in_range, token_ids, utf8
+from ..errors import (INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, flag, fs_path, int_in_range, token_ids,
+                      utf8)
 
 LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
 
@@ -23,12 +24,15 @@ class ModelHandle:
     theirs on close()). Every call here only reads the model: any thread may make them at any time.
     """
 
-    def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1) -> None:
+    def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1, weight_repack: bool = True) -> None:
+        """weight_repack: weights on the CPU may go to its extra buffer types (AMX tiles, repacked layouts for
+        faster mat-muls), as llama.cpp does by default; False keeps them in plain CPU buffers."""
         raw_path = fs_path("path", path)
         int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
         self.path = Path(os.fsdecode(raw_path))
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.use_extra_bufts = flag("weight_repack", weight_repack)
         with NativeCall() as call:
             ptr = lib.llama_model_load_from_file(raw_path, params)
         if ptr == ffi.NULL:  # (the reason is looked up only on failure)

@@ -10,7 +10,7 @@ from importlib import metadata
 import numpy as np
 
 from ..attention_policy import attention_device
-from ..bench_report import machine_name
+from ..bench_report import cpu_backend_line, machine_name
 
 
 def _tool_line(command: list[str], containing: str = "") -> str | None:
@@ -42,6 +42,7 @@ def describe() -> list[tuple[str, str]]:
             ("pyllama90a", metadata.version("pyllama90a")),
             ("ggml devices", "; ".join(backend_devices())),
             ("attention device", f"{gpu} ({kind})"),
+            ("ggml CPU backend", cpu_backend_line()),
             ("llama.cpp system info", system_info())]
     tools = {"nvidia driver": (["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"], ""),
              "cuda toolkit": (["nvcc", "--version"], "release"),

@@ -79,7 +79,6 @@ struct ggml_tensor * ggml_flash_attn_ext(struct ggml_context * ctx, struct ggml_
 struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
 void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 enum ggml_status { GGML_STATUS_SUCCESS, ... };
-enum ggml_status ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads);
 
 /* backends, to report where attention runs */
 typedef struct ggml_backend_device * ggml_backend_dev_t;
@@ -94,3 +93,27 @@ enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
 ggml_backend_reg_t ggml_backend_reg_by_name(const char * name);
 void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
+
+/* the backend registry (ggml-base): backends are modules in a portable build (GGML_BACKEND_DL), so nothing of
+   ggml-cpu is linked; its functions are reached through ggml_backend_reg_get_proc_address */
+size_t ggml_backend_reg_count(void);
+void ggml_backend_load_all_from_path(const char * dir_path);
+ggml_backend_dev_t ggml_backend_dev_by_type(enum ggml_backend_dev_type type);
+ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
+typedef struct ggml_backend * ggml_backend_t;
+ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params);
+void ggml_backend_free(ggml_backend_t backend);
+enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph);
+/* proc addresses of the CPU backend (ggml-backend.h's typedefs) */
+struct ggml_backend_feature { const char * name; const char * value; };
+typedef struct ggml_backend_feature * (*ggml_backend_get_features_t)(ggml_backend_reg_t reg);
+typedef void (*ggml_backend_set_n_threads_t)(ggml_backend_t backend, int n_threads);
+/* buffers of a chosen buffer type (the AMX tests put weights in the CPU's extra buffer types) */
+typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
+typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
+typedef ggml_backend_buffer_type_t * (*ggml_backend_dev_get_extra_bufts_t)(ggml_backend_dev_t device);
+const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
+ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors_from_buft(struct ggml_context * ctx,
+                                                               ggml_backend_buffer_type_t buft);
+void ggml_backend_buffer_free(ggml_backend_buffer_t buffer);
+void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, size_t offset, size_t size);

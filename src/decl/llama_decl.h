@@ -27,6 +27,7 @@ struct llama_model_params {
     llama_progress_callback progress_callback;
     void * progress_callback_user_data;
     bool vocab_only;
+    bool use_extra_bufts;  /* the CPU's extra buffer types for weights: AMX, repacked layouts */
     ...;
 };
 
