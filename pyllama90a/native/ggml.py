@@ -38,3 +38,21 @@ def devices() -> list[Device]:
 def system_info() -> str:
     """llama.cpp's one-line summary of the CPU features and backends it was built with."""
     return ffi.string(lib.llama_print_system_info()).decode().strip()
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    name: str          # ggml's name, e.g. "q4_0"
+    block_size: int    # values per block
+    type_size: int     # bytes per block
+    to_float: bool     # ggml-base can dequantize it (F32 itself has no to_float)
+
+
+def type_info(type_id: int) -> TypeInfo | None:
+    """ggml-base's type traits of `type_id`, or None for a number that is not a type of this build (past
+    GGML_TYPE_COUNT, or a removed type, whose block size is 0)."""
+    if not 0 <= type_id < lib.GGML_TYPE_COUNT or lib.ggml_blck_size(type_id) == 0:
+        return None
+    traits = lib.ggml_get_type_traits(type_id)
+    return TypeInfo(ffi.string(traits.type_name).decode(), traits.blck_size, lib.ggml_type_size(type_id),
+                    traits.to_float != ffi.NULL)
