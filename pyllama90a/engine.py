@@ -32,7 +32,7 @@ from .errors import (ClosedError, ContextOverflowError, DecodeError, InvalidArgu
                      NonFiniteOutputError, positive_int)
 from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
 from .native import Batch, SamplerChain
-from .output_checks import require_finite
+from .output_checks import refuse_total_ban, require_choice, require_finite
 from .sampling import SamplingParams
 from .text_stream import TextStream
 
@@ -189,6 +189,7 @@ class BatchEngine:
             raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at its match")
         # the grammar is compiled here too, not in the engine thread
         rules = OutputRules.for_request(self.model, constraint, logit_bias)
+        refuse_total_ban(rules, self.model.handle.n_vocab)
         job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler, TextStream(stops),
                    rules)
         with self._cv:
@@ -377,6 +378,7 @@ class BatchEngine:
                 require_finite(row, "the logits of the prompt's last token")  # type: ignore[arg-type]
             if job.rules is not None:
                 job.rules.apply(row)  # type: ignore[arg-type]  # (row is set when there are rules)
+                require_choice(row)  # type: ignore[arg-type]
             token = job.sampler.sample(self._context, index)
             if job.rules is not None:
                 job.rules.accept(token)

@@ -23,7 +23,7 @@ from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, In
 from .gguf_header import GGUFHeader, read_header
 from .kv_types import block_size
 from .native import Batch, ContextHandle, ContextParams, ModelHandle, SamplerChain
-from .output_checks import require_finite
+from .output_checks import refuse_total_ban, require_choice, require_finite
 from .sampling import SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .tensor_roles import check_tensors
@@ -577,8 +577,10 @@ class Model:
         return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
 
     def _rules(self, constraint: Constraint | None, logit_bias: Mapping[object, float] | None) -> OutputRules | None:
-        with self._using_model():
-            return OutputRules.for_request(self, constraint, logit_bias)
+        with self._using_model() as handle:
+            rules = OutputRules.for_request(self, constraint, logit_bias)
+            refuse_total_ban(rules, handle.n_vocab)
+            return rules
 
     def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str] | None, stream: bool,
                rules: OutputRules | None, chat: PreparedChat | None, **sampling: object) -> Completion | Iterator[Piece]:
@@ -625,7 +627,9 @@ class Model:
         pending: list[int] = []
         while len(generated) < max_tokens:
             if rules is not None:  # bias and mask llama.cpp's own row, which the sampler chain reads next
-                rules.apply(context.logits_row(-1))
+                row = context.logits_row(-1)
+                rules.apply(row)
+                require_choice(row)
             token = sampler.sample(context)
             if rules is not None:
                 rules.accept(token)
