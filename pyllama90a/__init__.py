@@ -28,7 +28,8 @@ from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError
 from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
-                     DecodeError, InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError, StateFileError)
+                     DecodeError, InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError,
+                     NonFiniteOutputError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .model import Completion, KVCacheInfo, Model, Piece, Timings, Usage
@@ -40,5 +41,5 @@ __all__ = [
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
     "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",
-    "ChatTemplateError", "ConstraintError",
+    "ChatTemplateError", "ConstraintError", "NonFiniteOutputError",
 ]

@@ -28,9 +28,11 @@ import numpy as np
 from .attention_paths import AttentionPaths
 from .chat import prepare_chat
 from .constrained import Constraint, ConstraintError, OutputRules
-from .errors import ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError, positive_int
+from .errors import (ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError,
+                     NonFiniteOutputError, positive_int)
 from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
 from .native import Batch, SamplerChain
+from .output_checks import refuse_total_ban, require_choice, require_finite
 from .sampling import SamplingParams
 from .text_stream import TextStream
 
@@ -187,6 +189,7 @@ class BatchEngine:
             raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at its match")
         # the grammar is compiled here too, not in the engine thread
         rules = OutputRules.for_request(self.model, constraint, logit_bias)
+        refuse_total_ban(rules, self.model.handle.n_vocab)
         job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler, TextStream(stops),
                    rules)
         with self._cv:
@@ -368,15 +371,18 @@ class BatchEngine:
     def _sample(self, slot: _Slot, job: _Job, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
         row = None
-        if job.rules is not None or job.n_logprobs is not None:
+        if job.rules is not None or job.n_logprobs is not None or not job.generated:
             row = self._context.logits_row(index)  # llama.cpp's own row, which the chain reads next
         try:
+            if not job.generated:  # the first step: broken weights give NaN logits, not text
+                require_finite(row, "the logits of the prompt's last token")  # type: ignore[arg-type]
             if job.rules is not None:
                 job.rules.apply(row)  # type: ignore[arg-type]  # (row is set when there are rules)
+                require_choice(row)  # type: ignore[arg-type]
             token = job.sampler.sample(self._context, index)
             if job.rules is not None:
                 job.rules.accept(token)
-        except ConstraintError as e:  # the grammar engine failed: this request ends, the others go on
+        except (ConstraintError, NonFiniteOutputError) as e:  # this request ends, the others go on
             self._fail([(slot, job)], e)
             return 0
         vocab = self._context.model

@@ -65,6 +65,11 @@ class DecodeError(LlamaError):
     """llama_decode/llama_encode failed."""
 
 
+class NonFiniteOutputError(DecodeError):
+    """The model computed NaN or infinite logits or embeddings: its weights (or values such as norm epsilons)
+    are broken. Raised instead of text sampled from garbage."""
+
+
 class ClosedError(LlamaError):
     """The model was closed and cannot be used any more."""
 

@@ -23,8 +23,10 @@ from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, In
 from .gguf_header import GGUFHeader, read_header
 from .kv_types import block_size
 from .native import Batch, ContextHandle, ContextParams, ModelHandle, SamplerChain
+from .output_checks import refuse_total_ban, require_choice, require_finite
 from .sampling import SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
+from .tensor_roles import check_tensors
 from .text_stream import TextStream
 from .tool_calls import ParsedToolCall
 
@@ -167,6 +169,7 @@ class Model:
                               n_seq_max=n_seq_max, chat_template=chat_template)
         int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
         header = read_header(self.path)
+        check_tensors(header, str(self.path))  # types per role: what would crash the first decode
         # the state files' identity, taken now from the file llama.cpp loads next
         file = _ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
         self._check_header(file, params)
@@ -574,8 +577,10 @@ class Model:
         return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
 
     def _rules(self, constraint: Constraint | None, logit_bias: Mapping[object, float] | None) -> OutputRules | None:
-        with self._using_model():
-            return OutputRules.for_request(self, constraint, logit_bias)
+        with self._using_model() as handle:
+            rules = OutputRules.for_request(self, constraint, logit_bias)
+            refuse_total_ban(rules, handle.n_vocab)
+            return rules
 
     def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str] | None, stream: bool,
                rules: OutputRules | None, chat: PreparedChat | None, **sampling: object) -> Completion | Iterator[Piece]:
@@ -612,6 +617,7 @@ class Model:
         vocab = context.model
         t0 = time.perf_counter()
         n_evaluated = self._evaluate(context, prompt)
+        require_finite(context.logits_row(-1), "the logits of the prompt's last token")
         t1 = time.perf_counter()
         sampler = SamplerChain(params, vocab.n_vocab)
         stream = TextStream(stops)
@@ -621,7 +627,9 @@ class Model:
         pending: list[int] = []
         while len(generated) < max_tokens:
             if rules is not None:  # bias and mask llama.cpp's own row, which the sampler chain reads next
-                rules.apply(context.logits_row(-1))
+                row = context.logits_row(-1)
+                rules.apply(row)
+                require_choice(row)
             token = sampler.sample(context)
             if rules is not None:
                 rules.accept(token)
@@ -673,6 +681,7 @@ class Model:
                     self._kv_tokens = []
                     self._decode(context, tokens)
                     out[i] = context.pooled_embedding(0)
+                    require_finite(out[i], f"the embedding of text {i}")
             finally:
                 context.set_embeddings(False)
                 context.clear()

@@ -6,7 +6,7 @@ state into bytes (llama_state_get_data / llama_state_set_data); this module writ
 back only after every check passed, so nothing unverified reaches llama.cpp.
 
 Layout, little-endian:
-    header   magic b"PL90STAT", format version (u32), sha256 of the model's GGUF header (32 bytes),
+    header   magic b"PL90STAT", format version (u32), sha256 of the model's GGUF header and weight samples (32 bytes),
              K type, V type (8 bytes each, NUL-padded names), n_ctx, n_seq_max, n_tokens (u32 each),
              payload size (u64)
     tokens   n_tokens x int32: what sequence 0 of the cache holds, in order
@@ -27,7 +27,7 @@ from .errors import StateFileError
 from .gguf_header import open_regular_file
 
 MAGIC = b"PL90STAT"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the model identity covers samples of the weights
 _HEADER = struct.Struct("<8sI32s8s8sIIIQ")
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _CHUNK = 1 << 20
@@ -37,18 +37,22 @@ _CHUNK = 1 << 20
 class StateIdentity:
     """What must match between the Model that saved a state and the one that loads it."""
 
-    model_sha256: bytes  # of the GGUF header (metadata and tensor table), not of the weights: cheap to compute
+    model_sha256: bytes  # model_fingerprint: the GGUF header and samples of the weights, cheap to compute
     type_k: str
     type_v: str
     n_ctx: int
     n_seq_max: int
 
 
+SAMPLES, SAMPLE_BYTES = 256, 4096  # of the tensor data, evenly spaced: 1 MiB read, whatever the model's size
+
+
 def model_fingerprint(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], header_bytes: int) -> bytes:
-    """sha256 of the first `header_bytes` bytes of a GGUF (its header: hyperparameters, vocabulary, tensor
-    names, shapes, types and offsets). Any two different models differ there in practice, and it costs
-    milliseconds where hashing the weights would cost seconds."""
-    f, _, _ = open_regular_file(path)
+    """sha256 of a GGUF's first `header_bytes` bytes (its header: hyperparameters, vocabulary, tensor names,
+    shapes, types and offsets), its size, and 256 evenly spaced 4 KiB samples of its tensor data. The header
+    alone let a file with the same header but other weights (a fine-tune written by the same converter) load
+    another model's state silently; hashing all the weights would cost seconds, the samples milliseconds."""
+    f, _, size = open_regular_file(path)
     digest = hashlib.sha256()
     with f:
         left = header_bytes
@@ -58,6 +62,12 @@ def model_fingerprint(path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
                 break
             digest.update(chunk)
             left -= len(chunk)
+        digest.update(struct.pack("<Q", size))
+        data_bytes = max(size - header_bytes, 0)
+        step = max(data_bytes // SAMPLES, SAMPLE_BYTES)
+        for at in range(header_bytes, size, step):
+            f.seek(at)
+            digest.update(f.read(SAMPLE_BYTES))
     return digest.digest()
 
 
@@ -140,7 +150,7 @@ def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_voc
 
 def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) -> None:
     if saved.model_sha256 != expected.model_sha256:
-        raise StateFileError(f"{name}: was saved by another model (GGUF header sha256 "
+        raise StateFileError(f"{name}: was saved by another model (fingerprint of the GGUF header and weights "
                              f"{saved.model_sha256.hex()[:16]}..., this model's is {expected.model_sha256.hex()[:16]}...)")
     for what, field in (("K cache type", "type_k"), ("V cache type", "type_v"), ("n_ctx", "n_ctx"),
                         ("n_seq_max", "n_seq_max")):

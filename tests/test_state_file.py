@@ -173,3 +173,31 @@ def test_nul_in_the_path_is_refused(busy_model, tmp_path) -> None:
     assert not (tmp_path / "a").exists()  # C would have cut the path at the NUL
     with pytest.raises(pl.InvalidArgumentError, match="NUL"):
         m.load_state(f"{tmp_path}/a\0b")
+
+
+def test_same_header_other_weights_is_another_model(tmp_path) -> None:
+    """Two files with byte-identical headers but different weights (here token_embd's rows in reverse order):
+    before the fingerprint covered samples of the weights, the state loaded silently and generation differed."""
+    import numpy as np
+
+    from pyllama90a.gguf_header import read_header
+    from pyllama90a.synthetic import SHAPES, write_synthetic
+
+    a = write_synthetic(SHAPES["tiny"], tmp_path / "a.gguf", weight_type="f16")
+    b = tmp_path / "b.gguf"
+    data = bytearray(a.read_bytes())
+    header = read_header(a)
+    embd = next(t for t in header.tensors if t.name == "token_embd.weight")
+    assert embd.nbytes is not None
+    start = header.data_offset + embd.offset
+    rows = np.frombuffer(bytes(data[start:start + embd.nbytes]), dtype=np.uint8).reshape(embd.shape[1], -1)
+    data[start:start + embd.nbytes] = rows[::-1].tobytes()
+    b.write_bytes(bytes(data))
+    assert a.read_bytes()[:header.data_offset] == b.read_bytes()[:header.data_offset]
+    path = tmp_path / "a.state"
+    with pl.Model(a, n_ctx=256) as m:
+        m.generate([5, 6, 7], max_tokens=4, temperature=0)
+        m.save_state(path)
+    with pl.Model(b, n_ctx=256) as m:
+        with pytest.raises(StateFileError, match="saved by another model"):
+            m.load_state(path)

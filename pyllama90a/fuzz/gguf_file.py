@@ -75,10 +75,14 @@ class GGUFFile:
     alignment: int = DEFAULT_ALIGNMENT  # the padding written before the data section
     n_tensors: int | None = None  # a count to write instead of len(tensors)
     n_kv: int | None = None  # a count to write instead of len(entries)
+    # the data section tensor by tensor, each aligned: (offset in the base's data to copy, or None for `fill`
+    # bytes; size; fill byte). None: the base's data section as it is. Set by tensor_types.retype.
+    layout: list[tuple[int | None, int, int]] | None = None
 
     def copy(self) -> GGUFFile:
         """A copy whose lists can be edited; entries and tensors are replaced, never changed in place."""
-        return replace(self, entries=list(self.entries), tensors=list(self.tensors))
+        return replace(self, entries=list(self.entries), tensors=list(self.tensors),
+                       layout=None if self.layout is None else list(self.layout))
 
     def index(self, key: str) -> int | None:
         return next((i for i, e in enumerate(self.entries) if e.key == key), None)
@@ -127,14 +131,28 @@ class GGUFFile:
         with open(path, "wb") as dst, open(self.data_path, "rb") as src:
             dst.write(header)
             dst.flush()
-            left, at = self.data_size, self.data_offset
-            while left:  # kernel-side copy: the data is never read into Python
-                n = os.copy_file_range(src.fileno(), dst.fileno(), left, at)
-                if n == 0:
-                    break
-                left -= n
-                at += n
+            if self.layout is None:
+                _copy(src.fileno(), dst.fileno(), self.data_offset, self.data_size)
+            for at, nbytes, fill in self.layout or ():
+                if at is not None:
+                    _copy(src.fileno(), dst.fileno(), self.data_offset + at, nbytes)
+                else:
+                    block = bytes([fill]) * (1 << 20)
+                    for start in range(0, nbytes, len(block)):
+                        dst.write(block[:nbytes - start])
+                dst.write(b"\0" * (-nbytes % self.alignment))
+                dst.flush()
         return len(header)
+
+
+def _copy(src: int, dst: int, at: int, left: int) -> None:
+    """`left` bytes of `src` from `at` appended to `dst`, kernel-side: the data is never read into Python."""
+    while left:
+        n = os.copy_file_range(src, dst, left, at)
+        if n == 0:
+            break
+        left -= n
+        at += n
 
 
 def _string(b: bytes) -> bytes:

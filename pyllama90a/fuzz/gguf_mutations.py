@@ -11,6 +11,7 @@ that shrinking removes. Ops are plain JSON so that a reproducer can be read, edi
     {"op": "resize", "key": k, "length": n}        cut an array, or extend it with new distinct elements
     {"op": "tensor", "name": n, "field": "dims" | "type" | "offset" | "name", "value": x}
     {"op": "drop_tensor", "name": n}
+    {"op": "retype", "name": n, "type": t, "fill": byte}   new type, new data of its size (tensor_types.py)
     {"op": "header", "field": "version" | "n_tensors" | "n_kv", "value": n}
     {"op": "flip", "at": byte, "xor": mask}        on the written header
     {"op": "truncate", "of": "header" | "file", "fraction": f}
@@ -26,6 +27,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from .tensor_types import retype, role_type_ops
 from .gguf_file import (ARRAY, BOOL, F32, F64, FLOAT_TYPES, I8, I16, I32, I64, INT_TYPES, STRING, TYPE_IDS,
                         TYPE_NAMES, U8, U16, U32, U64, GGUFFile, Value)
 
@@ -101,7 +103,7 @@ VALUE_CLASSES = ("int-boundary", "float-special", "string", "enum", "type-change
                  "token-dup", "token-type", "array-length", "merges", "missing-key", "extra-key", "alignment",
                  "experts", "token-id", "charsmap", "reshape-heads")
 STRUCT_CLASSES = ("truncate", "flip", "count", "tensor-shape", "tensor-type", "tensor-offset", "tensor-name",
-                  "tensor-missing")
+                  "tensor-missing", "tensor-role-type")
 MUTATION_CLASSES = tuple(f"value:{c}" for c in VALUE_CLASSES) + tuple(f"struct:{c}" for c in STRUCT_CLASSES)
 
 
@@ -203,6 +205,8 @@ def _apply(f: GGUFFile, op: dict) -> None:
         if field == "name":
             value = decode_string(value).decode("utf-8", "surrogateescape")
         f.tensors[i] = replace(f.tensors[i], **{field: value})
+    elif kind == "retype":
+        retype(f, op["name"], op["type"], op["fill"])
     elif kind == "header":
         setattr(f, op["field"], op["value"])
     else:
@@ -262,6 +266,8 @@ def describe_op(op: dict) -> str:
         return f"tensor {op['name']} {op['field']} = {_short(op['value'])}"
     if kind == "drop_tensor":
         return f"drop tensor {op['name']}"
+    if kind == "retype":
+        return f"tensor {op['name']} retyped to ggml type {op['type']}, data bytes 0x{op['fill']:02x}"
     if kind == "header":
         return f"header {op['field']} = {op['value']}"
     if kind == "flip":
@@ -535,6 +541,9 @@ class _Generator:
 
     def m_tensor_missing(self) -> list[dict]:
         return [{"op": "drop_tensor", "name": self.tensor().name}]
+
+    def m_tensor_role_type(self) -> list[dict]:
+        return role_type_ops(self.rng, self.base)
 
 
 def generate_case(seed: int, index: int, bases: dict[str, GGUFFile], *, struct_share: float = 0.35) -> dict:

@@ -108,3 +108,21 @@ def cpu_extra_buffer_types() -> dict[str, object]:
         found[ffi.string(lib.ggml_backend_buft_name(buft[0])).decode()] = buft[0]
         buft += 1
     return found
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    name: str          # ggml's name, e.g. "q4_0"
+    block_size: int    # values per block
+    type_size: int     # bytes per block
+    to_float: bool     # ggml-base can dequantize it (F32 itself has no to_float)
+
+
+def type_info(type_id: int) -> TypeInfo | None:
+    """ggml-base's type traits of `type_id`, or None for a number that is not a type of this build (past
+    GGML_TYPE_COUNT, or a removed type, whose block size is 0)."""
+    if not 0 <= type_id < lib.GGML_TYPE_COUNT or lib.ggml_blck_size(type_id) == 0:
+        return None
+    traits = lib.ggml_get_type_traits(type_id)
+    return TypeInfo(ffi.string(traits.type_name).decode(), traits.blck_size, lib.ggml_type_size(type_id),
+                    traits.to_float != ffi.NULL)

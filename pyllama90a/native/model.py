@@ -13,6 +13,7 @@ from .._log import NativeCall
 from ..errors import (INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, flag, fs_path, int_in_range, token_ids,
                       utf8)
 
+MAX_TOKENIZE_BYTES = 64 << 20  # of UTF-8 text per llama_tokenize call (well within its int32 lengths)
 LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
 
 
@@ -52,8 +53,11 @@ class ModelHandle:
     def tokenize(self, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
         """The tokens of UTF-8 `data`; add_special adds BOS/EOS as the model wants, parse_special reads control
         tokens' text (e.g. "<|im_end|>") as those tokens."""
-        if len(data) > INT32_MAX - 8:  # its length and the token buffer's are int32 in llama_tokenize
-            raise InvalidArgumentError(f"text has {len(data)} bytes; llama.cpp tokenizes at most {INT32_MAX - 8}")
+        # llama.cpp copies and splits the text and we give it a token buffer of 4 bytes per byte: 390 MB of text
+        # under a 3 GB address-space limit ended the process (std::bad_alloc thrown across the C API)
+        if len(data) > MAX_TOKENIZE_BYTES:
+            raise InvalidArgumentError(f"text has {len(data)} bytes; one tokenization takes at most "
+                                       f"{MAX_TOKENIZE_BYTES} ({MAX_TOKENIZE_BYTES >> 20} MiB)")
         cap = len(data) + 8
         buf = ffi.new("llama_token[]", cap)
         with NativeCall() as call:

@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shutdown-grace", type=float, default=_env("shutdown-grace", 10.0),
                    help="seconds running requests get to finish after SIGTERM/SIGINT; then each remaining one "
                         "ends with an error (streams: an error event and [DONE]) (default 10)")
+    p.add_argument("--header-timeout", type=float, default=_env("header-timeout", 10.0),
+                   help="seconds a client has to send a request's headers, from connecting or from the last "
+                        "response on its connection; then the connection is closed (slowloris) (default 10)")
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
     args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
@@ -73,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_tokens_default > args.max_tokens_limit:
         p.error(f"--max-tokens-default ({args.max_tokens_default}) is above --max-tokens-limit "
                 f"({args.max_tokens_limit})")
+    if not 0 < args.header_timeout <= 3600:  # also refuses nan
+        p.error(f"--header-timeout must be above 0 and at most 3600 seconds, got {args.header_timeout}")
     if not 0 <= args.shutdown_grace <= 3600:  # also refuses nan
         p.error(f"--shutdown-grace must be between 0 and 3600 seconds, got {args.shutdown_grace}")
     return args
@@ -89,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..engine import BatchEngine
     from ..errors import LlamaError
     from .app import ServerState, create_app
+    from .header_timeout import protocol_with_header_timeout
     from .shutdown import GracefulServer
 
     try:
@@ -115,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     log_config["loggers"]["pyllama90a.server"] = {"handlers": ["default"], "level": args.log_level.upper(),
                                                   "propagate": False}
     config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level,
-                            log_config=log_config)
+                            log_config=log_config, http=protocol_with_header_timeout(args.header_timeout))
     try:
         GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
     finally:

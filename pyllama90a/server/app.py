@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import json
 import logging
@@ -150,7 +151,16 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> Response:
         req = embedding_request(await read_json(request, state.limits.max_request_bytes), state.limits)
-        vectors, n_tokens = await asyncio.to_thread(_embed, state, req.texts)
+        cancelled = threading.Event()
+        work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.texts, cancelled))
+        while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
+            if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
+                cancelled.set()
+        if cancelled.is_set():
+            with contextlib.suppress(_Cancelled):
+                await work
+            return Response(status_code=499)
+        vectors, n_tokens = await work
         data = []
         for i, vec in enumerate(vectors):
             value: Any = (base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
@@ -238,9 +248,18 @@ def _model_card(state: ServerState) -> dict[str, Any]:
     return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "pyllama90a"}
 
 
-def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
+class _Cancelled(Exception):
+    """The client of an embeddings request went away: the inputs left are not embedded."""
+
+
+EMBED_CHUNK = 8  # inputs embedded between two looks at whether the client is still there
+
+
+def _embed(state: ServerState, texts: list[str], cancelled: threading.Event) -> tuple[np.ndarray, int]:
     """Embeddings come from a second context on the engine's loaded weights, made on first use (pooled, no KV
-    reuse); it runs beside the engine's context, and the weights stay loaded until both are closed."""
+    reuse); it runs beside the engine's context, and the weights stay loaded until both are closed. Inputs are
+    embedded a few at a time, so a request whose client left (`cancelled`) stops within one chunk instead of
+    holding the embedder (and every request behind it) for all of its inputs."""
     with state.embed_lock:
         if state.embedder is None:
             engine = state.engine
@@ -248,7 +267,12 @@ def _embed(state: ServerState, texts: list[str]) -> tuple[np.ndarray, int]:
                                                        n_threads=engine.n_threads)
         try:
             n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)
-            return state.embedder.embed(texts), n_tokens
+            parts = []
+            for start in range(0, len(texts), EMBED_CHUNK):
+                if cancelled.is_set():
+                    raise _Cancelled
+                parts.append(state.embedder.embed(texts[start:start + EMBED_CHUNK]))
+            return np.concatenate(parts), n_tokens
         except ContextOverflowError as e:
             raise APIError(400, str(e), param="input", code="context_length_exceeded") from None
         except InvalidArgumentError as e:
@@ -265,9 +289,12 @@ def _submit(state: ServerState, gen: Generation, prompt: Any, deliver: list[Any]
     Run in a worker thread when the request compiles a grammar (a large schema takes a while)."""
     engine = state.engine
     prepared = None
-    if gen.n > engine.parallel + engine.queue_size:  # would never fit: a 429 would invite endless retries
-        raise APIError(400, f"n={gen.n} is more than this server's {engine.parallel} slots and {engine.queue_size} "
-                            "queue places can hold", param="n")
+    # the n generations are queued one after another, before the engine thread moves any into a free slot, so
+    # more than the queue holds can never be queued at once, even on an idle server: a 429 ("retry shortly")
+    # would invite endless retries
+    if gen.n > engine.queue_size:
+        raise APIError(400, f"n={gen.n} is more than this server's queue of {engine.queue_size} places can hold "
+                            f"(--queue-size)", param="n")
     try:
         if chat:
             assert gen.messages is not None  # (chat_request sets them)
