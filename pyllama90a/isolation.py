@@ -151,14 +151,14 @@ def _worker_main() -> None:  # pragma: no cover - runs in the worker process
         try:
             reply: tuple = ("ok", functions[task](payload))
         except MemoryError:
-            reply = ("error", "MemoryError", f"used more than the memory limit ({memory_mb} MiB)", None)
+            reply = ("error", "MemoryError", f"used more than the memory limit of {memory_mb} MiB", None)
         except BaseException as e:  # noqa: BLE001 - every failure of a task goes back to the caller
             param = getattr(e, "param", None)
             reply = ("error", type(e).__name__, str(e), param if isinstance(param, str) else None)
         try:
             data = pickle.dumps(reply)
         except MemoryError:
-            data = pickle.dumps(("error", "MemoryError", f"used more than the memory limit ({memory_mb} MiB)",
+            data = pickle.dumps(("error", "MemoryError", f"used more than the memory limit of {memory_mb} MiB",
                                  None))
         _write_frame(out, data)
 
@@ -303,4 +303,19 @@ def shutdown() -> None:
             pass
 
 
+def _forget_workers_after_fork() -> None:
+    """In a child made by a plain fork (the fuzz runner's): the parent's workers are not this process's."""
+    global _lock
+    _lock = threading.Condition()
+    for worker in [*_idle, *_busy]:
+        for fd in (worker.wfd, worker.rfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _idle.clear()
+    _busy.clear()
+
+
 atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget_workers_after_fork)
