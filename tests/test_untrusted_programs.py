@@ -106,6 +106,15 @@ def test_enum_properties_and_parentheses_limits() -> None:
         constrained.grammar("root ::= " + "(" * 100 + '"a"' + ")" * 100)
 
 
+def test_regex_repetition_product_limit(model) -> None:
+    # found by the fuzzer's untrusted sample: the first mask of a{1000}{1000} took 7 s in this process
+    with pytest.raises(pl.ConstraintError, match=r"product of nested repetition counts 1000000 .*max-repeat"):
+        model.generate("x", regex="a{1000}{1000}", max_tokens=2)
+    with pytest.raises(pl.ConstraintError, match="1000000"):
+        constrained.regex("(a{1000}){1000}")
+    assert constrained.regex("[a-z]{3}-[0-9]{2,4}").kind == "regex"
+
+
 def test_compile_time_limit() -> None:
     alternation = "root ::= " + " | ".join(f'"w{i}" r{i}' for i in range(900)) + "\n" + "".join(
         f'r{i} ::= "x{i}" | "y{i}"\n' for i in range(900))

@@ -13,7 +13,8 @@ Defaults (ConstraintLimits; the server's --constraint-* flags, `set_limits()` in
   max_depth 64 (nesting of a schema's objects and arrays, of a grammar's or regex's parentheses),
   max_refs 1,000 ($ref in one schema), max_ref_depth 64 ($ref chained through $ref),
   max_enum 1,000 (values of one enum), max_properties 1,000 (of one object), max_nodes 10,000 (subschemas),
-  compile_timeout_s 10 (the compile in the worker).
+  max_repeat 10,000 (a regex's nested bounded repetitions multiplied: a{1000}{1000} is a million, whose
+  first mask took 7 s of matching in this process), compile_timeout_s 10 (the compile in the worker).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class ConstraintLimits:
     max_enum: int = 1000
     max_properties: int = 1000
     max_nodes: int = 10_000
+    max_repeat: int = 10_000
     compile_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
@@ -105,6 +107,42 @@ def _paren_depth(text: str, *, lark: bool = False, regex: bool = False) -> int:
     return deepest
 
 
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+
+
+def _repeat_product(text: str) -> int:
+    """The largest product of nested bounded repetitions of a regex: x{a}{b} and (x{a}){b} count a*b."""
+    groups = [1]          # per open group: the largest product inside it
+    last = 1              # the product of the atom just read (a group's inside, or stacked quantifiers)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            last, i = 1, i + 2
+            continue
+        if c == "[":
+            i += 1
+            while i < n and text[i] != "]":
+                i += 2 if text[i] == "\\" else 1
+            last = 1
+        elif c == "(":
+            groups.append(1)
+            last = 1
+        elif c == ")" and len(groups) > 1:
+            last = groups.pop()
+            groups[-1] = max(groups[-1], last)
+        elif c == "{" and (m := _QUANTIFIER.match(text, i)):
+            bound = max(int(m.group(1)), int(m.group(2) or 0))
+            last *= max(bound, 1)
+            groups[-1] = max(groups[-1], last)
+            i = m.end()
+            continue
+        else:
+            last = 1
+        i += 1
+    return max(groups)
+
+
 def check_grammar(name: str, text: str, kind: str) -> None:
     """kind: "gbnf", "lark" or "regex"."""
     check_text(name, text)
@@ -115,6 +153,10 @@ def check_grammar(name: str, text: str, kind: str) -> None:
     depth = _paren_depth(text, lark=kind == "lark", regex=kind == "regex")
     if depth > _limits.max_depth:
         raise _over(name, "nesting depth of parentheses", depth, _limits.max_depth, "max_depth")
+    if kind == "regex":
+        product = _repeat_product(text)
+        if product > _limits.max_repeat:
+            raise _over(name, "product of nested repetition counts", product, _limits.max_repeat, "max_repeat")
 
 
 # -- JSON schemas ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ _ISOLATION_FLAGS = {
     "constraint-max-enum": ("max_enum", int, "most values of one enum"),
     "constraint-max-properties": ("max_properties", int, "most properties of one schema object"),
     "constraint-max-nodes": ("max_nodes", int, "most objects in one JSON schema"),
+    "constraint-max-repeat": ("max_repeat", int, "largest product of a regex's nested {n,m} repetition counts"),
     "constraint-compile-timeout": ("compile_timeout_s", float, "seconds a constraint may take to compile (in a worker process, killed after it): more is a 400"),
     "template-timeout": ("render_timeout_s", float, "seconds a chat template may take to compile or render (in a worker process, killed after it): more is a 400"),
     "template-max-output": ("max_output_chars", int, "most characters a chat template may output"),
