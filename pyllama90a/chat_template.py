@@ -4,10 +4,9 @@ A GGUF carries its model's Jinja template in `tokenizer.chat_template` (and some
 `tokenizer.chat_template.tool_use`). `ChatTemplate.for_model(model)` reads it (or takes an override), and
 `render(messages, tools=..., add_generation_prompt=True, **kwargs)` gives the prompt text.
 
-The environment is jinja2's ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and the
-loopcontrols extension, the globals `raise_exception(message)` and `strftime_now(format)`, a `tojson` filter
-that keeps non-ASCII text and takes indent/separators/sort_keys, and a `{% generation %}` block that renders
-its body. A template is a file's data: reaching for Python internals (attributes starting with "_", the
+The template compiles and renders in a worker process with a time, memory and output-size limit
+(template_render.py, which also describes the environment: jinja2's ImmutableSandboxedEnvironment). A template
+is a file's data: reaching for Python internals (attributes starting with "_", the
 sandbox's unsafe attributes) fails at once, and so do mutating methods (list.append, dict.update).
 
 Messages are checked and copied before the template sees them (the caller's are never changed): content may
@@ -17,15 +16,14 @@ text as sent; `tool` messages keep tool_call_id, name and content.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import threading
 from collections import OrderedDict
-from datetime import datetime
 from typing import Any, Mapping, Sequence
 
+from . import template_render
 from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
 from .tool_calls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 
@@ -43,110 +41,36 @@ def check_template_variables(variables: Mapping[str, Any]) -> None:
     bind to render's own parameters (a TypeError, or a prompt silently rendered without the assistant's turn)."""
     if not all(isinstance(k, str) for k in variables):
         raise InvalidArgumentError("template variable names must be strings", param="chat_template_kwargs")
+    if "self" in variables:  # jinja2's own name in every template (the template's blocks): a value is never seen
+        raise InvalidArgumentError("template variable 'self' is reserved by Jinja (it names the template itself)",
+                                   param="chat_template_kwargs")
     clash = _RESERVED.intersection(variables)
     if clash:
         raise InvalidArgumentError(f"template variable(s) {sorted(clash)} are set by render(); "
                                    "pass them as its arguments", param="chat_template_kwargs")
 
 
-# -- the environment -------------------------------------------------------------------------------------
-
-def _environment():  # (no annotation: jinja2 is imported lazily)
-    import jinja2
-    from jinja2.ext import Extension
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-
-    class GenerationBlock(Extension):
-        """{% generation %}...{% endgeneration %} (HF marks the assistant's tokens with it): renders the body."""
-
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.Scope(body, lineno=lineno)
-
-    class Sandbox(ImmutableSandboxedEnvironment):
-        def unsafe_undefined(self, obj, attribute):
-            # the default gives an Undefined that fails only when used further ({{ x.__class__ }} prints "")
-            raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
-
-    def raise_exception(message: object) -> None:
-        raise jinja2.TemplateError(str(message))
-
-    def strftime_now(fmt: str) -> str:
-        return datetime.now().strftime(fmt)
-
-    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-               separators: Sequence[str] | None = None, sort_keys: bool = False) -> str:
-        seps = None
-        if separators is not None:  # templates pass a list or tuple of (item, key) separators
-            item_sep, key_sep = separators
-            seps = (str(item_sep), str(key_sep))
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=seps, sort_keys=sort_keys)
-
-    env = Sandbox(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
-                  extensions=["jinja2.ext.loopcontrols", GenerationBlock])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env
-
-
-_env = None
-_env_lock = threading.Lock()
-_cache: OrderedDict[str, Any] = OrderedDict()
-_CACHE_SIZE = 16
-
-
-def _get_env():
-    global _env
-    with _env_lock:
-        if _env is None:
-            _env = _environment()
-        return _env
-
-
-def _template_line(exc: BaseException) -> int | None:
-    """The template line an error was raised at (jinja2 rewrites tracebacks so they show template lines)."""
-    line = getattr(exc, "lineno", None)
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
-def compile_template(source: str):  # a jinja2.Template
-    """The compiled template of `source`, from a small cache (compiled once per template text)."""
+def compile_template(source: str) -> frozenset[str]:
+    """Compile `source` in the render worker (template_render.check): ChatTemplateError if it does not
+    compile; the names of the variables it reads. Checked once per template text here."""
     if not isinstance(source, str):
         raise InvalidArgumentError(f"chat_template must be a str, got {type(source).__name__}")
-    with _env_lock:
+    with _cache_lock:
         hit = _cache.get(source)
         if hit is not None:
             _cache.move_to_end(source)
             return hit
-    import jinja2
-
-    env = _get_env()
-    try:
-        template = env.from_string(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise ChatTemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
-    with _env_lock:
-        _cache[source] = template
+    names = template_render.check(source)
+    with _cache_lock:
+        _cache[source] = names
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
-    return template
+    return names
 
 
-@functools.lru_cache(maxsize=64)
-def _uses_variable(source: str, name: str) -> bool:
-    """Whether the template reads the variable `name` (from its syntax tree, not a text search)."""
-    from jinja2 import meta
-
-    return name in meta.find_undeclared_variables(_get_env().parse(source))
+_cache: OrderedDict[str, frozenset[str]] = OrderedDict()
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 64
 
 
 # -- messages --------------------------------------------------------------------------------------------
@@ -365,14 +289,14 @@ class ChatTemplate:
     def renders_tools(self) -> bool:
         """Whether the template itself describes `tools` to the model (it reads the `tools` variable) in a
         syntax we parse (not the generic format)."""
-        return not self.tool_call_format.system_prompt and _uses_variable(self.tool_use_source or self.source,
-                                                                          "tools")
+        return not self.tool_call_format.system_prompt and "tools" in compile_template(self.tool_use_source
+                                                                                       or self.source)
 
     def renders_tool_calls(self, source: str | None = None) -> bool:
         """Whether the template writes assistant tool_calls itself (in a syntax we parse)."""
         return "tool_calls" in (source or self.source) and not self.tool_call_format.system_prompt
 
-    def render(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+    def render(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """The prompt text for `messages` (OpenAI shape) and `tools` (OpenAI tool list, given to the template
         as is). `kwargs` become template variables too (e.g. enable_thinking, date_string).
@@ -401,25 +325,10 @@ class ChatTemplate:
 
     @staticmethod
     def render_raw(source: str, variables: dict) -> str:
-        """Render template text with exactly `variables`; a failure is a ChatTemplateError."""
-        import jinja2
-
-        template = compile_template(source)
-        try:
-            return template.render(**variables)
-        except ChatTemplateError:
-            raise
-        except jinja2.TemplateError as e:
-            line = _template_line(e)
-            where = f" (template line {line})" if line else ""
-            kind = "raised an error:" if type(e) is jinja2.TemplateError else f"failed: {type(e).__name__}:"
-            raise ChatTemplateError(f"chat template {kind} {e.message or e}{where}") from None
-        except RecursionError:
-            raise ChatTemplateError("chat template failed: recursion too deep") from None
-        except Exception as e:  # noqa: BLE001 - a template's TypeError, ValueError, ... in its expressions
-            line = _template_line(e)
-            where = f" (template line {line})" if line else ""
-            raise ChatTemplateError(f"chat template failed: {type(e).__name__}: {e}{where}") from None
+        """Render template text with exactly `variables` (in the render worker, within template_render's
+        limits); a failure is a ChatTemplateError."""
+        compile_template(source)
+        return template_render.render(source, variables)
 
     def has_bos(self, text: str) -> bool:
         """Whether rendered `text` already begins with the BOS token: then tokenize it with

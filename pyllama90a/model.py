@@ -562,7 +562,7 @@ class Model:
                 self._chat_template_read = True
             return self._chat_template
 
-    def apply_chat_template(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+    def apply_chat_template(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
                             add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
         template = self.chat_template

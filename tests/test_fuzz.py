@@ -28,6 +28,7 @@ from pyllama90a.gguf_header import read_header
 # with the real model's metadata: about a minute on 2 cores when nothing hangs. Seed 9's GGUF sample holds
 # several tokenizer.ggml.model values that abort today (see tests/data/fuzz).
 GGUF_SAMPLE_CASES, API_SAMPLE_CASES = 500, 40
+UNTRUSTED_SAMPLE_CASES = 24  # hostile templates and constraint sizes (issue 18): about 40 s on 2 cores
 
 
 def _mutation(*ops: dict) -> dict:
@@ -171,7 +172,8 @@ def test_known_reproducer_ends_cleanly(path, tmp_path) -> None:
 
 # -- the bounded sample -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target, n_cases, seed", [("gguf", GGUF_SAMPLE_CASES, 9), ("api", API_SAMPLE_CASES, 1)])
+@pytest.mark.parametrize("target, n_cases, seed", [("gguf", GGUF_SAMPLE_CASES, 9), ("api", API_SAMPLE_CASES, 1),
+                                                   ("untrusted", UNTRUSTED_SAMPLE_CASES, 1)])
 def test_bounded_sample_has_no_defects(tmp_path, model_path, capsys, target: str, n_cases: int, seed: int) -> None:
     rc = fuzz_main(["--target", target, "--cases", str(n_cases), "--seed", str(seed), "--jobs", "2", "--timeout", "10",
                     "--out", str(tmp_path), "--real-model", "--batch", "1000"])

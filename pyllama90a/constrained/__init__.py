@@ -11,6 +11,7 @@ Choice of library and its numbers: benchmarks/results/constrained-backends.md.
 from __future__ import annotations
 
 from ..errors import ConstraintError
+from .limits import ConstraintLimits, get_limits, set_limits
 from .logit_bias import LogitBias, apply_logit_bias
 from .matcher import Matcher, apply_bitmask, compute_masks
 from .rules import OutputRules
@@ -22,4 +23,5 @@ __all__ = [
     "Constraint", "ToolCallFormat", "Matcher", "LogitBias", "OutputRules", "Vocab", "ConstraintError",
     "constraint_from", "json_schema", "json_object", "regex", "grammar", "tool_calls", "response_format",
     "schema_dict", "vocab_for", "compute_masks", "apply_bitmask", "apply_logit_bias", "JSON_DEFAULTS",
+    "ConstraintLimits", "get_limits", "set_limits",
 ]

@@ -2,8 +2,10 @@
 response_format, a regular expression, a GBNF grammar (llama.cpp's `grammar` field), or a tool call.
 
 Each input is checked when its Constraint is made, so a bad schema, regex or grammar is a ConstraintError
-naming the field before any token is generated. The grammar itself is llguidance's (a JSON schema is compiled
-by llguidance, a GBNF grammar converted to its Lark dialect by llguidance's own converter).
+naming the field before any token is generated: against the limits of limits.py, then converted and validated
+by llguidance in a worker process under a time limit (compile.py), so no constraint can crash or stall this
+process. The grammar itself is llguidance's (a JSON schema is compiled by llguidance, a GBNF grammar converted
+to its Lark dialect by llguidance's own converter).
 """
 from __future__ import annotations
 
@@ -15,16 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..errors import ConstraintError
+from . import limits as _limits
+from .compile import JSON_DEFAULTS, _clean, compiled
 from .vocab import SPECIAL_PREFIX, Vocab, llguidance
-
-# Compact, deterministic JSON (what OpenAI's models produce): no free whitespace, so a small model cannot loop
-# on newlines inside an object. A schema's own "x-guidance" options override these.
-JSON_DEFAULTS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 # A JSON value of any kind is not what "json_object" means: OpenAI's JSON mode gives an object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
-_MAX_TEXT = 1 << 20  # a schema, regex or grammar of more than 1 MiB is refused before it is compiled
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,49 +82,16 @@ _FIELD = {"json_schema": "json_schema", "json_object": "response_format", "regex
 
 # -- checks ---------------------------------------------------------------------------------------------------
 
-def _clean(message: str) -> str:
-    return message.strip().replace("\n\n", "\n")
-
-
-def _validate(grammar: str, what: str, schema_for_path: Any = None) -> None:
-    """ConstraintError naming `what` if llguidance refuses `grammar` (checked without a vocabulary)."""
-    llg = llguidance()
-    is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar)
-    if is_error:
-        detail = _clean(messages[0]) if messages else "invalid"
-        where = _schema_path(schema_for_path) if schema_for_path is not None else ""
-        raise ConstraintError(f"{what}: {detail}{where}")
-
-
-def _schema_path(schema: Any) -> str:
-    """Where the JSON Schema metaschema says `schema` is wrong (e.g. ' (at properties.age.type)'), when the
-    jsonschema package is installed; llguidance's own message does not always say."""
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - optional
-        return ""
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
-    except Exception:  # noqa: BLE001 - a hint only: a metaschema check that itself fails says nothing
-        return ""
-    if error is None:
-        return ""
-    path = ".".join(str(p) for p in error.absolute_path) or "(root)"
-    return f" (at {path}: {error.message[:200]})"
-
-
 def _text(name: str, value: object, *, empty_ok: bool = False) -> str:
     if not isinstance(value, str):
         raise ConstraintError(f"{name} must be a str, got {type(value).__name__}")
     if not value and not empty_ok:
         raise ConstraintError(f"{name} is empty")
-    if len(value) > _MAX_TEXT:
-        raise ConstraintError(f"{name} has {len(value)} characters; at most {_MAX_TEXT} are accepted")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
         raise ConstraintError(f"{name} is not valid Unicode text: {e.reason} at index {e.start}") from None
+    _limits.check_text(name, value)
     return value
 
 
@@ -143,26 +109,22 @@ def schema_dict(schema: object, name: str = "json_schema") -> dict[str, Any]:
             schema = json.loads(schema)
         except json.JSONDecodeError as e:
             raise ConstraintError(f"{name} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ConstraintError(f"{name} is nested too deeply") from None
     if not isinstance(schema, Mapping):
         raise ConstraintError(f"{name} must be a JSON schema object (a dict, JSON text or a pydantic model class), "
                               f"got {type(schema).__name__}")
+    _limits.check_schema(name, schema)  # (before json.dumps, which recurses as deep as the schema)
     try:
         text = json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ConstraintError(f"{name} is not JSON-serializable: {e}") from None
-    if len(text) > _MAX_TEXT:
-        raise ConstraintError(f"{name} is {len(text)} bytes as JSON; at most {_MAX_TEXT} are accepted")
+    _limits.check_text(name, text)
     return json.loads(text)  # a plain, private copy
 
 
 def _json_grammar(schema: dict[str, Any], name: str) -> str:
-    llg = llguidance()
-    try:
-        grammar = llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_DEFAULTS)
-    except (ValueError, TypeError) as e:
-        raise ConstraintError(f"{name}: {e}") from None
-    _validate(grammar, name, schema)
-    return grammar
+    return compiled("json", schema, name)
 
 
 def _lark_str(text: str) -> str:
@@ -213,29 +175,14 @@ def json_object(schema: object | None = None, *, name: str = "response_format") 
 def regex(pattern: str, *, name: str = "regex") -> Constraint:
     """Text that matches `pattern` as a whole (Rust regex syntax: no look-around or back-references)."""
     _text(name, pattern)
-    llg = llguidance()
-    grammar = llg.LLMatcher.grammar_from_regex(pattern)
-    _validate(grammar, name)
-    return Constraint("regex", pattern, _lark=grammar)
+    return Constraint("regex", pattern, _lark=compiled("regex", pattern, name))
 
 
 def grammar(text: str, *, name: str = "grammar") -> Constraint:
     """A GBNF grammar as llama.cpp takes it (rule `root`); text that starts with `%llguidance` is taken as
     llguidance's Lark dialect, as llama.cpp built with LLGuidance does."""
     _text(name, text)
-    llg = llguidance()
-    if text.lstrip().startswith("%llguidance"):
-        lark = text
-    else:
-        from llguidance.gbnf_to_lark import gbnf_to_lark
-
-        try:
-            lark = gbnf_to_lark(text)
-        except Exception as e:  # noqa: BLE001 - the converter raises plain Exception for grammar errors
-            raise ConstraintError(f"{name}: {e}") from None
-    compiled = llg.LLMatcher.grammar_from_lark(lark)
-    _validate(compiled, name)
-    return Constraint("grammar", text, _lark=compiled)
+    return Constraint("grammar", text, _lark=compiled("gbnf", text, name))
 
 
 def tool_calls(formats: Sequence[ToolCallFormat], *, trigger: str | None = None, parallel: bool = False,
@@ -302,7 +249,7 @@ def tool_calls(formats: Sequence[ToolCallFormat], *, trigger: str | None = None,
                 rules.insert(1, f"start: FREE | trig ({' | '.join(firsts)}) {more}")
         return llguidance().LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
 
-    _validate(lark(None), name)
+    compiled("lark", lark(None), name)
     cache: weakref.WeakKeyDictionary[Vocab, str] = weakref.WeakKeyDictionary()
 
     def per_vocab(vocab: Vocab) -> str:

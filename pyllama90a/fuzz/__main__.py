@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-model", action="store_true",
                         help="also mutate the default model: its metadata over small tensors, and a few whole files")
     parser.add_argument("--target", choices=TARGETS, default="gguf",
-                        help="gguf: mutated model files; api: hostile Model arguments and calls; all: both")
+                        help="gguf: mutated model files; api: hostile Model arguments and calls; untrusted: hostile "
+                             "chat templates and constraints; all: gguf and api")
     parser.add_argument("--batch", type=int, default=50, help="cases between reports (default 50)")
     parser.add_argument("--no-shrink", action="store_true", help="keep failing cases as they are")
     parser.add_argument("--replay", type=Path, help="rerun one reproducer (.json) and report its outcome")

@@ -6,8 +6,11 @@ shrinker and reports serve both. A mutation holds one op:
     {"op": "arg", "name": "n_ctx", "value": x}                          a Model() keyword argument
     {"op": "call", "method": "generate", "args": [...], "kwargs": {...}}  a method call (or property read)
 
-Values are JSON, plus {"$bytes": hex}, {"$path": kind} (a path made in the child: see _PATHS) and
-{"$range": n} (the list 0..n-1). After the calls, the case checks that the Model still generates: an
+Values are JSON, plus {"$bytes": hex}, {"$path": kind} (a path made in the child: see _PATHS),
+{"$range": n} (the list 0..n-1) and the hostile constraints of _HOSTILE ({"$gbnf_chain": n}, a GBNF chain of n
+rules; {"$ref_chain": n}, {"$deep_schema": n}, {"$enum": n}, {"$properties": n}, {"$parens": n},
+{"$alternation": n}). {"op": "limits", "values": {...}} lifts constraint limits (constrained.set_limits), so
+that what the limits refuse reaches the constraint library in its worker process. After the calls, the case checks that the Model still generates: an
 error raised by a bad call must leave the Model usable.
 """
 from __future__ import annotations
@@ -35,7 +38,28 @@ MODEL_ARGS: dict[str, list[Any]] = {
     "flash_attn": ["on", "off", "auto", "yes", None, True],
     "seed": [-1, 2**32, 2**64, 1.5, "1"],
     "embedding": [True, "no"],
+    "chat_template": [  # hostile templates (issue 18): time, memory, output size, nesting
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+        "{{ messages|tojson(indent=100000000) }}",
+        "".join("{%% for i%d in [1] %%}" % i for i in range(25)) + "x" + "{% endfor %}" * 25,
+        "{% if true %}" * 200 + "x" + "{% endif %}" * 200,
+        "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+        "{{ raise_exception('no') }}", "{{ messages.__class__ }}", "{% for m in messages %}{{ m.content }}",
+        "{{ messages[0].content }}", "", 5,
+    ],
 }
+# constraint sizes (issue 18): values of generate's / chat's constraint arguments
+CONSTRAINTS: dict[str, list[Any]] = {
+    "grammar": [{"$gbnf_chain": 5000}, {"$gbnf_chain": 3000}, {"$gbnf_chain": 900}, {"$parens": 100},
+                {"$alternation": 3000}, 'root ::= "a"', "root ::= root", ""],
+    "json_schema": [{"$ref_chain": 1000}, {"$ref_chain": 60}, {"$deep_schema": 900}, {"$deep_schema": 60},
+                    {"$enum": 5000}, {"$properties": 20_000}, {"type": "integer"}, "[" * 5000, "{}"],
+    "regex": [{"$regex_parens": 500}, "a{1000}{1000}", "(a|b)*c", "(?=x)"],
+}
+LIMITS: list[dict[str, Any]] = [{"max_rules": 100_000}, {"max_refs": 100_000, "max_ref_depth": 100_000},
+                                {"max_depth": 100_000}, {"compile_timeout_s": 0.5}, {"max_enum": 100_000}]
 TEXTS: list[Any] = ["Hello", "", " ", "\ud800", "a\u0000b", "\U0001f600" * 3, {"$bytes": "68656c6c6f"},
                     "x" * 5000, None, 5, ["a"], [1, 2, 3], [], [-1], [2**31], [2**63], [1.5], [True]]
 TOKENS: list[Any] = [[1, 2, 3], [], [-1], [2**31], [2**63], [1.5], ["a"], None, 5, {"$range": 300},
@@ -60,8 +84,8 @@ SAMPLING: dict[str, list[Any]] = {
 }
 PATHS = ["nul", "dir", "missing-dir", "fifo", "garbage", "empty", "flipped-state", "truncated-state", "bytes"]
 CALLS: dict[str, Any] = {
-    "generate": lambda g: ([g.pick(TEXTS)], g.sampling()),
-    "chat": lambda g: ([g.pick(MESSAGES)], g.sampling()),
+    "generate": lambda g: ([g.pick(TEXTS)], g.sampling() | g.constraint()),
+    "chat": lambda g: ([g.pick(MESSAGES)], g.sampling() | g.constraint() | g.template_kwargs()),
     "apply_chat_template": lambda g: ([g.pick(MESSAGES)], {}),
     "tokenize": lambda g: ([g.pick(TEXTS)] + [g.pick(FLAGS) for _ in range(g.rng.choice([0, 1, 2]))], {}),
     "detokenize": lambda g: ([g.pick(TOKENS)] + [g.pick(FLAGS) for _ in range(g.rng.choice([0, 1]))], {}),
@@ -91,6 +115,16 @@ class _Generator:
     def sampling(self) -> dict:
         return {k: self.pick(v) for k, v in SAMPLING.items() if self.rng.random() < 0.25}
 
+    def constraint(self) -> dict:
+        if self.rng.random() >= 0.3:
+            return {}
+        name = self.pick(list(CONSTRAINTS))
+        return {name: self.pick(CONSTRAINTS[name]), "max_tokens": 2}
+
+    def template_kwargs(self) -> dict:
+        return {"chat_template_kwargs": self.pick([{"self": 1}, {"messages": 1}, {"x": "y"}, {5: 1}, []])} \
+            if self.rng.random() < 0.15 else {}
+
     def mutation(self) -> dict:
         method = self.pick(list(CALLS))
         op: dict[str, Any] = {"op": "call", "method": method}
@@ -107,8 +141,39 @@ def generate_api_case(seed: int, index: int, base: str) -> dict:
         for name in rng.sample(list(MODEL_ARGS), rng.choice([1, 1, 2])):
             mutations.append({"cls": f"api:Model({name})",
                               "ops": [{"op": "arg", "name": name, "value": g.pick(MODEL_ARGS[name])}]})
+    if rng.random() < 0.15:
+        mutations.append({"cls": "api:constraint-limits", "ops": [{"op": "limits", "values": g.pick(LIMITS)}]})
     mutations += [g.mutation() for _ in range(rng.choice([1, 2, 3]))]
     return {"target": "api", "base": base, "mutations": mutations}
+
+
+def generate_untrusted_case(seed: int, index: int, base: str) -> dict:
+    """Only the untrusted programs (the "untrusted" target): a hostile chat template with chat calls, or
+    hostile constraints, some with the constraint limits lifted."""
+    rng = random.Random(f"untrusted/{seed}/{index}")
+    g = _Generator(rng)
+    mutations: list[dict] = []
+    if index % 2 == 0:
+        template = g.pick(MODEL_ARGS["chat_template"])
+        mutations.append({"cls": "untrusted:chat_template", "ops": [{"op": "arg", "name": "chat_template",
+                                                                     "value": template}]})
+        for _ in range(rng.choice([1, 2])):
+            mutations.append({"cls": "untrusted:chat", "ops": [{"op": "call", "method": "chat",
+                                                                "args": [HI], "kwargs": {"max_tokens": 2}
+                                                                | g.template_kwargs()}]})
+    else:
+        if rng.random() < 0.4:
+            mutations.append({"cls": "untrusted:constraint-limits",
+                              "ops": [{"op": "limits", "values": g.pick(LIMITS)}]})
+        for _ in range(rng.choice([1, 2])):
+            name = g.pick(list(CONSTRAINTS))
+            mutations.append({"cls": f"untrusted:{name}", "ops": [{"op": "call", "method": "generate", "args": ["x"],
+                                                                   "kwargs": {name: g.pick(CONSTRAINTS[name]),
+                                                                              "max_tokens": 2}}]})
+    return {"target": "api", "base": base, "mutations": mutations}
+
+
+HI = [{"role": "user", "content": "hi"}]
 
 
 # -- in the child -------------------------------------------------------------------------------------
@@ -154,12 +219,43 @@ def _decode(j: Any, work: Path, model: Any) -> Any:
             return _make_path(j["$path"], work, model)
         if "$range" in j:
             return list(range(j["$range"]))
+        for key, make in _HOSTILE.items():
+            if key in j:
+                return make(j[key])
         return {k: _decode(v, work, model) for k, v in j.items()}
     return j
 
 
+def _ref_chain(n: int) -> dict:
+    defs: dict[str, Any] = {f"d{i}": {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}}}
+                            for i in range(n)}
+    defs[f"d{n}"] = {"type": "string"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+def _deep_schema(n: int) -> dict:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(n - 1):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+_HOSTILE: dict[str, Any] = {
+    "$gbnf_chain": lambda n: "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(n)) + f'r{n} ::= "a"\n',
+    "$alternation": lambda n: "root ::= " + " | ".join(f'"w{i}"' for i in range(n)),
+    "$parens": lambda n: "root ::= " + "(" * n + '"a"' + ")" * n,
+    "$regex_parens": lambda n: "(" * n + "a" + ")" * n,
+    "$ref_chain": _ref_chain,
+    "$deep_schema": _deep_schema,
+    "$enum": lambda n: {"enum": list(range(n))},
+    "$properties": lambda n: {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)}},
+}
+
+
 def _run_api_case(spec: dict, work: Path, stage: Stage) -> None:
     import pyllama90a as pl
+    from pyllama90a import constrained, template_render
+
     from .model_case import _show_native_log
 
     stage("build")
@@ -170,8 +266,11 @@ def _run_api_case(spec: dict, work: Path, stage: Stage) -> None:
         for op in m["ops"]:
             if op["op"] == "arg":
                 kwargs[op["name"]] = _decode(op["value"], work, None)
+            elif op["op"] == "limits":
+                constrained.set_limits(**op["values"])
             else:
                 calls.append(op)
+    template_render.set_limits(render_timeout_s=2.0)  # a hostile template costs 2 s, not 5
     path = load_base(spec["base"]).data_path
     _show_native_log()
     stage("Model()")

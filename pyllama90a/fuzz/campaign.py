@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .api_cases import api_job, generate_api_case
+from .api_cases import api_job, generate_api_case, generate_untrusted_case
 from .bases import available_bases, load_base
 from .gguf_mutations import describe, generate_case, write_case
 from .model_case import case_job
@@ -197,13 +197,15 @@ class Campaign:
         return sum(self.outcomes[k] for k in DEFECTS)
 
 
-TARGETS = ("gguf", "api", "all")
+TARGETS = ("gguf", "api", "untrusted", "all")
 
 
 def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "gguf") -> list[dict]:
     """Mutated model files ("gguf"), API misuse ("api", on the real metadata with --real-model, else the
-    tiny model), or both in turn ("all")."""
+    tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only."""
     bases = {name: load_base(name) for name in available_bases(real_model)}
     api_base = "real-header" if real_model else "tiny"
+    if target == "untrusted":
+        return [generate_untrusted_case(seed, i, api_base) for i in range(n_cases)]
     return [generate_case(seed, i, bases) if target == "gguf" or target == "all" and i % 2 == 0
             else generate_api_case(seed, i, api_base) for i in range(n_cases)]

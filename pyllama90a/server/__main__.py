@@ -12,6 +12,49 @@ from .api_requests import UNKNOWN_FIELDS_MODES, Limits
 
 ENV = "PYLLAMA90A_"
 
+# flags of the limits on untrusted programs: flag -> (setting, type, help); defaults from the settings' classes
+_ISOLATION_FLAGS = {
+    "constraint-max-bytes": ("max_bytes", int, "largest grammar, regex or JSON schema (as JSON text), in bytes; more is a 400 naming the field"),
+    "constraint-max-rules": ("max_rules", int, "most rules of a GBNF/Lark grammar"),
+    "constraint-max-depth": ("max_depth", int, "deepest nesting of a schema's objects/arrays or a grammar's groups"),
+    "constraint-max-refs": ("max_refs", int, "most $ref in one JSON schema"),
+    "constraint-max-ref-depth": ("max_ref_depth", int, "longest chain of $ref through $ref"),
+    "constraint-max-enum": ("max_enum", int, "most values of one enum"),
+    "constraint-max-properties": ("max_properties", int, "most properties of one schema object"),
+    "constraint-max-nodes": ("max_nodes", int, "most objects in one JSON schema"),
+    "constraint-max-repeat": ("max_repeat", int, "largest product of a regex's nested {n,m} repetition counts"),
+    "constraint-compile-timeout": ("compile_timeout_s", float, "seconds a constraint may take to compile (in a worker process, killed after it): more is a 400"),
+    "template-timeout": ("render_timeout_s", float, "seconds a chat template may take to compile or render (in a worker process, killed after it): more is a 400"),
+    "template-max-output": ("max_output_chars", int, "most characters a chat template may output"),
+    "isolation-memory-mb": ("memory_mb", int, "MiB of address space a compile/render worker process may add"),
+    "isolation-workers": ("max_workers", int, "compile/render worker processes at a time"),
+}
+
+
+def _isolation_settings() -> dict[str, object]:
+    from .. import isolation, template_render
+    from ..constrained import limits
+
+    return {**limits.ConstraintLimits().__dict__, **template_render.TemplateLimits().__dict__,
+            **isolation.Settings().__dict__}
+
+
+def apply_isolation_flags(args: argparse.Namespace) -> None:
+    """Set the constraint, template and worker limits from the parsed flags (ValueError naming a bad one)."""
+    from .. import isolation, template_render
+    from ..constrained import limits
+
+    values = {setting: getattr(args, flag.replace("-", "_")) for flag, (setting, _, _) in _ISOLATION_FLAGS.items()}
+    for flag, (setting, _, _) in _ISOLATION_FLAGS.items():
+        try:
+            for cls, apply in ((limits.ConstraintLimits, limits.set_limits),
+                               (template_render.TemplateLimits, template_render.set_limits),
+                               (isolation.Settings, isolation.configure)):
+                if setting in cls.__dataclass_fields__:
+                    apply(**{setting: values[setting]})
+        except ValueError as e:
+            raise ValueError(f"--{flag}: {e}") from None
+
 
 def _env(name: str, default: object) -> object:
     """The default of flag --name: PYLLAMA90A_NAME when set, else `default` (converted like the flag)."""
@@ -60,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--header-timeout", type=float, default=_env("header-timeout", 10.0),
                    help="seconds a client has to send a request's headers, from connecting or from the last "
                         "response on its connection; then the connection is closed (slowloris) (default 10)")
+    defaults = _isolation_settings()
+    for flag, (setting, kind, text) in _ISOLATION_FLAGS.items():
+        p.add_argument(f"--{flag}", type=kind, default=_env(flag, defaults[setting]),
+                       help=f"{text} (default {defaults[setting]})")
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
     args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
@@ -80,6 +127,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--header-timeout must be above 0 and at most 3600 seconds, got {args.header_timeout}")
     if not 0 <= args.shutdown_grace <= 3600:  # also refuses nan
         p.error(f"--shutdown-grace must be between 0 and 3600 seconds, got {args.shutdown_grace}")
+    try:
+        apply_isolation_flags(args)
+    except ValueError as e:
+        p.error(str(e))
     return args
 
 
@@ -90,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("the server needs FastAPI and uvicorn: pip install 'pyllama90a[server]'", file=sys.stderr)
         return 2
+    from .. import isolation
     from ..chat_template import ChatTemplate
     from ..engine import BatchEngine
     from ..errors import LlamaError
@@ -126,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
     finally:
         engine.close()
+        isolation.shutdown()
         if state.embedder is not None:
             state.embedder.close()
         print("pyllama90a server: stopped", flush=True)

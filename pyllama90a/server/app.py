@@ -140,12 +140,15 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/completions", **docs["completions"])
     async def completions(request: Request) -> Response:
-        gen = completion_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+        body = await read_json(request, state.limits.max_request_bytes)
+        # (its constraint compiles in a worker process: the thread only waits, off the event loop)
+        gen = await asyncio.to_thread(completion_request, body, state.limits)
         return await _generate(state, request, gen, gen.prompt, chat=False)
 
     @app.post("/v1/chat/completions", **docs["chat"])
     async def chat_completions(request: Request) -> Response:
-        gen = chat_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+        body = await read_json(request, state.limits.max_request_bytes)
+        gen = await asyncio.to_thread(chat_request, body, state.limits)
         return await _generate(state, request, gen, None, chat=True)
 
     @app.post("/v1/embeddings", **docs["embeddings"])
@@ -286,7 +289,7 @@ DISCONNECT_POLL_S = 0.25
 def _submit(state: ServerState, gen: Generation, prompt: Any, deliver: list[Any], *,
             chat: bool) -> tuple[list[Handle], PreparedChat | None]:
     """Render a chat (template, tools), then queue the request's n generations; all or none are queued.
-    Run in a worker thread when the request compiles a grammar (a large schema takes a while)."""
+    Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here)."""
     engine = state.engine
     prepared = None
     # the n generations are queued one after another, before the engine thread moves any into a free slot, so
@@ -337,10 +340,8 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
     chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
     mailbox = state.mailbox(asyncio.get_running_loop())
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
-    if gen.constraint is not None or gen.tools:  # compiling a grammar: not on the event loop
-        handles, prepared = await asyncio.to_thread(_submit, state, gen, prompt, deliver, chat=chat)
-    else:
-        handles, prepared = _submit(state, gen, prompt, deliver, chat=chat)
+    # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
+    handles, prepared = await asyncio.to_thread(_submit, state, gen, prompt, deliver, chat=chat)
 
     headers = _ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex

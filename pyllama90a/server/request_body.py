@@ -9,6 +9,8 @@ be encoded as UTF-8 when the text reaches the tokenizer).
 """
 from __future__ import annotations
 
+import asyncio
+
 import json
 import math
 from typing import Any
@@ -96,7 +98,13 @@ async def read_json(request: Request, max_bytes: int) -> Any:
             chunks.append(chunk)
     except ClientDisconnect:
         raise APIError(400, "the client disconnected before the whole body arrived") from None
-    return parse_json(b"".join(chunks))
+    data = b"".join(chunks)
+    if len(data) > _PARSE_ON_LOOP_BYTES:  # a large body's parse and checks take long: not on the event loop
+        return await asyncio.to_thread(parse_json, data)
+    return parse_json(data)
+
+
+_PARSE_ON_LOOP_BYTES = 64 * 1024
 
 
 def _too_large(max_bytes: int) -> APIError:

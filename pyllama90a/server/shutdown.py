@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from .. import isolation
 from .app import ServerState
 
 # after the grace period: time for the last events to reach the clients before uvicorn cancels what is left
@@ -55,3 +56,4 @@ class GracefulServer(uvicorn.Server):
         # close() joins the engine thread (up to one decode step): off the event loop, which must keep
         # delivering the error chunks it makes
         self._closing = asyncio.ensure_future(asyncio.to_thread(self.state.engine.close))
+        isolation.shutdown()  # a render or compile still running ends now (its request gets its error)
