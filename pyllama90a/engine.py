@@ -142,6 +142,9 @@ class BatchEngine:
         self._cv = threading.Condition()
         self._stopping = False   # no more work: close() was called or the engine thread failed
         self._closed = False
+        self._exited = False     # the engine thread has handed out its last chunks
+        self._free_on_exit = False  # close() could not wait: the engine thread frees the model when it leaves
+        self._freed = False
         self._failure: BaseException | None = None
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._counts: collections.Counter[str] = collections.Counter()
@@ -237,15 +240,29 @@ class BatchEngine:
                                self._counts["prompt_decoded"], self._counts["completion_tokens"],
                                len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> bool:
         """Stop the engine thread (requests in flight end with an error chunk) and free the model. Also after
-        the thread failed; a second call does nothing."""
+        the thread failed; a second call does nothing. Waits up to `timeout` seconds (None: as long as it takes)
+        for the thread, which may be in a consumer's on_chunk; called from on_chunk itself it does not wait.
+        True when the model is freed on return; False when the engine thread frees it as it leaves."""
         with self._cv:
-            if self._closed:
+            if not self._closed:
+                self._closed = self._stopping = True
+                self._cv.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        with self._cv:
+            if not self._exited:
+                self._free_on_exit = True
+                return False
+        self._free()
+        return True
+
+    def _free(self) -> None:
+        with self._cv:
+            if self._freed:
                 return
-            self._closed = self._stopping = True
-            self._cv.notify()
-        self._thread.join()
+            self._freed = True
         self._batch.close()
         self._model_hold.close()
         self.model.close()
@@ -299,6 +316,11 @@ class BatchEngine:
                     self._emit(job, Chunk(finish_reason="error", error=error))
                 except BaseException:  # the other consumers still get their error
                     log.exception("a consumer failed on the engine's last chunk")
+            with self._cv:
+                self._exited = True
+                free_now = self._free_on_exit
+            if free_now:
+                self._free()
 
     def _step(self) -> bool:
         """Admit waiting requests, decode one batch, sample. False when the engine stops."""

@@ -1,5 +1,6 @@
 """ggml's AMX kernels on a CPU that has AMX: mat-muls through the AMX buffer type against the plain CPU path,
-and the default model decoding with its weights in AMX buffers (patch 0010 fixed a SIGILL at the first one).
+and the default model (and a synthetic one) decoding with its weights in AMX buffers (patch 0010 fixed a SIGILL
+at the first one).
 
 Skipped, saying why, where the CPU has no AMX or the loaded CPU backend was not built with it. On such
 machines tests/test_amx_tile_config.py still checks the AMX machine code.
@@ -14,7 +15,8 @@ import pytest
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.cpu_features import cpu_has
 from pyllama90a.native import ContextHandle, ContextParams, ModelHandle
-from pyllama90a.native.ggml import compute_on_cpu, cpu_build_features, cpu_extra_buffer_types, loaded_cpu_backend
+from pyllama90a.native.ggml import (compute_on_cpu, cpu_build_features, cpu_extra_buffer_types, devices,
+                                    loaded_cpu_backend)
 
 if not (cpu_has("AMX_INT8") and cpu_has("AMX_TILE")):
     pytest.skip("this CPU has no AMX (amx_int8 and amx_tile are not in /proc/cpuinfo's flags)", allow_module_level=True)
@@ -94,7 +96,7 @@ def _first_logits(model_path, weight_repack: bool) -> tuple[np.ndarray, list[str
     native_log.setLevel(logging.INFO)
     native_log.addHandler(lines)
     try:
-        model = ModelHandle(model_path, weight_repack=weight_repack)
+        model = ModelHandle(model_path, n_gpu_layers=0, weight_repack=weight_repack)  # weights on the CPU
     finally:
         native_log.removeHandler(lines)
         native_log.setLevel(level)
@@ -106,11 +108,25 @@ def _first_logits(model_path, weight_repack: bool) -> tuple[np.ndarray, list[str
     return logits, lines.lines
 
 
-def test_the_default_model_decodes_with_amx_weights(model_path) -> None:
-    amx, load_log = _first_logits(model_path, weight_repack=True)
-    plain, plain_log = _first_logits(model_path, weight_repack=False)
+@pytest.fixture(params=["default", "synthetic-q8_0"])
+def model_for_amx(request):
+    """The default model (Q4_1 weights), and a synthetic one (Q8_0) for machines that cannot pull it."""
+    if request.param == "default":
+        return request.getfixturevalue("model_path")
+    from pyllama90a.synthetic import synthetic_model
+
+    return synthetic_model("tiny", weight_type="q8_0")
+
+
+def test_a_model_decodes_with_amx_weights(model_for_amx) -> None:
+    if any(d.is_gpu for d in devices()):
+        pytest.skip("a GPU is registered: llama.cpp then keeps CPU weights in the GPU's host buffers, not the CPU's "
+                    "extra buffer types (CUDA_VISIBLE_DEVICES= hides it)")
+    amx, load_log = _first_logits(model_for_amx, weight_repack=True)
+    plain, plain_log = _first_logits(model_for_amx, weight_repack=False)
     assert any("AMX" in line for line in load_log), "the weights did not go to AMX buffers:\n" + "\n".join(load_log)
     assert not any("AMX" in line and "buffer size" in line for line in plain_log)
     assert np.isfinite(amx).all()
-    assert int(np.argmax(amx)) == int(np.argmax(plain))
     np.testing.assert_allclose(amx, plain, atol=0.05 * float(np.abs(plain).max()))
+    if model_for_amx.name.startswith("SmolLM2"):  # a real model's next token after this prompt is no near-tie
+        assert int(np.argmax(amx)) == int(np.argmax(plain))

@@ -195,3 +195,40 @@ def test_a_constrained_slot_beside_a_free_one(engine) -> None:
     assert not re.fullmatch(r" [0-9]{3}", results["free"])  # and did not leak into the other slot
     with pytest.raises(pl.InvalidArgumentError):
         engine.submit("Hi", lambda c: None, constraint=constrained.regex("a"), ignore_eos=True)
+
+
+def test_close_inside_on_chunk_stops_the_engine_and_frees_the_model(model_path) -> None:
+    engine = pl.BatchEngine(model_path, parallel=1, n_ctx=512, n_threads=2)
+    returned: list[bool] = []
+    ends: list[pl.Chunk] = []
+
+    def consumer(chunk: pl.Chunk) -> None:
+        if chunk.finish_reason:
+            ends.append(chunk)
+        elif not returned:
+            returned.append(engine.close())  # on the engine thread: it cannot wait for itself
+
+    engine.submit("Go on:", consumer, max_tokens=200, ignore_eos=True)
+    assert _wait_for(lambda: engine.model.closed), "the model was never freed after close() in on_chunk"
+    assert returned == [False]  # told that the engine thread frees it
+    assert len(ends) == 1 and isinstance(ends[0].error, pl.ClosedError)
+    with pytest.raises(pl.ClosedError):
+        engine.submit("Hi", print)
+    assert engine.close() is True  # a second call: already freed
+
+
+def test_close_with_a_timeout_returns_while_a_callback_blocks(model_path) -> None:
+    engine = pl.BatchEngine(model_path, parallel=1, n_ctx=512, n_threads=2)
+    in_callback, release = threading.Event(), threading.Event()
+
+    def stuck(chunk: pl.Chunk) -> None:
+        in_callback.set()
+        release.wait(60)
+
+    engine.submit("Go on:", stuck, max_tokens=50, ignore_eos=True)
+    assert in_callback.wait(30)
+    started = time.monotonic()
+    assert engine.close(timeout=0.5) is False
+    assert time.monotonic() - started < 5 and not engine.model.closed  # not freed under the running thread
+    release.set()
+    assert _wait_for(lambda: engine.model.closed), "the engine thread did not free the model when it left"

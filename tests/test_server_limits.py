@@ -63,6 +63,14 @@ def test_logit_bias_banning_all_but_one_token_generates_it(server) -> None:
     assert len(lp["tokens"]) == 3 and all(x == 0.0 for x in lp["token_logprobs"]), lp  # valid numbers, not NaN
 
 
+def test_logit_bias_and_a_grammar_that_together_leave_no_token_is_a_400(server) -> None:
+    bias = {str(t): -100 for t in range(49152) if t != 1000}  # token 1000 is no digit
+    status, body = _post(server, "/v1/completions", {"prompt": "hi", "max_tokens": 3, "logit_bias": bias,
+                                                     "grammar": 'root ::= [0-9]'})
+    assert status == 400, body  # the request's own doing, not a server error
+    assert body["error"]["param"] == "logit_bias" and "leave no token" in body["error"]["message"], body  # type: ignore[index]
+
+
 def test_abandoned_embeddings_request_stops(server) -> None:
     """A client that leaves a 2,000-input request frees the embedder within a chunk of inputs."""
     _post(server, "/v1/embeddings", {"input": "warm up"})  # the embedder's context exists

@@ -235,6 +235,8 @@ def _generation_failed(error: Exception) -> APIError:
     """The error that ends a request the engine accepted and then could not finish."""
     if isinstance(error, ClosedError):
         return _unavailable(error)
+    if isinstance(error, InvalidArgumentError):  # the request's own doing, found mid-way (e.g. a logit_bias and a
+        return APIError(400, str(error), param=error.param)  # constraint that together leave no token)
     return APIError(500, f"generation failed: {error}", type="server_error")
 
 
