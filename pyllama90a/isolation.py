@@ -263,7 +263,10 @@ def run(task: str, payload: Any, *, timeout_s: float) -> Any:
     start-up not counted). Raises IsolatedError, IsolationTimeout or IsolationCrash."""
     if task not in TASKS:
         raise ValueError(f"unknown isolated task {task!r}")
-    data = pickle.dumps((task, payload))
+    try:
+        data = pickle.dumps((task, payload))
+    except RecursionError:  # nested deeper than Python's recursion limit (only when the caller's limits allow it)
+        raise IsolatedError("RecursionError", "is nested too deeply to be sent to the worker process") from None
     worker, generation = _take()
     healthy = False
     try:

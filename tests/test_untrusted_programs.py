@@ -95,6 +95,12 @@ def test_900_deep_schema_is_a_constraint_error(as_text: bool) -> None:
         constrained.json_schema("[" * 100_000)
 
 
+def test_a_900_deep_schema_under_a_raised_depth_limit_is_a_constraint_error() -> None:
+    # the caller lifted the depth limit: the schema then reaches the worker hand-off, deeper than pickle can go
+    with constraint_limits(max_depth=100_000), pytest.raises(pl.ConstraintError, match="nested too deeply"):
+        constrained.json_schema(nested_arrays(900))
+
+
 def test_enum_properties_and_parentheses_limits() -> None:
     with pytest.raises(pl.ConstraintError, match=r"size of one 'enum' 1001 .*--constraint-max-enum"):
         constrained.json_schema({"enum": list(range(1001))})
