@@ -32,9 +32,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["run", "shutdown", "IsolatedError", "IsolationTimeout", "IsolationCrash", "Settings", "configure",
+__all__ = ["run", "run_as", "Wording", "shutdown", "IsolatedError", "IsolationTimeout", "IsolationCrash",
+           "UnsendablePayload", "Settings", "configure",
            "settings", "TASKS"]
 
 # task name -> "module:function" imported in the worker (only these run there)
@@ -87,6 +88,30 @@ class IsolationTimeout(Exception):
 
 class IsolationCrash(Exception):
     """The worker died during the task (a signal, or the memory limit): `detail` says how."""
+
+
+class UnsendablePayload(IsolatedError):
+    """The payload cannot be pickled for the worker (`original`: pickle's exception); nothing was run."""
+
+    def __init__(self, original: BaseException) -> None:
+        message = ("is nested too deeply to be sent to the worker process" if isinstance(original, RecursionError)
+                   else str(original))
+        super().__init__(type(original).__name__, message)
+        self.original = original
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a caller reports the ways its isolated task can fail, as its own `error`. The formats take
+    {message} and {kind} (the task's exception, or pickle's for an unsendable payload), {timeout} (seconds),
+    {crash} (how the worker died) and {memory_mb}. The task's own `error` comes through as it is;
+    `unsendable`, when given, makes the exception for a payload that cannot be sent."""
+    error: type[Exception]
+    memory: str
+    other: str
+    timeout: str
+    crash: str
+    unsendable: Callable[[UnsendablePayload], Exception] | None = None
 
 
 # -- the worker side ------------------------------------------------------------------------------------------
@@ -265,8 +290,8 @@ def run(task: str, payload: Any, *, timeout_s: float) -> Any:
         raise ValueError(f"unknown isolated task {task!r}")
     try:
         data = pickle.dumps((task, payload))
-    except RecursionError:  # nested deeper than Python's recursion limit (only when the caller's limits allow it)
-        raise IsolatedError("RecursionError", "is nested too deeply to be sent to the worker process") from None
+    except Exception as e:  # noqa: BLE001 - e.g. nested deeper than Python's recursion limit, or not plain data
+        raise UnsendablePayload(e) from None
     worker, generation = _take()
     healthy = False
     try:
@@ -288,6 +313,26 @@ def run(task: str, payload: Any, *, timeout_s: float) -> Any:
     if reply[0] == "ok":
         return reply[1]
     raise IsolatedError(*reply[1:])
+
+
+def run_as(task: str, payload: Any, *, timeout_s: float, wording: Wording) -> Any:
+    """run(), with every failure raised as the caller's error, worded as `wording` says."""
+    w = wording
+    try:
+        return run(task, payload, timeout_s=timeout_s)
+    except UnsendablePayload as e:
+        if w.unsendable is not None:
+            raise w.unsendable(e) from None
+        raise w.error(w.other.format(kind=e.kind, message=e.message)) from None
+    except IsolatedError as e:
+        if e.kind == w.error.__name__:
+            raise w.error(e.message) from None
+        text = w.memory if e.kind == "MemoryError" else w.other
+        raise w.error(text.format(kind=e.kind, message=e.message)) from None
+    except IsolationTimeout:
+        raise w.error(w.timeout.format(timeout=timeout_s)) from None
+    except IsolationCrash as e:
+        raise w.error(w.crash.format(crash=e, memory_mb=settings().memory_mb)) from None
 
 
 def shutdown() -> None:

@@ -58,22 +58,22 @@ def set_limits(**changes: Any) -> TemplateLimits:
 
 # -- the caller's side ----------------------------------------------------------------------------------------
 
+def _not_plain_data(e: isolation.UnsendablePayload) -> InvalidArgumentError:
+    return InvalidArgumentError(f"template variables must be plain data (str, numbers, lists, dicts): {e.original}",
+                                param="chat_template_kwargs")
+
+
+_WORDING = isolation.Wording(
+    ChatTemplateError, memory="chat template {message} (server flag --isolation-memory-mb)",
+    other="chat template failed: {kind}: {message}",
+    timeout="chat template ran past the time limit of {timeout:g} s (server flag --template-timeout)",
+    crash="chat template failed: its render process died ({crash}; memory limit {memory_mb} MiB, server flag "
+          "--isolation-memory-mb)",
+    unsendable=_not_plain_data)
+
+
 def _isolated(task: str, payload: Any) -> Any:
-    timeout = _limits.render_timeout_s
-    try:
-        return isolation.run(task, payload, timeout_s=timeout)
-    except isolation.IsolatedError as e:
-        if e.kind == "ChatTemplateError":
-            raise ChatTemplateError(e.message) from None
-        if e.kind == "MemoryError":
-            raise ChatTemplateError(f"chat template {e.message} (server flag --isolation-memory-mb)") from None
-        raise ChatTemplateError(f"chat template failed: {e.kind}: {e.message}") from None
-    except isolation.IsolationTimeout:
-        raise ChatTemplateError(f"chat template ran past the time limit of {timeout:g} s (server flag "
-                                "--template-timeout)") from None
-    except isolation.IsolationCrash as e:
-        raise ChatTemplateError(f"chat template failed: its render process died ({e}; memory limit "
-                                f"{isolation.settings().memory_mb} MiB, server flag --isolation-memory-mb)") from None
+    return isolation.run_as(task, payload, timeout_s=_limits.render_timeout_s, wording=_WORDING)
 
 
 def check(source: str) -> frozenset[str]:
@@ -82,14 +82,8 @@ def check(source: str) -> frozenset[str]:
 
 
 def render(source: str, variables: dict[str, Any]) -> str:
-    """Render template text with exactly `variables` (plain data: str, numbers, lists, dicts)."""
-    import pickle
-
-    try:
-        pickle.dumps(variables)
-    except Exception as e:  # noqa: BLE001 - any object that cannot travel to the worker
-        raise InvalidArgumentError(f"template variables must be plain data (str, numbers, lists, dicts): {e}",
-                                   param="chat_template_kwargs") from None
+    """Render template text with exactly `variables` (plain data: str, numbers, lists, dicts: else an
+    InvalidArgumentError, found as the worker's payload is pickled, once)."""
     return _isolated("template", (source, variables, _limits.max_output_chars))
 
 

@@ -93,18 +93,13 @@ def compiled(kind: str, source: Any, name: str) -> str:
     else:
         _limits.check_grammar(name, source, {"gbnf": "lark" if source.lstrip().startswith("%llguidance")
                                              else "gbnf"}.get(kind, kind))
-    timeout = _limits.get_limits().compile_timeout_s
-    try:
-        return isolation.run("constraint", (kind, source, name), timeout_s=timeout)
-    except isolation.IsolatedError as e:
-        if e.kind == "ConstraintError":
-            raise ConstraintError(e.message) from None
-        if e.kind == "MemoryError":
-            raise ConstraintError(f"{name}: compiling it {e.message} (server flag --isolation-memory-mb)") from None
-        raise ConstraintError(f"{name}: {e.kind}: {e.message}") from None
-    except isolation.IsolationTimeout:
-        raise ConstraintError(f"{name}: did not compile within {timeout:g} s (the compile time limit, server flag "
-                              "--constraint-compile-timeout)") from None
-    except isolation.IsolationCrash as e:
-        raise ConstraintError(f"{name}: the constraint library failed on it ({e}); a constraint this large or "
-                              "deep is not supported") from None
+    field = name.replace("{", "{{").replace("}", "}}")  # (the formats below are str.format templates)
+    wording = isolation.Wording(
+        ConstraintError, memory=field + ": compiling it {message} (server flag --isolation-memory-mb)",
+        other=field + ": {kind}: {message}",
+        timeout=field + ": did not compile within {timeout:g} s (the compile time limit, server flag "
+                       "--constraint-compile-timeout)",
+        crash=field + ": the constraint library failed on it ({crash}); a constraint this large or deep is not "
+                     "supported")
+    return isolation.run_as("constraint", (kind, source, name), timeout_s=_limits.get_limits().compile_timeout_s,
+                            wording=wording)
