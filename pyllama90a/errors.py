@@ -7,9 +7,10 @@ InvalidArgumentError, never cffi's OverflowError/TypeError or a UnicodeEncodeErr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -127,6 +128,20 @@ def number_in_range(name: str, value: object, lo: float, hi: float) -> float:
     if not (lo <= value <= hi and (isinstance(value, int) or math.isfinite(value))):  # an int may be too big
         raise InvalidArgumentError(f"{name} must be a finite number in [{lo}, {hi}], got {_short(value)}")
     return value
+
+
+class PositiveSettings:
+    """Base of frozen dataclasses whose every field is a positive, finite number of its annotated type (int or
+    float): the constraint, chat-template and worker limits. A bad value is a ValueError (the server names its
+    flag); WHAT names the kind of setting in the message."""
+    WHAT: ClassVar[str] = "setting"
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+                    or (f.type == "int" and not isinstance(value, int)) or not math.isfinite(value):
+                raise ValueError(f"{self.WHAT} {f.name} must be a positive {f.type}, got {value!r}")
 
 
 def flag(name: str, value: object) -> bool:

@@ -30,9 +30,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
+
+from .errors import PositiveSettings
 
 __all__ = ["run", "run_as", "Wording", "shutdown", "IsolatedError", "IsolationTimeout", "IsolationCrash",
            "UnsendablePayload", "Settings", "configure",
@@ -48,9 +50,10 @@ TASKS = {
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(PositiveSettings):
     """memory_mb: address space a worker may add to what it had after its imports (MiB); max_workers: workers
     at a time (more callers wait for one)."""
+    WHAT = "isolation setting"
     memory_mb: int = 1024
     max_workers: int = 4
 
@@ -65,13 +68,8 @@ def settings() -> Settings:
 def configure(**changes: Any) -> Settings:
     """Change Settings (e.g. the server's --isolation-memory-mb); workers started later use them."""
     global _settings
-    new = Settings(**{**_settings.__dict__, **changes})
-    for name in ("memory_mb", "max_workers"):
-        value = getattr(new, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    _settings = new
-    return new
+    _settings = replace(_settings, **changes)
+    return _settings
 
 
 class IsolatedError(Exception):

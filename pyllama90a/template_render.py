@@ -24,22 +24,16 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from . import isolation
-from .errors import ChatTemplateError, InvalidArgumentError
+from .errors import ChatTemplateError, InvalidArgumentError, PositiveSettings
 
 __all__ = ["TemplateLimits", "get_limits", "set_limits", "check", "render"]
 
 
 @dataclass(frozen=True)
-class TemplateLimits:
+class TemplateLimits(PositiveSettings):
+    WHAT = "chat template limit"
     render_timeout_s: float = 5.0
     max_output_chars: int = 16 * 2**20
-
-    def __post_init__(self) -> None:
-        t, n = self.render_timeout_s, self.max_output_chars
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
-            raise ValueError(f"render_timeout_s must be a positive number of seconds, got {t!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"max_output_chars must be a positive integer, got {n!r}")
 
 
 _limits = TemplateLimits()

@@ -19,16 +19,17 @@ Defaults (ConstraintLimits; the server's --constraint-* flags, `set_limits()` in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import ConstraintError
+from ..errors import ConstraintError, PositiveSettings
 
 __all__ = ["ConstraintLimits", "get_limits", "set_limits", "check_text", "check_schema", "check_grammar"]
 
 
 @dataclass(frozen=True)
-class ConstraintLimits:
+class ConstraintLimits(PositiveSettings):
+    WHAT = "constraint limit"
     max_bytes: int = 1 << 20
     max_rules: int = 1000
     max_depth: int = 64
@@ -39,13 +40,6 @@ class ConstraintLimits:
     max_nodes: int = 10_000
     max_repeat: int = 10_000
     compile_timeout_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-                    or (f.type == "int" and not isinstance(value, int)) or value != value or value == float("inf"):
-                raise ValueError(f"constraint limit {f.name} must be a positive {f.type}, got {value!r}")
 
 
 _limits = ConstraintLimits()
