@@ -40,23 +40,22 @@ def nested_arrays(depth: int) -> dict:
 
 
 @contextlib.contextmanager
+def _changed_limits(module, **changes):
+    """module.set_limits(**changes) for the block, then the limits as they were."""
+    before = module.get_limits()
+    module.set_limits(**changes)
+    try:
+        yield
+    finally:
+        module.set_limits(**before.__dict__)
+
+
 def constraint_limits(**changes):
-    before = constrained.get_limits()
-    constrained.set_limits(**changes)
-    try:
-        yield
-    finally:
-        constrained.set_limits(**before.__dict__)
+    return _changed_limits(constrained, **changes)
 
 
-@contextlib.contextmanager
 def template_limits(**changes):
-    before = template_render.get_limits()
-    template_render.set_limits(**changes)
-    try:
-        yield
-    finally:
-        template_render.set_limits(**before.__dict__)
+    return _changed_limits(template_render, **changes)
 
 
 # -- constraints ----------------------------------------------------------------------------------------------
