@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Iterator, cast
 
-from .kv_types import KV_TYPES
+from .kv_types import FLASH_ATTN_MODES, KV_TYPES
 
 
 def _pull(args: argparse.Namespace) -> int:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--model", help="GGUF path (default: the default model, pulled if absent)")
     run.add_argument("--ctk", default="f16", choices=list(KV_TYPES), help="K cache type")
     run.add_argument("--ctv", default="f16", choices=list(KV_TYPES), help="V cache type")
-    run.add_argument("--fa", default="auto", choices=["on", "off", "auto"], help="flash attention")
+    run.add_argument("--fa", default="auto", choices=list(FLASH_ATTN_MODES), help="flash attention")
     run.add_argument("--n-ctx", type=int, default=4096)
     run.add_argument("--n-gpu-layers", type=int, default=-1)
     run.add_argument("--threads", type=int, default=None)

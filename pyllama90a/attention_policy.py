@@ -1,12 +1,15 @@
-"""What flash_attn="auto" means: FA on or off per backend and KV types, from measured results.
+"""What flash_attn="auto" means: FA on, off or hybrid (per phase) per backend and KV types, from measured results.
 
 | backend            | KV types                        | choice              | evidence                                                |
 |--------------------|---------------------------------|---------------------|---------------------------------------------------------|
 | CPU                | quantized V                     | off                 | benchmarks/results/cpu-smollm2-depth4096 (FA-off with   |
 |                    |                                 |                     | patch 0003 decodes and prefills faster than FA-on)      |
 | CPU                | f16/bf16/f32 V                  | llama.cpp decides   | upstream behaviour                                      |
-| CUDA               | K/V pairs CUDA's FA kernels     | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
-|                    | have (f16, bf16, q8_0, q4_0)    |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
+| CUDA               | f16/f16, bf16/bf16, q8_0/q8_0   | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
+|                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
+| CUDA               | q4_0/q4_0 (measured; q8_0/q8_0  | hybrid              | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
+|                    | hybrid not yet)                 |                     | FA-on's at 0/8K/32K, decode 1.04x / 1.18x FA-on's at    |
+|                    |                                 |                     | 8K / 32K (0.94x at depth 0), FA's compute buffer        |
 | CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types; FA-off   |
 |                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
 | HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
@@ -20,11 +23,12 @@ from dataclasses import dataclass
 logger = logging.getLogger("pyllama90a")
 
 CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")}
+CUDA_HYBRID_PAIRS = {("q4_0", "q4_0")}  # of CUDA_FA_PAIRS, those measured faster with hybrid
 
 
 @dataclass(frozen=True)
 class AttentionChoice:
-    flash_attn: str  # what llama.cpp is asked for: "on", "off", or "auto" (llama.cpp decides)
+    flash_attn: str  # what the context is made with: "on", "off", "hybrid", or "auto" (llama.cpp decides)
     backend: str     # the device attention runs on, e.g. "CPU" or "CUDA0 (NVIDIA H200)"
     reason: str
 
@@ -65,7 +69,10 @@ def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> Attenti
         else:
             choice = AttentionChoice("auto", label, "CPU with unquantized V: llama.cpp decides")
     elif kind == "cuda":
-        if (ctk, ctv) in CUDA_FA_PAIRS:
+        if (ctk, ctv) in CUDA_HYBRID_PAIRS:
+            choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the quantized non-flash "
+                                                      "decode (faster at depth), FA's compute buffer (H200)")
+        elif (ctk, ctv) in CUDA_FA_PAIRS:
             choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
         else:
             choice = AttentionChoice("off", label, f"CUDA has no FA kernel for K {ctk} / V {ctv}; the non-FA "

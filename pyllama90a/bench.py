@@ -1,7 +1,7 @@
 """`python -m pyllama90a.bench`: prefill and decode speed per attention mode at chosen depths.
 
 Every mode runs in this one process, interleaved (for each depth and repetition, each mode in turn) so
-that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}`; the first is the baseline
+that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}` or `hybrid:{ctk}/{ctv}`; the first is the baseline
 of the ratios unless --baseline says otherwise. Quote ratios; absolute times on shared machines drift.
 
     python -m pyllama90a.bench --depths 0 4096 --modes fa-off:f16/f16 fa-on:q4_0/q4_0 fa-off:q4_0/q4_0
@@ -45,6 +45,10 @@ VARIANT_PATHS: dict[str, AttentionPaths] = {
 VARIANT_ENV: dict[str, tuple[str, str]] = {"norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
 
 
+# a mode's name -> Model's flash_attn ("hybrid": FA prefill and the quantized non-flash decode, patch 0012)
+_MODE_NAMES = {"fa-on": "on", "fa-off": "off", "fa-auto": "auto", "hybrid": "hybrid"}
+
+
 @dataclass(frozen=True)
 class Mode:
     flash_attn: str
@@ -61,14 +65,15 @@ class Mode:
         try:
             fa, kv = base.split(":")
             ctk, ctv = kv.split("/")
-            flash_attn = {"fa-on": "on", "fa-off": "off", "fa-auto": "auto"}[fa]
+            flash_attn = _MODE_NAMES[fa]
         except (ValueError, KeyError):
             raise InvalidArgumentError(
-                f"mode {text!r} is not fa-{{on,off,auto}}:CTK/CTV, e.g. fa-off:q4_0/q4_0") from None
+                f"mode {text!r} is not {{fa-on,fa-off,fa-auto,hybrid}}:CTK/CTV, e.g. fa-off:q4_0/q4_0") from None
         return cls(flash_attn, check_kv_type(ctk, "K"), check_kv_type(ctv, "V"), variant)
 
     def __str__(self) -> str:
-        return f"fa-{self.flash_attn}:{self.ctk}/{self.ctv}" + (f"+{self.variant}" if self.variant else "")
+        name = next(k for k, v in _MODE_NAMES.items() if v == self.flash_attn)
+        return f"{name}:{self.ctk}/{self.ctv}" + (f"+{self.variant}" if self.variant else "")
 
     @property
     def attention_paths(self) -> AttentionPaths:

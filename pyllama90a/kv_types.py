@@ -1,4 +1,4 @@
-"""KV cache types by name. Users never see ggml's numbers."""
+"""KV cache types by name, and the attention modes that read them. Users never see ggml's numbers."""
 from __future__ import annotations
 
 from .errors import InvalidArgumentError
@@ -16,6 +16,11 @@ KV_TYPES: dict[str, tuple[str, int]] = {
     "iq4_nl": ("GGML_TYPE_IQ4_NL", 32),
 }
 QUANTIZED_KV_TYPES = tuple(name for name, (_, blck) in KV_TYPES.items() if blck > 1)
+# flash_attn's values -> llama_flash_attn_type. "auto": the attention policy decides (attention_policy.py);
+# "hybrid": FA on, with patch 0012's per-phase bit (prefill through FLASH_ATTN_EXT, decode over a quantized V
+# through the non-flash path)
+FLASH_ATTN_MODES: dict[str, str] = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+                                    "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED", "hybrid": "LLAMA_FLASH_ATTN_TYPE_ENABLED"}
 
 
 def check_kv_type(name: object, which: str) -> str:

@@ -22,14 +22,17 @@ class Node:
 
 
 def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, paths: AttentionPaths | None = None,
-                 n_gpu_layers: int = 0, n_ctx: int = 1024) -> list[Node]:
+                 n_gpu_layers: int = 0, n_ctx: int = 1024, flash_attn: str = "off") -> list[Node]:
     """Decode tokens[:-1] as a prompt, then the last token alone (the context taking `paths`); returns the nodes
     of that last step."""
-    return _record_last_step(model_path, tokens, ctk, ctv, n_gpu_layers, n_ctx, paths or AttentionPaths())
+    return phase_nodes(model_path, tokens, ctk=ctk, ctv=ctv, paths=paths, n_gpu_layers=n_gpu_layers, n_ctx=n_ctx,
+                       flash_attn=flash_attn)[1]
 
 
-def _record_last_step(model_path: Path, tokens: list[int], ctk: str, ctv: str, n_gpu_layers: int,
-                      n_ctx: int, paths: AttentionPaths) -> list[Node]:
+def phase_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, paths: AttentionPaths | None = None,
+                n_gpu_layers: int = 0, n_ctx: int = 1024, flash_attn: str = "off") -> tuple[list[Node], list[Node]]:
+    """The nodes of the prompt step (tokens[:-1] in one ubatch) and of the decode step (the last token);
+    flash_attn "on", "off" or "hybrid" (on, with patch 0012's per-phase bit)."""
     nodes: list[Node] = []
 
     @ffi.callback("bool(struct ggml_tensor *, bool, void *)")
@@ -46,22 +49,26 @@ def _record_last_step(model_path: Path, tokens: list[int], ctk: str, ctv: str, n
     assert model != ffi.NULL
     cparams = lib.llama_context_default_params()
     cparams.n_ctx = n_ctx
+    cparams.n_batch = cparams.n_ubatch = max(len(tokens), 32)
     cparams.type_k, cparams.type_v = ggml_type(ctk), ggml_type(ctv)
-    cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cparams.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_DISABLED if flash_attn == "off"
+                               else lib.LLAMA_FLASH_ATTN_TYPE_ENABLED)
     cparams.n_threads = cparams.n_threads_batch = 2
     cparams.cb_eval = on_node
     ctx = lib.llama_init_from_model(model, cparams)
     try:
         assert ctx != ffi.NULL
         params = lib.llama_pyl_attn_default_params()
-        params.paths = paths.bits
+        params.paths = (paths or AttentionPaths()).bits | (lib.LLAMA_PYL_ATTN_HYBRID if flash_attn == "hybrid" else 0)
         assert lib.llama_pyl_set_attn_params(ctx, params)
         prompt = ffi.new("llama_token[]", tokens[:-1])
+        nodes.clear()
         assert lib.llama_decode(ctx, lib.llama_batch_get_one(prompt, len(tokens) - 1)) == 0
+        prompt_step = list(nodes)
         nodes.clear()
         last = ffi.new("llama_token[]", tokens[-1:])
         assert lib.llama_decode(ctx, lib.llama_batch_get_one(last, 1)) == 0
-        return list(nodes)
+        return prompt_step, list(nodes)
     finally:
         if ctx != ffi.NULL:
             lib.llama_free(ctx)

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.attention_policy import CUDA_FA_PAIRS, decide, device_kind
+from pyllama90a.attention_policy import CUDA_FA_PAIRS, CUDA_HYBRID_PAIRS, decide, device_kind
 
 PAIRS = list(itertools.product(pl.KV_TYPES, repeat=2))
 KINDS = ("cpu", "cuda", "gfx90a", "hip", "gpu")
@@ -18,9 +18,11 @@ def test_every_pair_in_the_cuda_fa_table_is_a_kv_type() -> None:
     assert CUDA_FA_PAIRS <= set(PAIRS)
 
 
-def test_cuda_row_fa_on_only_for_the_pairs_its_fa_kernels_have() -> None:
+def test_cuda_row_fa_on_or_hybrid_only_for_the_pairs_its_fa_kernels_have() -> None:
     got = {(ctk, ctv): decide("auto", ctk, ctv, "cuda", "CUDA0 (NVIDIA H200)") for ctk, ctv in PAIRS}
-    assert {pair for pair, choice in got.items() if choice.flash_attn == "on"} == CUDA_FA_PAIRS
+    assert CUDA_HYBRID_PAIRS == {("q4_0", "q4_0")} <= CUDA_FA_PAIRS
+    assert {pair for pair, choice in got.items() if choice.flash_attn == "hybrid"} == CUDA_HYBRID_PAIRS
+    assert {pair for pair, choice in got.items() if choice.flash_attn == "on"} == CUDA_FA_PAIRS - CUDA_HYBRID_PAIRS
     assert {choice.flash_attn for pair, choice in got.items() if pair not in CUDA_FA_PAIRS} == {"off"}
     assert {choice.backend for choice in got.values()} == {"CUDA0 (NVIDIA H200)"}
 
@@ -42,7 +44,7 @@ def test_cpu_rows_fa_off_for_quantized_v_and_left_to_llama_cpp_otherwise() -> No
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("requested", ["on", "off"])
+@pytest.mark.parametrize("requested", ["on", "off", "hybrid"])
 def test_an_explicit_request_is_kept_on_every_backend(kind: str, requested: str) -> None:
     for ctk, ctv in (("f16", "f16"), ("q4_0", "q4_0"), ("q4_0", "q8_0")):
         choice = decide(requested, ctk, ctv, kind, "dev")

@@ -13,15 +13,13 @@ from .._ffi import ffi, lib
 from .._log import NativeCall
 from ..errors import (INT32_MAX, ClosedError, ContextError, DecodeError, InvalidArgumentError, LlamaError, flag,
                       int_in_range, positive_int)
-from ..kv_types import check_kv_type
+from ..kv_types import FLASH_ATTN_MODES, check_kv_type
 from .ggml import ggml_type
 from .model import ModelHandle
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
 
-FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
-              "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
 POOLING = {"model": "LLAMA_POOLING_TYPE_UNSPECIFIED", "mean": "LLAMA_POOLING_TYPE_MEAN"}
 
 # llama.cpp pads n_ctx up to a multiple of 256 in a uint32 and positions are int32 (llama_pos): the largest
@@ -44,7 +42,8 @@ def max_threads() -> int:
 @dataclass(frozen=True)
 class ContextParams:
     """What a context is made with, checked against the limits llama.cpp asserts on (aborting the process) or
-    silently pads around. KV types by name; flash_attn as llama.cpp gets it ("on", "off" or "auto": it decides)."""
+    silently pads around. KV types by name; flash_attn as llama.cpp gets it ("on", "off" or "auto": it decides),
+    or "hybrid" (on, with per-phase attention)."""
 
     n_ctx: int = 4096
     n_batch: int = 512
@@ -59,8 +58,8 @@ class ContextParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "type_k", check_kv_type(self.type_k, "K"))
         object.__setattr__(self, "type_v", check_kv_type(self.type_v, "V"))
-        if not isinstance(self.flash_attn, str) or self.flash_attn not in FLASH_ATTN:
-            raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {self.flash_attn!r}")
+        if not isinstance(self.flash_attn, str) or self.flash_attn not in FLASH_ATTN_MODES:
+            raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, got {self.flash_attn!r}")
         positive_int("n_ctx", self.n_ctx, MAX_N_CTX)
         positive_int("n_seq_max", self.n_seq_max)
         positive_int("n_batch", self.n_batch)  # an int32 in llama_batch_init
@@ -98,7 +97,7 @@ def _llama_params(p: ContextParams):  # a cdata struct
     cparams.n_threads = cparams.n_threads_batch = p.n_threads
     cparams.type_k = ggml_type(p.type_k)
     cparams.type_v = ggml_type(p.type_v)
-    cparams.flash_attn_type = getattr(lib, FLASH_ATTN[p.flash_attn])
+    cparams.flash_attn_type = getattr(lib, FLASH_ATTN_MODES[p.flash_attn])
     cparams.no_perf = False
     cparams.pooling_type = getattr(lib, POOLING[p.pooling])
     return cparams
@@ -133,6 +132,15 @@ class ContextHandle:
         self.n_batch: int = lib.llama_n_batch(ptr)
         self.n_ubatch: int = lib.llama_n_ubatch(ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(ptr)
+        # the attention-path bits that are this context's mode rather than a path choice: kept through every
+        # set_attention_paths, set here before anything is decoded (re-reserving for the hybrid decode graph)
+        self._mode_bits = lib.LLAMA_PYL_ATTN_HYBRID if params.flash_attn == "hybrid" else 0
+        if self._mode_bits:
+            try:
+                self.set_attention_paths(int(lib.llama_pyl_attn_default_params().paths))
+            except BaseException:
+                self.close()
+                raise
 
     # -- lifetime ----------------------------------------------------------------------------------------------
 
@@ -299,14 +307,14 @@ class ContextHandle:
         """Which of pyllama90a's attention kernels this context's graphs use (llama_pyl_attn_path bits); the
         compute buffers are re-reserved at once."""
         params = lib.llama_pyl_attn_default_params()
-        params.paths = bits
+        params.paths = bits | self._mode_bits
         with NativeCall() as call:
             ok = lib.llama_pyl_set_attn_params(self._live(), params)
         call.check(bool(ok), ContextError, "llama.cpp could not reserve the compute buffers for these attention paths")
 
     def attention_paths(self) -> int:
-        """The context's llama_pyl_attn_path bits."""
-        return int(lib.llama_pyl_get_attn_params(self._live()).paths)
+        """The context's llama_pyl_attn_path bits (the per-phase bit of a hybrid context aside: it is the mode)."""
+        return int(lib.llama_pyl_get_attn_params(self._live()).paths) & ~self._mode_bits
 
     def compute_buffer_bytes(self) -> int:
         """Bytes of the compute buffers llama.cpp reserved (all backends); a decode may reserve them again."""

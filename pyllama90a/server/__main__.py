@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..kv_types import KV_TYPES
+from ..kv_types import FLASH_ATTN_MODES, KV_TYPES
 from .api_requests import UNKNOWN_FIELDS_MODES, Limits
 
 ENV = "PYLLAMA90A_"
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-name", default=_env("model-name", None), help="id in /v1/models (default: file name)")
     p.add_argument("--ctk", default=_env("ctk", "q8_0"), choices=KV_TYPES, help="K cache type (default q8_0)")
     p.add_argument("--ctv", default=_env("ctv", "q8_0"), choices=KV_TYPES, help="V cache type (default q8_0)")
-    p.add_argument("--flash-attn", default=_env("flash-attn", "auto"), choices=["auto", "on", "off"])
+    p.add_argument("--flash-attn", default=_env("flash-attn", "auto"), choices=list(FLASH_ATTN_MODES))
     p.add_argument("--n-ctx", type=int, default=_env("n-ctx", 8192), help="KV cells in all, split among slots")
     p.add_argument("--parallel", type=int, default=_env("parallel", 4), help="slots decoded together (default 4)")
     p.add_argument("--n-batch", type=int, default=_env("n-batch", 512), help="most tokens per decode step")

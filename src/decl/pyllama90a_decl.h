@@ -5,7 +5,9 @@ enum llama_pyl_attn_path {
     LLAMA_PYL_ATTN_KQ_GROUPED = 2,
     LLAMA_PYL_ATTN_KV_CUBLAS = 4,
     LLAMA_PYL_ATTN_CK_FA = 8,
+    LLAMA_PYL_ATTN_HYBRID = 16,
 };
+#define LLAMA_PYL_HYBRID_MAX_DECODE_TOKENS 8
 struct llama_pyl_attn_params { uint32_t paths; };
 struct llama_pyl_attn_params llama_pyl_attn_default_params(void);
 bool llama_pyl_set_attn_params(struct llama_context * ctx, struct llama_pyl_attn_params params);

@@ -1,0 +1,128 @@
+"""flash_attn="hybrid" (patch 0012): one context takes FLASH_ATTN_EXT for prefill and the quantized non-flash
+path (grouped K^T q, softmax, OUT_PROD over the quantized V) for decode.
+
+Random-weight models (pyllama90a.synthetic) with GQA, so the same file runs on the CPU in CI and on the GPU
+machine. The exact claims: hybrid's prefill is FA-on's (the same graph, the same logits), its decode on a cache
+that FA wrote is FA-off's on that cache (a state file carries it across), and its compute buffer is FA's.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pyllama90a as pl
+from decode_paths import step_logits
+from graph_probe import phase_nodes
+from pyllama90a._ffi import lib
+from pyllama90a.attention_paths import AttentionPaths
+from pyllama90a.native.ggml import ggml_type
+from pyllama90a.synthetic import Shape, synthetic_model
+
+SHAPES = {
+    "hd64-gqa2": Shape("test-hd64", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512),
+    "hd128-gqa4": Shape("test-hd128", n_embd=512, n_layer=3, n_head=4, n_head_kv=1, n_ff=768, n_vocab=512),
+}
+N_PROMPT, N_DECODE = 301, 6
+
+
+@functools.lru_cache(maxsize=None)
+def _tokens() -> list[int]:
+    rng = np.random.default_rng(7)
+    return [1] + rng.integers(259, 512, size=N_PROMPT + N_DECODE - 1).tolist()
+
+
+def _model(shape: str, kv: str, flash_attn: str, n_ctx: int = 512) -> pl.Model:
+    return pl.Model(synthetic_model(SHAPES[shape], weight_type="f16"), ctk=kv, ctv=kv, flash_attn=flash_attn,
+                    n_ctx=n_ctx, n_batch=128, n_ubatch=128)
+
+
+def _ops(nodes) -> set[str]:
+    return {n.op for n in nodes}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_prefill_takes_flash_attention_and_decode_the_quantized_path(shape: str) -> None:
+    path = synthetic_model(SHAPES[shape], weight_type="f16")
+    prefill, decode = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512)
+    assert "FLASH_ATTN_EXT" in _ops(prefill) and "OUT_PROD" not in _ops(prefill)
+    assert "FLASH_ATTN_EXT" not in _ops(decode)
+    products = [n for n in decode if n.op == "OUT_PROD"]
+    assert len(products) == SHAPES[shape].n_layer  # V read quantized, in place, once per layer
+    assert all(n.src_types[0] == ggml_type("q4_0") for n in products)
+
+
+def test_without_the_mode_flash_attention_decodes_too() -> None:
+    """The control of the test above: the same probe with FA on and no per-phase bit sees FA at decode."""
+    path = synthetic_model(SHAPES["hd64-gqa2"], weight_type="f16")
+    _, decode = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="on", n_ctx=512)
+    assert "FLASH_ATTN_EXT" in _ops(decode) and "OUT_PROD" not in _ops(decode)
+
+
+def test_an_unquantized_v_keeps_flash_attention_for_decode() -> None:
+    """FA's vector kernels read an f16 V well; the non-flash path would transpose all of it at every step."""
+    path = synthetic_model(SHAPES["hd64-gqa2"], weight_type="f16")
+    _, decode = phase_nodes(path, _tokens()[:40], ctk="f16", ctv="f16", flash_attn="hybrid", n_ctx=512)
+    assert "FLASH_ATTN_EXT" in _ops(decode)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
+def test_prefill_is_fa_on_and_decode_is_fa_off(shape: str, kv: str, tmp_path: Path) -> None:
+    prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
+    with _model(shape, kv, "hybrid") as hybrid, _model(shape, kv, "on") as on, _model(shape, kv, "off") as off:
+        hybrid.eval(prompt)
+        on.eval(prompt)
+        # the same FLASH_ATTN_EXT graph over the same weights and tokens
+        np.testing.assert_array_equal(hybrid.last_logits(), on.last_logits())
+        # decode from the cache FA wrote: FA-off's non-flash graph on the same cache, in both contexts
+        hybrid.save_state(tmp_path / "after-prompt.state")
+        off.load_state(tmp_path / "after-prompt.state")
+        got, want = step_logits(hybrid, rest), step_logits(off, rest)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(np.abs(want).max()))
+        # and it is not FA's decode (which would make the comparison above say nothing about the path)
+        from_on = step_logits(on, rest)
+        assert np.abs(from_on - want).max() > 0
+
+
+@pytest.mark.parametrize("kv", ["q4_0"])
+def test_state_files_cross_every_mode(kv: str, tmp_path: Path) -> None:
+    """A quantized V has one layout in all three modes: a state saved in any loads in any other."""
+    prompt = _tokens()[:64]
+    modes = ("hybrid", "on", "off")
+    for source in modes:
+        with _model("hd64-gqa2", kv, source) as m:
+            m.eval(prompt)
+            m.save_state(tmp_path / f"{source}.state")
+            want = m.logits(_tokens()[64:66])
+        for target in modes:
+            with _model("hd64-gqa2", kv, target) as m:
+                m.load_state(tmp_path / f"{source}.state")
+                assert m.n_cached == len(prompt)
+                got = m.logits(_tokens()[64:66])
+                cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+                assert cos > 0.99, (source, target, cos)
+
+
+def test_compute_buffer_is_flash_attentions() -> None:
+    """The scheduler reserves FA's prefill graph and the small non-flash decode graph: hybrid's compute buffer
+    is within 10 % of FA-on's, and far below FA-off's, whose prefill scores grow with the context."""
+    n_ctx = 8192
+    sizes = {}
+    for mode in ("hybrid", "on", "off"):
+        with _model("hd128-gqa4", "q4_0", mode, n_ctx=n_ctx) as m:
+            sizes[mode] = m.compute_buffer_bytes
+    assert sizes["hybrid"] <= 1.1 * sizes["on"], sizes
+    assert sizes["hybrid"] < 0.5 * sizes["off"], sizes
+
+
+def test_the_mode_is_reported_and_kept_across_path_changes() -> None:
+    with _model("hd64-gqa2", "q4_0", "hybrid") as m:
+        assert m.attention.flash_attn == "hybrid"
+        m.attention_paths = AttentionPaths(kq_grouped=False)
+        assert m.attention_paths == AttentionPaths(kq_grouped=False)
+        with m.hold_context("read the native paths") as context:
+            assert context.attention_paths() == AttentionPaths(kq_grouped=False).bits
+            assert int(lib.llama_pyl_get_attn_params(context._live()).paths) & lib.LLAMA_PYL_ATTN_HYBRID
