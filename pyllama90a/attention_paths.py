@@ -1,6 +1,7 @@
 """Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
 
-All paths are on by default. A path switched off takes the way upstream llama.cpp goes, so that the bench and
+All paths but fused_decode are on by default. A path switched off takes the way upstream llama.cpp goes (for
+fused_decode: patch 0012's non-flash decode), so that the bench and
 the tests compare both in one process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
 llama.cpp reads them once per graph build of that context; no kernel reads the environment.
 """
@@ -11,7 +12,7 @@ from dataclasses import dataclass, fields
 from .errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
-_BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3}
+_BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5}
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class AttentionPaths:
     kq_grouped: bool = True     # decode K^T q once per group of query heads with GQA (patch 0005)
     kv_cublas: bool = True      # CUDA/HIP prefill K^T Q over a quantized K: F16 copy + cuBLAS (patch 0007); off: MMQ
     ck_fa: bool = True          # gfx90a builds with CK: FLASH_ATTN_EXT through CK's fmha_fwd (patch 0009)
+    fused_decode: bool = False  # flash_attn="hybrid" on CUDA/HIP: one-token decode in one fused kernel per layer
+                                # (patch 0013; opt-in: slower than the non-flash decode on the H200 so far)
 
     def __post_init__(self) -> None:
         for f in fields(self):

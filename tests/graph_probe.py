@@ -19,6 +19,7 @@ class Node:
     name: str
     ne: tuple[int, int, int, int]
     src_types: tuple[int, ...]
+    mark: int = 0  # pyllama90a's mark (ggml-pyllama90a.h)
 
 
 def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, paths: AttentionPaths | None = None,
@@ -40,7 +41,7 @@ def phase_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, path
         if ask:
             srcs = tuple(t.src[i].type for i in range(10) if t.src[i] != ffi.NULL)
             nodes.append(Node(ffi.string(lib.ggml_op_desc(t)).decode(), ffi.string(t.name).decode(),
-                              tuple(t.ne), srcs))
+                              tuple(t.ne), srcs, lib.ggml_pyl_get_mark(t)))
         return False
 
     mparams = lib.llama_model_default_params()

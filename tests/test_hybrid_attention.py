@@ -15,6 +15,7 @@ import pytest
 
 import pyllama90a as pl
 from decode_paths import step_logits
+from gpu import requires_gpu
 from graph_probe import phase_nodes
 from pyllama90a._ffi import lib
 from pyllama90a.attention_paths import AttentionPaths
@@ -25,6 +26,11 @@ SHAPES = {
     "hd64-gqa2": Shape("test-hd64", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512),
     "hd128-gqa4": Shape("test-hd128", n_embd=512, n_layer=3, n_head=4, n_head_kv=1, n_ff=768, n_vocab=512),
 }
+# the fused decode kernel's head dims and GQA group sizes (CUDA/HIP)
+FUSED_SHAPES = {**SHAPES,
+    "hd64-gqa8": Shape("test-hd64-g8", n_embd=512, n_layer=2, n_head=8, n_head_kv=1, n_ff=512, n_vocab=512),
+    "hd256-mha": Shape("test-hd256", n_embd=512, n_layer=2, n_head=2, n_head_kv=2, n_ff=512, n_vocab=512),
+}
 N_PROMPT, N_DECODE = 301, 6
 
 
@@ -34,9 +40,9 @@ def _tokens() -> list[int]:
     return [1] + rng.integers(259, 512, size=N_PROMPT + N_DECODE - 1).tolist()
 
 
-def _model(shape: str, kv: str, flash_attn: str, n_ctx: int = 512) -> pl.Model:
-    return pl.Model(synthetic_model(SHAPES[shape], weight_type="f16"), ctk=kv, ctv=kv, flash_attn=flash_attn,
-                    n_ctx=n_ctx, n_batch=128, n_ubatch=128)
+def _model(shape: str, kv: str, flash_attn: str, n_ctx: int = 512, paths: AttentionPaths | None = None) -> pl.Model:
+    return pl.Model(synthetic_model(FUSED_SHAPES[shape], weight_type="f16"), ctk=kv, ctv=kv, flash_attn=flash_attn,
+                    n_ctx=n_ctx, n_batch=128, n_ubatch=128, attention_paths=paths)
 
 
 def _ops(nodes) -> set[str]:
@@ -126,3 +132,38 @@ def test_the_mode_is_reported_and_kept_across_path_changes() -> None:
         with m.hold_context("read the native paths") as context:
             assert context.attention_paths() == AttentionPaths(kq_grouped=False).bits
             assert int(lib.llama_pyl_get_attn_params(context._live()).paths) & lib.LLAMA_PYL_ATTN_HYBRID
+
+
+# -- the fused decode kernel (patch 0013, opt-in: AttentionPaths(fused_decode=True)), on a GPU only -------------
+
+@requires_gpu
+def test_the_gpu_decodes_through_the_fused_kernel_and_not_without_it() -> None:
+    path = synthetic_model(SHAPES["hd128-gqa4"], weight_type="f16")
+    for fused in (True, False):
+        _, decode = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
+                                n_gpu_layers=-1, paths=AttentionPaths(fused_decode=fused))
+        attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
+        if fused:
+            assert len(attention) == SHAPES["hd128-gqa4"].n_layer
+            assert all(n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
+            assert "OUT_PROD" not in _ops(decode)
+        else:
+            assert not attention and "OUT_PROD" in _ops(decode)
+
+
+@requires_gpu
+@pytest.mark.parametrize("shape", FUSED_SHAPES)
+@pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
+def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, tmp_path: Path) -> None:
+    """Both decode from the same cache (a state file): only the order of the sums differs. 600+ cells make
+    several KV chunks of the kernel, so its reduce runs too."""
+    prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
+    with _model(shape, kv, "hybrid", n_ctx=1024, paths=AttentionPaths(fused_decode=True)) as fused, \
+            _model(shape, kv, "hybrid", n_ctx=1024) as plain:
+        fused.eval(prompt + prompt)
+        fused.save_state(tmp_path / "prompt.state")
+        plain.load_state(tmp_path / "prompt.state")
+        got, want = step_logits(fused, rest), step_logits(plain, rest)
+    assert np.isfinite(got).all()
+    spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
+    assert np.abs(got - want).max() <= 2e-3 * spread
