@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Compile our CUDA/HIP kernels (patches 0004, 0006, 0007) for AMD MI210 (gfx90a, wavefront 64) with hipcc.
+"""Compile our CUDA/HIP kernels (patches 0004, 0006, 0007, 0013) for AMD MI210 (gfx90a, wavefront 64).
 
 No AMD GPU is needed: each translation unit of the patched ggml-cuda that our patches touch is compiled
 the way ggml-hip compiles it (the .cu file as HIP, GGML_USE_HIP, --offload-arch=gfx90a, the defines of
 ggml/src/ggml-hip/CMakeLists.txt with its default options), one unit at a time. ggml-hip wants
-ROCm/HIP >= 6.1; the toolchain reachable here is Debian's hipcc 5.2.3 (clang 15), so the compile adds
-the small compile-only shims of benchmarks/hip/shims/ (see hip52_compat.h for what each one stands in
-for). Each object's gfx90a code object is then unbundled and its AMDGPU metadata read: the target must
+ROCm/HIP >= 6.1: the real toolchain is ROCm 6.4 with clang 21 in the chroot of rocm_env.py
+(`rocm_env.py run -- python3 benchmarks/hip/compile_gfx90a.py --cxx clang++-21`), where nothing is shimmed.
+Debian 12's own hipcc 5.2.3 (clang 15) is kept as a second, older compiler: for HIP < 6.1 only, the
+compile adds the small compile-only shims of benchmarks/hip/shims/ (see hip52_compat.h for what each one
+stands in for). Each object's gfx90a code object is then unbundled and its AMDGPU metadata read: the target must
 be gfx90a, every kernel must have wavefront size 64, and the kernels our patches add must be there
 (register counts, spills and LDS are reported).
 
@@ -96,6 +98,9 @@ UNITS = [
     Unit("ggml-cuda.cu", "0004, 0007", "ggml_cuda_mul_mat_kv_cublas",
          (), ("ggml_backend_cuda_pyl_set_test_knobs",),
          "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through cuBLAS (0007)"),
+    Unit("pyl-attn-decode.cu", "0013", "k_pyl_attn_decode",
+         (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
+         "fused decode attention over a quantized K and V (split-KV chunks and their reduce)"),
     Unit("fmha_mapping.cpp", "CK FA glue (src/ck_fa)", "fmha_fwd", (), (),
          "the ggml -> CK fmha_fwd argument mapping, host code, compiled as HIP with GGML_USE_HIP",
          repo_path="src/ck_fa/fmha_mapping.cpp"),
@@ -167,7 +172,8 @@ def clang_toolchain(cxx: str) -> dict:
     vals = dict(re.findall(r"#define HIP_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)", ver_h.read_text())) \
         if ver_h.is_file() else {}
     hip_version = f"{vals.get('MAJOR', '?')}.{vals.get('MINOR', '?')}.{vals.get('PATCH', '?')}"
-    bitcode = [Path(p).parent for pat in ("lib/*/amdgcn/bitcode", "lib/amdgcn/bitcode", "amdgcn/bitcode")
+    bitcode = [Path(p).parent for pat in ("lib/*/amdgcn/bitcode", "lib/amdgcn/bitcode", "amdgcn/bitcode",
+                                         "lib/llvm-*/lib/clang/*/amdgcn/bitcode")  # Debian sid: rocm-device-libs-21
                for p in map(str, root.glob(pat + f"/oclc_isa_version_{ARCH[3:]}.bc"))]
     if not bitcode:
         raise RuntimeError(f"no {ARCH} device libraries (oclc_isa_version_{ARCH[3:]}.bc) under {root}")
@@ -209,9 +215,15 @@ def compile_cmd(tc: dict, src: Path, obj: Path, tree: Path, cuda_dir: Path, unit
             extra += [f"-I{ck / 'include'}", f"-I{ck / 'example' / 'ck_tile' / '01_fmha'}"]
     return [*tc["driver"], "-x", "hip", f"--offload-arch={ARCH}", "-std=gnu++17", "-O3", "-fPIC",
             *[f"-D{d}" for d in DEFINES], *extra,
-            f"-I{SHIMS}", "-include", str(COMPAT),
+            *shim_flags(tc),
             f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{cuda_dir}",
             "-c", str(src), "-o", str(obj)]
+
+
+def shim_flags(tc: dict) -> list[str]:
+    """The compile-only shims for HIP < 6.1 (Debian 12's 5.2.3); none for a real ROCm >= 6.1 toolchain."""
+    version = tuple(int(x) for x in re.findall(r"\d+", tc.get("hip_version", ""))[:2]) or (0, 0)
+    return [f"-I{SHIMS}", "-include", str(COMPAT)] if version < (6, 1) else []
 
 
 def first_errors(text: str, n: int = 6) -> list[str]:

@@ -25,6 +25,12 @@ def _tool_line(command: list[str], containing: str = "") -> str | None:
     return lines[0] if out.returncode == 0 and lines else None
 
 
+def gpu_backend_states() -> dict[str, str]:
+    from ..native.ggml import gpu_backend_states as states
+
+    return states()
+
+
 def backend_devices() -> list[str]:
     from ..native.ggml import devices
 
@@ -41,6 +47,7 @@ def describe() -> list[tuple[str, str]]:
             ("python / numpy", f"{sys.version.split()[0]} / {np.__version__}"),
             ("pyllama90a", metadata.version("pyllama90a")),
             ("ggml devices", "; ".join(backend_devices())),
+            ("GPU backends built", "; ".join(f"{m}: {s}" for m, s in gpu_backend_states().items()) or "none"),
             ("attention device", f"{gpu} ({kind})"),
             ("ggml CPU backend", cpu_backend_line()),
             ("llama.cpp system info", system_info())]

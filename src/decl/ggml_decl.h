@@ -97,6 +97,9 @@ void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * na
 /* the backend registry (ggml-base): backends are modules in a portable build (GGML_BACKEND_DL), so nothing of
    ggml-cpu is linked; its functions are reached through ggml_backend_reg_get_proc_address */
 size_t ggml_backend_reg_count(void);
+ggml_backend_reg_t ggml_backend_reg_get(size_t index);
+const char * ggml_backend_reg_name(ggml_backend_reg_t reg);
+size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg);
 void ggml_backend_load_all_from_path(const char * dir_path);
 ggml_backend_dev_t ggml_backend_dev_by_type(enum ggml_backend_dev_type type);
 ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
