@@ -5,20 +5,23 @@ with the model's Jinja chat template (chat_template.py: the GGUF's `tokenizer.ch
 `Model(chat_template=...)` override), or with llama.cpp's built-in ChatML when the file has no template, as
 llama-server does; tokenizes the prompt; and turns tools and tool_choice into the constraint that guarantees
 a well-formed call ("required", a named function) or enforces one from its first marker on ("auto").
-`PreparedChat.stream()` then splits the generated text into content and tool calls as it arrives.
+`PreparedChat.output` (core.ToolCallOutput) then reads the generated text for the calls.
 Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go through here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .chat_template import check_template_variables, normalize_messages, text_only_history
 from .constrained import Constraint
 from .constrained import ToolCallFormat as PatternFormat
 from .constrained import tool_calls as tool_call_constraint
+from .core.tool_output import ToolCallOutput, finish_reason
 from .errors import InvalidArgumentError, about
-from .tool_calls import GENERIC, ToolCallFormat, ToolCallStream, check_tool_choice, check_tools
+from .tool_calls import GENERIC, check_tool_choice, check_tools
+
+__all__ = ["FALLBACK_TEMPLATE", "PreparedChat", "finish_reason", "prepare_chat"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Model
@@ -30,22 +33,11 @@ FALLBACK_TEMPLATE = "chatml"
 @dataclass(frozen=True)
 class PreparedChat:
     """A chat request ready to generate: its prompt tokens, the constraint on its output (tool calls or a
-    response format), and the tools its output is read for (empty: the output is all content)."""
+    response format), and the reader of its output for the tools it offered (None: the output is all content)."""
 
     tokens: list[int]
     constraint: Constraint | None
-    tools: list[dict] = field(default_factory=list)
-    tool_format: ToolCallFormat | None = None
-
-    def stream(self) -> ToolCallStream | None:
-        """A parser that splits the output into content and tool-call deltas as it arrives; None when the
-        request offered no tools (its output is content as generated)."""
-        return None if self.tool_format is None else self.tool_format.stream(self.tools)
-
-
-def finish_reason(reason: str, made_calls: bool) -> str:
-    """OpenAI's finish_reason: "tool_calls" when a generation that stopped by itself made tool calls."""
-    return "tool_calls" if made_calls and reason == "stop" else reason
+    output: ToolCallOutput | None = None
 
 
 def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
@@ -91,4 +83,4 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
             constraint = tool_call_constraint([PatternFormat(p.prefix, p.schema, p.suffix) for p in calls.patterns],
                                               trigger=calls.trigger, parallel=calls.parallel,
                                               separator=calls.separator)
-    return PreparedChat(tokens, constraint, offered, fmt if offered else None)
+    return PreparedChat(tokens, constraint, ToolCallOutput(fmt, offered) if offered else None)

@@ -79,6 +79,15 @@ class BusyError(LlamaError):
     """A generation stream is running on this Model; the call would race with it."""
 
 
+class QueueFullError(LlamaError):
+    """Every slot of a BatchEngine is busy and its waiting queue is full; retry later."""
+
+
+class EngineStoppedError(ClosedError):
+    """A BatchEngine's thread ended on an unexpected exception (its `__cause__`): the engine serves nothing
+    more. A ClosedError, since the engine is as unusable as a closed one; close() still frees the model."""
+
+
 class StateFileError(LlamaError):
     """A state file is missing, unreadable, corrupt, or was saved by another model or context."""
 

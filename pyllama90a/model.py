@@ -15,19 +15,20 @@ import numpy as np
 
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
-from .chat import PreparedChat, finish_reason, prepare_chat
+from .chat import prepare_chat
 from .chat_template import ChatTemplate
-from .constrained import Constraint, OutputRules, constraint_from
+from .constrained import constraint_from
+from .core import GenerationRequest, GenerationSequence, keep_cached_prefix
+from .core.tool_output import ToolCallDeltas, ToolCallOutput
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError,
-                     ModelFormatError, StateFileError, flag, fs_path, int_in_range, positive_int, token_ids, utf8)
+                     ModelFormatError, StateFileError, flag, fs_path, int_in_range, token_ids, utf8)
 from .gguf_header import GGUFHeader, read_header
 from .kv_types import block_size
-from .native import Batch, ContextHandle, ContextParams, ModelHandle, SamplerChain
-from .output_checks import refuse_total_ban, require_choice, require_finite
+from .native import Batch, ContextHandle, ContextParams, ModelHandle
+from .output_checks import require_finite
 from .sampling import SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .tensor_roles import check_tensors
-from .text_stream import TextStream
 from .tool_calls import ParsedToolCall
 
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -103,36 +104,6 @@ class _ModelFile:
     header: GGUFHeader
     sha256: bytes       # of the GGUF header: what a state file must have been saved by (state_file.py)
     n_gpu_layers: int
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def keep_cached_prefix(context: ContextHandle, seq: int, cached: list[int], tokens: Sequence[int]) -> int:
-    """Keep what sequence `seq` caches (its tokens are `cached`) as far as `tokens` starts with it, less the last
-    of `tokens` (always decoded: its logits start the generation); drop the rest from the KV cache and from
-    `cached`. Returns how many tokens stay cached."""
-    keep = min(common_prefix(cached, tokens), len(tokens) - 1)
-    if not context.trim_sequence(seq, keep):  # a memory that cannot cut a sequence: drop it all
-        context.clear_sequence(seq)
-        keep = 0
-    del cached[keep:]
-    return keep
-
-
-def check_limits(max_tokens: object, stop: str | Sequence[str] | None) -> list[str]:
-    """A request's max_tokens (a positive int32) and stop strings (a str, a list or tuple of them, or None for
-    none), checked; returns the stops as a list."""
-    positive_int("max_tokens", max_tokens)
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, (list, tuple)) else None
-    if stops is None or not all(isinstance(s, str) and s for s in stops):
-        raise InvalidArgumentError(f"stop must be a non-empty str, a list of them or None, got {stop!r}"[:200])
-    for s in stops:
-        utf8("a stop string", s)
-    return stops
 
 
 class Model:
@@ -507,10 +478,11 @@ class Model:
         tokens = self.prompt_tokens(prompt)
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
                                      grammar=grammar)
-        return self._start(tokens, max_tokens, stop, stream, self._rules(constraint, logit_bias), None,
-                           temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                           presence_penalty=presence_penalty, seed=seed)
+        request = GenerationRequest.of(
+            max_tokens=max_tokens, stop=stop, constraint=constraint, logit_bias=logit_bias, temperature=temperature,
+            top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
+        return self._start(tokens, request, stream, None)
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
         """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
@@ -543,13 +515,14 @@ class Model:
         """
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
                                      grammar=grammar)
+        request = GenerationRequest.of(
+            max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
+            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
         prepared = prepare_chat(self, messages, tools=tools, tool_choice=tool_choice,
                                 parallel_tool_calls=parallel_tool_calls, constraint=constraint,
                                 template_kwargs=chat_template_kwargs)
-        return self._start(prepared.tokens, max_tokens, stop, stream, self._rules(prepared.constraint, logit_bias),
-                           prepared, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                           presence_penalty=presence_penalty, seed=seed)
+        return self._start(prepared.tokens, replace(request, constraint=prepared.constraint), stream, prepared.output)
 
     @property
     def chat_template(self) -> ChatTemplate | None:
@@ -576,85 +549,59 @@ class Model:
                 text_only_history(normalize_messages(messages), tools or ()), "chatml")
         return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
 
-    def _rules(self, constraint: Constraint | None, logit_bias: Mapping[object, float] | None) -> OutputRules | None:
-        with self._using_model() as handle:
-            rules = OutputRules.for_request(self, constraint, logit_bias)
-            refuse_total_ban(rules, handle.n_vocab)
-            return rules
-
-    def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str] | None, stream: bool,
-               rules: OutputRules | None, chat: PreparedChat | None, **sampling: object) -> Completion | Iterator[Piece]:
-        stops = check_limits(max_tokens, stop)
+    def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,
+               output: ToolCallOutput | None) -> Completion | Iterator[Piece]:
         flag("stream", stream)
-        if sampling.get("seed") is None:
-            sampling["seed"] = self._sampling_seed
-        params = SamplingParams(**sampling)  # type: ignore[arg-type]
         n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
-        pieces = self._run(tokens, max_tokens, stops, params, rules)
-        if chat is not None and chat.tool_format is not None:
-            pieces = _split_tool_calls(pieces, chat)
+        with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
+            sequence = GenerationSequence(request, handle, n_ctx)
+        pieces = self._run(tokens, sequence)
         if stream:
-            return pieces
+            return pieces if output is None else _split_tool_calls(pieces, output.stream())
         last = None
         for last in pieces:
             pass
         assert last is not None and last.completion is not None
-        return last.completion
+        done = last.completion
+        if output is None:
+            return done
+        parsed, reason = output.whole(done.text, done.finish_reason)
+        return Completion(parsed.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
+                          tuple(parsed.tool_calls))
 
-    def _run(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams,
-             rules: OutputRules | None) -> Iterator[Piece]:
+    def _run(self, prompt: list[int], sequence: GenerationSequence) -> Iterator[Piece]:
         with self._using_context("start a generation") as context:
             self._busy = "another generation"
         try:
-            yield from self._generate_pieces(context, prompt, max_tokens, stops, params, rules)
+            yield from self._generate_pieces(context, prompt, sequence)
         finally:
             self._busy = None
 
-    def _generate_pieces(self, context: ContextHandle, prompt: list[int], max_tokens: int, stops: list[str],
-                         params: SamplingParams, rules: OutputRules | None) -> Iterator[Piece]:
-        vocab = context.model
+    def _generate_pieces(self, context: ContextHandle, prompt: list[int],
+                         sequence: GenerationSequence) -> Iterator[Piece]:
         t0 = time.perf_counter()
         n_evaluated = self._evaluate(context, prompt)
-        require_finite(context.logits_row(-1), "the logits of the prompt's last token")
         t1 = time.perf_counter()
-        sampler = SamplerChain(params, vocab.n_vocab)
-        stream = TextStream(stops)
-        n_ctx = self.n_ctx_seq
-        generated: list[int] = []
-        finish: FinishReason = "length"
-        pending: list[int] = []
-        while len(generated) < max_tokens:
-            if rules is not None:  # bias and mask llama.cpp's own row, which the sampler chain reads next
-                row = context.logits_row(-1)
-                rules.apply(row)
-                require_choice(row)
-            token = sampler.sample(context)
-            if rules is not None:
-                rules.accept(token)
-            if vocab.is_eog(token):
-                finish = "stop"
+        pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
+        while True:
+            step = sequence.step(context, -1, len(self._kv_tokens))
+            if step.token is not None:
+                pending.append(step.token)
+            if step.finish is not None:
                 break
-            generated.append(token)
-            pending.append(token)
-            shown = stream.add(vocab.token_piece(token))
-            if stream.stopped:
-                finish = "stop"
-                break
-            if shown:
-                yield Piece(shown, pending)
+            if step.text:
+                yield Piece(step.text, pending)
                 pending = []
-            if len(generated) >= max_tokens or len(self._kv_tokens) + 1 >= n_ctx:
-                break
-            self._decode(context, [token])
-        # a character cut off by max_tokens is dropped, not shown as U+FFFD (its tokens stay in `tokens`)
+            self._decode(context, [step.token])  # type: ignore[list-item]  # (a step that goes on made a token)
         t2 = time.perf_counter()
+        generated = sequence.generated
         completion = Completion(
-            text=stream.text, tokens=generated, finish_reason=finish,
+            text=sequence.text.text, tokens=generated, finish_reason=step.finish,  # type: ignore[arg-type]
             usage=Usage(len(prompt), len(generated)),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(stream.flush(), pending, finish, completion)
+        yield Piece(step.text, pending, step.finish, completion)  # type: ignore[arg-type]
 
     # -- embeddings ----------------------------------------------------------------------------------
 
@@ -732,29 +679,25 @@ class Model:
 
 
 
-def _split_tool_calls(pieces: Iterator[Piece], chat: PreparedChat) -> Iterator[Piece]:
+def _split_tool_calls(pieces: Iterator[Piece], deltas: ToolCallDeltas) -> Iterator[Piece]:
     """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
     the last piece's Completion has the calls, the content as its text and finish_reason "tool_calls"."""
-    parser = chat.stream()
-    assert parser is not None
     tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
     try:
         for piece in pieces:
-            deltas = parser.feed(piece.text)
+            done = piece.completion
+            found = deltas.feed(piece.text, last=done is not None)
             tokens += piece.tokens
-            if piece.completion is None:
-                if deltas:
-                    yield _piece_of(deltas, tokens)
+            if done is None:
+                if found:
+                    yield _piece_of(found, tokens)
                     tokens = []
                 continue
-            deltas += parser.finish()
-            result = parser.result()
-            done = piece.completion
-            reason = finish_reason(done.finish_reason, bool(result.tool_calls))
+            result = deltas.result()
+            reason = deltas.finish_reason(done.finish_reason)
             completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
                                     tuple(result.tool_calls))
-            last = _piece_of(deltas, tokens)
-            yield Piece(last.text, last.tokens, reason, completion, last.tool_calls)  # type: ignore[arg-type]
+            yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion)
     finally:
         close = getattr(pieces, "close", None)
         if close is not None:

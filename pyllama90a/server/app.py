@@ -347,7 +347,7 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
 
     headers = _ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    shape = (ChatShape(ident, state.model_name, gen.n, prepared) if chat
+    shape = (ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None) if chat
              else CompletionShape(ident, state.model_name, gen.n))
     if gen.stream:
         return StreamingResponse(_sse(chunks, handles, shape, gen.include_usage), media_type="text/event-stream",
