@@ -32,7 +32,8 @@ from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError,
                      ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
-from .model import Completion, KVCacheInfo, Model, Piece, Timings, Usage
+from .core.outputs import Completion, Piece, Timings, Usage
+from .model import KVCacheInfo, Model
 
 __version__ = "0.1.0"
 

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .chat_template import check_template_variables, normalize_messages, text_only_history
 from .constrained import Constraint
-from .constrained import ToolCallFormat as PatternFormat
 from .constrained import tool_calls as tool_call_constraint
 from .core.tool_output import ToolCallOutput, finish_reason
-from .errors import InvalidArgumentError, about
-from .tool_calls import GENERIC, check_tool_choice, check_tools
+from .errors import InvalidArgumentError, LlamaError, UnsupportedChatTemplateError, about
+from .toolcalls import GENERIC, check_tool_choice, check_tools
 
 __all__ = ["FALLBACK_TEMPLATE", "PreparedChat", "finish_reason", "prepare_chat"]
 
@@ -59,6 +58,7 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
     if offered and constraint is not None:
         raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
                                    "combined with tools unless tool_choice is 'none'", param="tools")
+    checked_messages = normalize_messages(messages)
     template = model.chat_template
     # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
     # the messages
@@ -69,18 +69,22 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
                                            f"has none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)",
                                            param="chat_template_kwargs")
             fmt = GENERIC
-            msgs = text_only_history(normalize_messages(messages), offered)
-            tokens = model.tokenize(model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
-                                    parse_special=True)
+            msgs = text_only_history(checked_messages, offered)
+            try:
+                text = model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE)
+            except InvalidArgumentError:
+                raise
+            except LlamaError as e:
+                raise UnsupportedChatTemplateError(str(e), param="messages") from None
+            tokens = model.tokenize(text, add_special=True, parse_special=True)
         else:
             fmt = template.tool_call_format
-            text = template.render(messages, tools=offered or None, **dict(template_kwargs or {}))
+            text = template.render(checked_messages, tools=offered or None, **dict(template_kwargs or {}))
             tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
     if offered:
         with about("tools"):  # the tools' schemas become the call grammar
             calls = fmt.constraint(offered, choice, parallel_tool_calls)
             assert calls is not None  # (None only for tool_choice "none")
-            constraint = tool_call_constraint([PatternFormat(p.prefix, p.schema, p.suffix) for p in calls.patterns],
-                                              trigger=calls.trigger, parallel=calls.parallel,
+            constraint = tool_call_constraint(calls.patterns, trigger=calls.trigger, parallel=calls.parallel,
                                               separator=calls.separator)
     return PreparedChat(tokens, constraint, ToolCallOutput(fmt, offered) if offered else None)

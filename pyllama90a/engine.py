@@ -20,15 +20,15 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from .attention_paths import AttentionPaths
 from .chat import prepare_chat
 from .constrained import Constraint
 from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
 from .errors import (ClosedError, ConstraintError, ContextOverflowError, DecodeError, EngineStoppedError,
                      NonFiniteOutputError, QueueFullError, positive_int)
-from .model import Model, Usage
+from .core.outputs import Usage
+from .model import Model
 from .native import Batch
 
 log = logging.getLogger(__name__)
@@ -91,18 +91,20 @@ class EngineStats:
 class BatchEngine:
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
-                 flash_attn: str = "auto", n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512,
-                 n_gpu_layers: int = -1, n_threads: int | None = None, queue_size: int = 64,
-                 chat_template: str | None = None,
-                 attention_paths: AttentionPaths | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, parallel: int = 4, queue_size: int = 64,
+                 n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
+        """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
+        attention_paths), as keywords. n_ctx is shared by the `parallel` slots; n_ubatch is n_batch."""
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
-        self.model = Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                           n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel,
-                           chat_template=chat_template, attention_paths=attention_paths)
+        set_here = sorted({"n_seq_max", "n_ubatch", "embedding", "seed"} & settings.keys())
+        if set_here:
+            raise TypeError(f"BatchEngine() takes no {', '.join(set_here)} (it sets the context's, and each "
+                            f"request has its own seed)")
+        self.model = Model(path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_gpu_layers=n_gpu_layers,
+                           n_seq_max=parallel, **settings)
         self.parallel = parallel
-        self.n_gpu_layers, self.n_threads = n_gpu_layers, n_threads
+        self.n_gpu_layers, self.n_threads = n_gpu_layers, settings.get("n_threads")
         self.queue_size = queue_size
         self.n_ctx_slot = self.model.n_ctx_seq
         # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()

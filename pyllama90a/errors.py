@@ -53,6 +53,11 @@ class ChatTemplateError(InvalidArgumentError):
     value it needs, an operation the sandbox refuses); the message carries the template's own words and line."""
 
 
+class UnsupportedChatTemplateError(ChatTemplateError):
+    """llama.cpp's built-in chat template (used for a model file without a Jinja template) refused the
+    messages."""
+
+
 class ConstraintError(InvalidArgumentError):
     """A JSON schema, regular expression, grammar, response_format or tool-call format that cannot constrain
     generation (invalid, or using what the constraint library does not support); the message names the field."""

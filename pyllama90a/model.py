@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -17,72 +16,20 @@ from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
 from .chat import prepare_chat
 from .chat_template import ChatTemplate
+from .context_settings import ContextSettings
 from .constrained import constraint_from
 from .core import GenerationRequest, GenerationSequence, keep_cached_prefix
-from .core.tool_output import ToolCallDeltas, ToolCallOutput
+from .core.outputs import Completion, Piece, Timings, Usage
+from .core.tool_output import ToolCallOutput
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError,
-                     ModelFormatError, StateFileError, flag, fs_path, int_in_range, token_ids, utf8)
-from .gguf_header import GGUFHeader, read_header
-from .kv_types import block_size
+                     StateFileError, flag, fs_path, int_in_range, token_ids, utf8)
+from .gguf_header import read_header
+from .model_file import ModelFile, check_header, pooling_for
 from .native import Batch, ContextHandle, ContextParams, ModelHandle
 from .output_checks import require_finite
 from .sampling import SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .tensor_roles import check_tensors
-from .tool_calls import ParsedToolCall
-
-FinishReason = Literal["stop", "length", "tool_calls"]
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True)
-class Timings:
-    prompt_ms: float
-    generate_ms: float
-    prompt_tokens_evaluated: int  # prompt tokens actually decoded (a reused prefix is not)
-    completion_tokens: int
-
-    @property
-    def prompt_tokens_per_s(self) -> float:
-        return self.prompt_tokens_evaluated / (self.prompt_ms / 1e3) if self.prompt_ms > 0 else 0.0
-
-    @property
-    def generate_tokens_per_s(self) -> float:
-        return self.completion_tokens / (self.generate_ms / 1e3) if self.generate_ms > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    tokens: list[int]
-    finish_reason: FinishReason
-    usage: Usage
-    timings: Timings
-    tool_calls: tuple[ParsedToolCall, ...] = ()  # chat with tools: the calls (`text` is then the content)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One streamed piece: whole UTF-8 characters only. The last piece has a finish_reason.
-
-    A chat with tools streams its content in `text` and its calls in `tool_calls`, as OpenAI's deltas:
-    {"index", "id", "type", "function": {"name", "arguments": ""}} when a call starts, then
-    {"index", "function": {"arguments": <fragment>}} as its arguments arrive."""
-    text: str
-    tokens: list[int] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
-    completion: Completion | None = None  # on the last piece: the whole result
-    tool_calls: list[dict] = field(default_factory=list)
-
 
 @dataclass(frozen=True)
 class KVCacheInfo:
@@ -95,15 +42,6 @@ class KVCacheInfo:
     @property
     def total_bytes(self) -> int:
         return self.k_bytes + self.v_bytes
-
-
-@dataclass(frozen=True)
-class _ModelFile:
-    """The facts of a loaded file that every Model on its weights shares (Model.with_context)."""
-    path: Path
-    header: GGUFHeader
-    sha256: bytes       # of the GGUF header: what a state file must have been saved by (state_file.py)
-    n_gpu_layers: int
 
 
 class Model:
@@ -122,11 +60,9 @@ class Model:
     context under another thread's call.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
-                 flash_attn: str = "auto", n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
-                 n_gpu_layers: int = -1, n_threads: int | None = None, seed: int | None = None,
-                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
-                 attention_paths: AttentionPaths | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, **settings: Any) -> None:
+        """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords."""
+        context_settings = ContextSettings(**settings)
         self._handle: ModelHandle | None = None  # both None once closed
         self._context: ContextHandle | None = None
         if path is None:
@@ -135,70 +71,61 @@ class Model:
             path = default_model()
         raw_path = fs_path("path", path)
         self.path = Path(os.fsdecode(raw_path))
-        params = self._settle(ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                              n_ubatch=n_ubatch, n_threads=n_threads, seed=seed, embedding=embedding,
-                              n_seq_max=n_seq_max, chat_template=chat_template)
+        params = self._settle(context_settings)
         int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
         header = read_header(self.path)
         check_tensors(header, str(self.path))  # types per role: what would crash the first decode
         # the state files' identity, taken now from the file llama.cpp loads next
-        file = _ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
-        self._check_header(file, params)
-        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params, attention_paths)
+        file = ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
+        check_header(file, params)
+        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params, context_settings.attention_paths)
 
-    def with_context(self, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto", n_ctx: int = 4096,
-                     n_batch: int = 512, n_ubatch: int = 512, n_threads: int | None = None, seed: int | None = None,
-                     embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
-                     attention_paths: AttentionPaths | None = None) -> Model:
+    def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
-        of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context arguments; the
+        of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context settings; the
         file and n_gpu_layers are this Model's. Each Model has its own context, lock and close(): the two may
         run on different threads at once, and the weights stay loaded until the last of them is closed."""
         # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
         # whatever this Model does meanwhile
+        context_settings = ContextSettings(**settings)
         handle = self.handle
         other = Model.__new__(Model)  # (no second load: __init__ is for a file)
         other._handle = other._context = None
         other.path = self.path
-        params = other._settle(ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                               n_ubatch=n_ubatch, n_threads=n_threads, seed=seed, embedding=embedding,
-                               n_seq_max=n_seq_max, chat_template=chat_template)
-        other._check_header(self._file, params)
-        other._open(self._file, handle, params, attention_paths)
+        params = other._settle(context_settings)
+        check_header(self._file, params)
+        other._open(self._file, handle, params, context_settings.attention_paths)
         return other
 
-    def _settle(self, *, ctk: str, ctv: str, flash_attn: str, n_ctx: int, n_batch: int, n_ubatch: int,
-                n_threads: int | None, seed: int | None, embedding: bool, n_seq_max: int,
-                chat_template: str | None) -> ContextParams:
+    def _settle(self, settings: ContextSettings) -> ContextParams:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
-        # n_seq_max: sequences with a KV stream of n_ctx / n_seq_max cells each (BatchEngine); this Model's own
-        # calls use sequence 0
-        params = ContextParams(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max,
-                               n_threads=_default_threads() if n_threads is None else n_threads,
-                               type_k=ctk, type_v=ctv, flash_attn=flash_attn)
+        s = settings
+        params = ContextParams(n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, n_seq_max=s.n_seq_max,
+                               n_threads=_default_threads() if s.n_threads is None else s.n_threads,
+                               type_k=s.ctk, type_v=s.ctv, flash_attn=s.flash_attn)
         self.ctk, self.ctv, self.flash_attn = params.type_k, params.type_v, params.flash_attn
-        self._sampling_seed = seed
-        if seed is not None:
-            SamplingParams(seed=seed)  # validates
-        self.embedding = flag("embedding", embedding)
-        if chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
-            ChatTemplate(chat_template)
-        self._template_source = chat_template
+        self._sampling_seed = s.seed
+        if s.seed is not None:
+            SamplingParams(seed=s.seed)  # validates
+        self.embedding = flag("embedding", s.embedding)
+        if s.chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
+            ChatTemplate(s.chat_template)
+        self._template_source = s.chat_template
         self._chat_template: ChatTemplate | None = None
         self._chat_template_read = False
         return params
 
-    def _open(self, file: _ModelFile, handle: ModelHandle, params: ContextParams,
+    def _open(self, file: ModelFile, handle: ModelHandle, params: ContextParams,
               attention_paths: AttentionPaths | None) -> None:
         """Make the context: flash_attn "auto" resolved by the attention policy, pooling for embeddings, the
         attention paths set before anything is decoded."""
         paths = AttentionPaths.checked(attention_paths, none_ok=True)
         self._file = file
         self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
-        pooling = self._pooling_for(file.header) if self.embedding else "model"
+        pooling = pooling_for(file.header) if self.embedding else "model"
         context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling))
         if paths != AttentionPaths():  # a new context starts with every path on
             try:
@@ -208,35 +135,6 @@ class Model:
                 raise
         self._attention_paths = paths
         self._handle, self._context = handle, context
-
-    # -- validation before llama.cpp sees anything -------------------------------------------------
-
-    def _check_header(self, file: _ModelFile, params: ContextParams) -> None:
-        """Every check of the GGUF's values before llama.cpp reads them (hyperparameter validation goes here)."""
-        header = file.header
-        arch = header.get("general.architecture")
-        if not isinstance(arch, str):
-            raise ModelFormatError(f"{file.path}: no general.architecture in the GGUF metadata")
-        n_head = header.get(f"{arch}.attention.head_count")
-        n_embd = header.get(f"{arch}.embedding_length")
-        default_head = n_embd // n_head if isinstance(n_head, int) and n_head and isinstance(n_embd, int) else None
-        for which, name, key in (("K", params.type_k, "key_length"), ("V", params.type_v, "value_length")):
-            head_dim = header.get(f"{arch}.attention.{key}", default_head)
-            if isinstance(head_dim, int) and head_dim % block_size(name):
-                raise InvalidArgumentError(
-                    f"{which} cache type {name} has blocks of {block_size(name)} values, which do not divide "
-                    f"this model's head dimension {head_dim}; use f16, bf16 or f32")
-        n_ctx_train = header.get(f"{arch}.context_length")
-        if isinstance(n_ctx_train, int) and params.n_ctx > n_ctx_train:
-            warnings.warn(f"n_ctx={params.n_ctx} is over the {n_ctx_train} tokens this model was trained on; "
-                          f"expect worse output past {n_ctx_train}", stacklevel=3)
-
-    @staticmethod
-    def _pooling_for(header: GGUFHeader) -> str:
-        arch = header.get("general.architecture")
-        if header.get(f"{arch}.pooling_type") is not None:
-            return "model"  # the model says how to pool
-        return "mean"  # a causal LM says nothing: mean over tokens
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -559,7 +457,7 @@ class Model:
             sequence = GenerationSequence(request, handle, n_ctx)
         pieces = self._run(tokens, sequence)
         if stream:
-            return pieces if output is None else _split_tool_calls(pieces, output.stream())
+            return pieces if output is None else output.split(pieces)
         last = None
         for last in pieces:
             pass
@@ -677,37 +575,6 @@ class Model:
         state = "closed" if self.closed else f"n_ctx={self.n_ctx}"
         return f"Model({str(self.path)!r}, ctk={self.ctk!r}, ctv={self.ctv!r}, flash_attn={self.flash_attn!r}, {state})"
 
-
-
-def _split_tool_calls(pieces: Iterator[Piece], deltas: ToolCallDeltas) -> Iterator[Piece]:
-    """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
-    the last piece's Completion has the calls, the content as its text and finish_reason "tool_calls"."""
-    tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
-    try:
-        for piece in pieces:
-            done = piece.completion
-            found = deltas.feed(piece.text, last=done is not None)
-            tokens += piece.tokens
-            if done is None:
-                if found:
-                    yield _piece_of(found, tokens)
-                    tokens = []
-                continue
-            result = deltas.result()
-            reason = deltas.finish_reason(done.finish_reason)
-            completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
-                                    tuple(result.tool_calls))
-            yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion)
-    finally:
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()  # an early close of this stream ends the generation (frees the Model) at once
-
-
-def _piece_of(deltas: list[dict], tokens: list[int]) -> Piece:
-    text = "".join(d.get("content", "") for d in deltas)
-    calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
-    return Piece(text, tokens, tool_calls=calls)
 
 
 def _default_threads() -> int:
