@@ -11,19 +11,33 @@ Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
 
-from .chat_template import check_template_variables, normalize_messages, text_only_history
+from .chat_template import ChatTemplate, check_template_variables, normalize_messages, text_only_history
 from .constrained import Constraint
 from .constrained import tool_calls as tool_call_constraint
 from .core.tool_output import ToolCallOutput, finish_reason
 from .errors import InvalidArgumentError, LlamaError, UnsupportedChatTemplateError, about
+from .native import ModelHandle
 from .toolcalls import GENERIC, check_tool_choice, check_tools
 
-__all__ = ["FALLBACK_TEMPLATE", "PreparedChat", "finish_reason", "prepare_chat"]
+__all__ = ["FALLBACK_TEMPLATE", "ChatModel", "PreparedChat", "finish_reason", "prepare_chat"]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .model import Model
+
+class ChatModel(Protocol):
+    """What a chat needs of a model (Model has it): its chat template, tokenizer and loaded weights."""
+
+    path: Path
+
+    @property
+    def chat_template(self) -> ChatTemplate | None: ...
+
+    @property
+    def handle(self) -> ModelHandle: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+
 
 # llama.cpp's built-in template for a model file that carries none (llama-server's default too)
 FALLBACK_TEMPLATE = "chatml"
@@ -39,7 +53,7 @@ class PreparedChat:
     output: ToolCallOutput | None = None
 
 
-def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
                  tool_choice: object = None, parallel_tool_calls: bool = True, constraint: Constraint | None = None,
                  template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
     """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
