@@ -26,13 +26,14 @@ from ._log import set_native_log_level
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
-from .engine import BatchEngine, Chunk, EngineStoppedError, QueueFullError
+from .engine import BatchEngine, Chunk
 from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
-                     DecodeError, InvalidArgumentError, LlamaError, ModelFormatError, ModelLoadError,
-                     NonFiniteOutputError, StateFileError)
+                     DecodeError, EngineStoppedError, InvalidArgumentError, LlamaError, ModelFormatError,
+                     ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
-from .model import Completion, KVCacheInfo, Model, Piece, Timings, Usage
+from .core.outputs import Completion, Piece, Timings, Usage
+from .model import KVCacheInfo, Model
 
 __version__ = "0.1.0"
 

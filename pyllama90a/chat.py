@@ -5,23 +5,39 @@ with the model's Jinja chat template (chat_template.py: the GGUF's `tokenizer.ch
 `Model(chat_template=...)` override), or with llama.cpp's built-in ChatML when the file has no template, as
 llama-server does; tokenizes the prompt; and turns tools and tool_choice into the constraint that guarantees
 a well-formed call ("required", a named function) or enforces one from its first marker on ("auto").
-`PreparedChat.stream()` then splits the generated text into content and tool calls as it arrives.
+`PreparedChat.output` (core.ToolCallOutput) then reads the generated text for the calls.
 Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go through here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
 
-from .chat_template import check_template_variables, normalize_messages, text_only_history
+from .chat_template import ChatTemplate, check_template_variables, normalize_messages, text_only_history
 from .constrained import Constraint
-from .constrained import ToolCallFormat as PatternFormat
 from .constrained import tool_calls as tool_call_constraint
-from .errors import InvalidArgumentError, about
-from .tool_calls import GENERIC, ToolCallFormat, ToolCallStream, check_tool_choice, check_tools
+from .core.tool_output import ToolCallOutput, finish_reason
+from .errors import InvalidArgumentError, LlamaError, UnsupportedChatTemplateError, about
+from .native import ModelHandle
+from .toolcalls import GENERIC, check_tool_choice, check_tools
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .model import Model
+__all__ = ["FALLBACK_TEMPLATE", "ChatModel", "PreparedChat", "finish_reason", "prepare_chat"]
+
+
+class ChatModel(Protocol):
+    """What a chat needs of a model (Model has it): its chat template, tokenizer and loaded weights."""
+
+    path: Path
+
+    @property
+    def chat_template(self) -> ChatTemplate | None: ...
+
+    @property
+    def handle(self) -> ModelHandle: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+
 
 # llama.cpp's built-in template for a model file that carries none (llama-server's default too)
 FALLBACK_TEMPLATE = "chatml"
@@ -30,25 +46,14 @@ FALLBACK_TEMPLATE = "chatml"
 @dataclass(frozen=True)
 class PreparedChat:
     """A chat request ready to generate: its prompt tokens, the constraint on its output (tool calls or a
-    response format), and the tools its output is read for (empty: the output is all content)."""
+    response format), and the reader of its output for the tools it offered (None: the output is all content)."""
 
     tokens: list[int]
     constraint: Constraint | None
-    tools: list[dict] = field(default_factory=list)
-    tool_format: ToolCallFormat | None = None
-
-    def stream(self) -> ToolCallStream | None:
-        """A parser that splits the output into content and tool-call deltas as it arrives; None when the
-        request offered no tools (its output is content as generated)."""
-        return None if self.tool_format is None else self.tool_format.stream(self.tools)
+    output: ToolCallOutput | None = None
 
 
-def finish_reason(reason: str, made_calls: bool) -> str:
-    """OpenAI's finish_reason: "tool_calls" when a generation that stopped by itself made tool calls."""
-    return "tool_calls" if made_calls and reason == "stop" else reason
-
-
-def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
                  tool_choice: object = None, parallel_tool_calls: bool = True, constraint: Constraint | None = None,
                  template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
     """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
@@ -67,6 +72,7 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
     if offered and constraint is not None:
         raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
                                    "combined with tools unless tool_choice is 'none'", param="tools")
+    checked_messages = normalize_messages(messages)
     template = model.chat_template
     # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
     # the messages
@@ -77,18 +83,22 @@ def prepare_chat(model: Model, messages: Sequence[dict], *, tools: Sequence[dict
                                            f"has none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)",
                                            param="chat_template_kwargs")
             fmt = GENERIC
-            msgs = text_only_history(normalize_messages(messages), offered)
-            tokens = model.tokenize(model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE), add_special=True,
-                                    parse_special=True)
+            msgs = text_only_history(checked_messages, offered)
+            try:
+                text = model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE)
+            except InvalidArgumentError:
+                raise
+            except LlamaError as e:
+                raise UnsupportedChatTemplateError(str(e), param="messages") from None
+            tokens = model.tokenize(text, add_special=True, parse_special=True)
         else:
             fmt = template.tool_call_format
-            text = template.render(messages, tools=offered or None, **dict(template_kwargs or {}))
+            text = template.render(checked_messages, tools=offered or None, **dict(template_kwargs or {}))
             tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
     if offered:
         with about("tools"):  # the tools' schemas become the call grammar
             calls = fmt.constraint(offered, choice, parallel_tool_calls)
             assert calls is not None  # (None only for tool_choice "none")
-            constraint = tool_call_constraint([PatternFormat(p.prefix, p.schema, p.suffix) for p in calls.patterns],
-                                              trigger=calls.trigger, parallel=calls.parallel,
+            constraint = tool_call_constraint(calls.patterns, trigger=calls.trigger, parallel=calls.parallel,
                                               separator=calls.separator)
-    return PreparedChat(tokens, constraint, offered, fmt if offered else None)
+    return PreparedChat(tokens, constraint, ToolCallOutput(fmt, offered) if offered else None)

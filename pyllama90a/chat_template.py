@@ -25,9 +25,9 @@ from typing import Any, Mapping, Sequence
 
 from . import template_render
 from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
-from .tool_calls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
+from .toolcalls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 
-__all__ = ["ChatTemplate", "ToolArguments", "check_template_variables", "normalize_messages", "special_tokens",
+__all__ = ["ChatTemplate", "Messages", "ToolArguments", "check_template_variables", "normalize_messages", "special_tokens",
            "text_only_history", "TEMPLATE_KEY", "TOOL_USE_TEMPLATE_KEY"]
 
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -119,10 +119,17 @@ def _content(value: object, where: str) -> str | None:
                                f"got {type(value).__name__}", param=where)
 
 
-def normalize_messages(messages: object, *, first: int = 0) -> list[dict]:
+class Messages(tuple):
+    """Chat messages checked and copied by normalize_messages, which returns a Messages as it is: a request's
+    messages are checked once where they enter and every layer below takes them as they are."""
+
+
+def normalize_messages(messages: object, *, first: int = 0) -> Messages:
     """Checked copies of OpenAI-style messages, as templates want them (see the module's doc). An error's `param`
     is the path of the bad field ("messages[1].content"); `first` is the index of messages[0] in the caller's
     list, for a caller that checks one message at a time."""
+    if isinstance(messages, Messages):
+        return messages
     if not isinstance(messages, (list, tuple)) or not messages:
         raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}",
                                    param="messages")
@@ -173,10 +180,10 @@ def normalize_messages(messages: object, *, first: int = 0) -> list[dict]:
                 if key in m and m[key] is not None and not isinstance(m[key], str):
                     raise InvalidArgumentError(f"{where}.{key} must be a string", param=f"{where}.{key}")
         out.append(msg)
-    return out
+    return Messages(out)
 
 
-def _as_text_history(messages: list[dict], fmt: ToolCallFormat, tool_role: bool) -> list[dict]:
+def _as_text_history(messages: Sequence[dict], fmt: ToolCallFormat, tool_role: bool) -> list[dict]:
     """For a template that does not render tool_calls (or tool messages): the calls written into the
     assistant's content in `fmt`'s syntax, and tool results as user messages in <tool_response> tags (or kept
     as tool messages when the template knows that role). Consecutive tool results share one message."""
@@ -201,7 +208,7 @@ def _as_text_history(messages: list[dict], fmt: ToolCallFormat, tool_role: bool)
     return out
 
 
-def _with_system_text(messages: list[dict], text: str) -> list[dict]:
+def _with_system_text(messages: Sequence[dict], text: str) -> list[dict]:
     if messages and messages[0]["role"] == "system":
         first = dict(messages[0])
         first["content"] = (first["content"] + "\n\n" if first["content"] else "") + text
@@ -210,7 +217,7 @@ def _with_system_text(messages: list[dict], text: str) -> list[dict]:
 
 
 
-def text_only_history(messages: list[dict], tools: Sequence[dict] = ()) -> list[dict]:
+def text_only_history(messages: Sequence[dict], tools: Sequence[dict] = ()) -> list[dict]:
     """Normalized `messages` as plain {"role", "content": str} pairs, for a template that knows nothing of
     tools (llama.cpp's built-in ones): earlier calls and results as text in the generic (Hermes) syntax, and
     `tools`, if any, described in a system message."""
@@ -283,7 +290,7 @@ class ChatTemplate:
 
     # -- what the template does --------------------------------------------------------------------------
 
-    def _source_for(self, tools: list[dict]) -> str:
+    def _source_for(self, tools: Sequence[dict]) -> str:
         return self.tool_use_source if tools and self.tool_use_source else self.source
 
     def renders_tools(self) -> bool:
@@ -304,7 +311,7 @@ class ChatTemplate:
         Tools and tool history reach the template natively when it renders them in a syntax we parse; else
         (the generic format) the tools are described in a system message with the Hermes call syntax, and
         earlier calls and results are written into the messages as text."""
-        msgs = normalize_messages(messages)
+        msgs: Sequence[dict] = normalize_messages(messages)
         tools = check_tools(tools)
         if not isinstance(add_generation_prompt, bool):
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
@@ -317,10 +324,10 @@ class ChatTemplate:
             msgs = _as_text_history(msgs, fmt if not fmt.system_prompt else GENERIC, tool_role)
         if tools and not native_tools:
             msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC if fmt.system_prompt else fmt))
-        variables = dict(kwargs, messages=msgs, add_generation_prompt=add_generation_prompt,
+        variables = dict(kwargs, messages=list(msgs), add_generation_prompt=add_generation_prompt,
                          bos_token=self.bos_token, eos_token=self.eos_token)
         if native_tools:
-            variables["tools"] = tools
+            variables["tools"] = list(tools)
         return self.render_raw(source, variables)
 
     @staticmethod

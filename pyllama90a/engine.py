@@ -15,47 +15,23 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import math
 import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import numpy as np
-
-from .attention_paths import AttentionPaths
 from .chat import prepare_chat
-from .constrained import Constraint, ConstraintError, OutputRules
-from .errors import (ClosedError, ContextOverflowError, DecodeError, InvalidArgumentError, LlamaError,
-                     NonFiniteOutputError, positive_int)
-from .model import Model, Usage, check_limits, common_prefix, keep_cached_prefix
-from .native import Batch, SamplerChain
-from .output_checks import refuse_total_ban, require_choice, require_finite
-from .sampling import SamplingParams
-from .text_stream import TextStream
-
-MAX_TOP_LOGPROBS = 20
+from .constrained import Constraint
+from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
+from .errors import (ClosedError, ConstraintError, ContextOverflowError, DecodeError, EngineStoppedError,
+                     NonFiniteOutputError, QueueFullError, positive_int)
+from .core.outputs import Usage
+from .model import Model
+from .native import Batch
 
 log = logging.getLogger(__name__)
-
-
-class QueueFullError(LlamaError):
-    """Every slot is busy and the waiting queue is full; retry later."""
-
-
-class EngineStoppedError(ClosedError):
-    """The engine thread ended on an unexpected exception (its `__cause__`): the engine serves nothing more.
-    A ClosedError, since the engine is as unusable as a closed one; close() still frees the model."""
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    token: int
-    piece: bytes
-    logprob: float
-    top: tuple[tuple[int, bytes, float], ...]  # the most likely tokens at this step: (id, bytes, logprob)
 
 
 @dataclass(frozen=True)
@@ -72,18 +48,14 @@ class Chunk:
 @dataclass
 class _Job:
     prompt: list[int]
-    max_tokens: int
-    params: SamplingParams
-    stops: list[str]
-    n_logprobs: int | None
-    ignore_eos: bool
+    sequence: GenerationSequence
     on_chunk: Callable[[Chunk], None]
-    sampler: SamplerChain
-    text: TextStream
-    rules: OutputRules | None = None      # the request's logit_bias and output constraint
     cancelled: bool = False
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
-    generated: list[int] = field(default_factory=list)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.sequence.generated
 
 
 class Handle:
@@ -119,18 +91,20 @@ class EngineStats:
 class BatchEngine:
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
-                 flash_attn: str = "auto", n_ctx: int = 8192, parallel: int = 4, n_batch: int = 512,
-                 n_gpu_layers: int = -1, n_threads: int | None = None, queue_size: int = 64,
-                 chat_template: str | None = None,
-                 attention_paths: AttentionPaths | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, parallel: int = 4, queue_size: int = 64,
+                 n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
+        """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
+        attention_paths), as keywords. n_ctx is shared by the `parallel` slots; n_ubatch is n_batch."""
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
-        self.model = Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                           n_ubatch=n_batch, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel,
-                           chat_template=chat_template, attention_paths=attention_paths)
+        set_here = sorted({"n_seq_max", "n_ubatch", "embedding", "seed"} & settings.keys())
+        if set_here:
+            raise TypeError(f"BatchEngine() takes no {', '.join(set_here)} (it sets the context's, and each "
+                            f"request has its own seed)")
+        self.model = Model(path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_gpu_layers=n_gpu_layers,
+                           n_seq_max=parallel, **settings)
         self.parallel = parallel
-        self.n_gpu_layers, self.n_threads = n_gpu_layers, n_threads
+        self.n_gpu_layers, self.n_threads = n_gpu_layers, settings.get("n_threads")
         self.queue_size = queue_size
         self.n_ctx_slot = self.model.n_ctx_seq
         # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
@@ -176,25 +150,20 @@ class BatchEngine:
 
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
+        request = GenerationRequest.of(max_tokens=max_tokens, stop=stop, logprobs=logprobs, ignore_eos=ignore_eos,
+                                       constraint=constraint, logit_bias=logit_bias, **sampling)
+        return self.submit_request(prompt, request, on_chunk)
+
+    def submit_request(self, prompt: str | Sequence[int], request: GenerationRequest,
+                       on_chunk: Callable[[Chunk], None]) -> Handle:
+        """submit() of a request already checked (the server's n choices share one)."""
         tokens = self.tokenize_prompt(prompt)
-        stops = check_limits(max_tokens, stop)
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
-            raise InvalidArgumentError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
-        params = SamplingParams(**sampling)  # type: ignore[arg-type]
         if len(tokens) >= self.n_ctx_slot:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
                                        f"(n_ctx / parallel), and one more is needed to generate")
-        # built here, in the caller's thread (a chain needs no context): one that cannot be built fails this
-        # request with an exception instead of failing a step of the engine thread, where it would stop everyone
-        sampler = SamplerChain(params, self.model.handle.n_vocab)
-        if constraint is not None and ignore_eos:
-            raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at its match")
-        # the grammar is compiled here too, not in the engine thread
-        rules = OutputRules.for_request(self.model, constraint, logit_bias)
-        refuse_total_ban(rules, self.model.handle.n_vocab)
-        job = _Job(tokens, max_tokens, params, stops, logprobs, bool(ignore_eos), on_chunk, sampler, TextStream(stops),
-                   rules)
+        # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
+        # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
+        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -392,55 +361,27 @@ class BatchEngine:
 
     def _sample(self, slot: _Slot, job: _Job, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
-        row = None
-        if job.rules is not None or job.n_logprobs is not None or not job.generated:
-            row = self._context.logits_row(index)  # llama.cpp's own row, which the chain reads next
         try:
-            if not job.generated:  # the first step: broken weights give NaN logits, not text
-                require_finite(row, "the logits of the prompt's last token")  # type: ignore[arg-type]
-            if job.rules is not None:
-                job.rules.apply(row)  # type: ignore[arg-type]  # (row is set when there are rules)
-                require_choice(row)  # type: ignore[arg-type]
-            token = job.sampler.sample(self._context, index)
-            if job.rules is not None:
-                job.rules.accept(token)
+            step = job.sequence.step(self._context, index, len(slot.cached))
         except (ConstraintError, NonFiniteOutputError) as e:  # this request ends, the others go on
             self._fail([(slot, job)], e)
             return 0
-        vocab = self._context.model
-        if not job.ignore_eos and vocab.is_eog(token):
-            self._finish(slot, job, "stop")
-            return 0
-        job.generated.append(token)
-        piece = vocab.token_piece(token)
-        text = job.text.add(piece)
-        logprobs = (self._logprobs(row, token, piece, job.n_logprobs),) \
-            if row is not None and job.n_logprobs is not None else ()
-        if job.text.stopped:
-            self._finish(slot, job, "stop", (token,), logprobs)
-        elif len(job.generated) >= job.max_tokens or len(slot.cached) + 1 >= self.n_ctx_slot:
-            self._finish(slot, job, "length", (token,), logprobs, text)
+        tokens = () if step.token is None else (step.token,)
+        logprobs = () if step.logprob is None else (step.logprob,)
+        if step.finish is not None:
+            self._finish(slot, job, step.finish, tokens, logprobs, step.text)
         else:
-            job.to_decode = [token]
-            if text or logprobs:
-                self._emit(job, Chunk(text, (token,), logprobs))
-        return 1
-
-    def _logprobs(self, logits: np.ndarray, token: int, piece: bytes, n_top: int) -> TokenLogprob:
-        top_logit = float(logits.max())
-        log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
-        top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
-        top = top[np.argsort(-logits[top])]
-        vocab = self._context.model
-        return TokenLogprob(token, piece, float(logits[token]) - log_z,
-                            tuple((int(t), vocab.token_piece(int(t)), float(logits[t]) - log_z) for t in top))
+            job.to_decode = list(tokens)
+            if step.text or logprobs:
+                self._emit(job, Chunk(step.text, tokens, logprobs))
+        return len(tokens)
 
     def _finish(self, slot: _Slot, job: _Job, reason: str, tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)
         usage = Usage(len(job.prompt), len(job.generated))
-        self._emit(job, Chunk(text + job.text.flush(), tokens, logprobs, reason, usage))
+        self._emit(job, Chunk(text, tokens, logprobs, reason, usage))
 
     def _fail(self, jobs: list[tuple[_Slot, _Job]], error: Exception) -> None:
         """A failed decode: its requests end with the error and their sequences are dropped; others go on."""

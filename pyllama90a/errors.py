@@ -53,6 +53,11 @@ class ChatTemplateError(InvalidArgumentError):
     value it needs, an operation the sandbox refuses); the message carries the template's own words and line."""
 
 
+class UnsupportedChatTemplateError(ChatTemplateError):
+    """llama.cpp's built-in chat template (used for a model file without a Jinja template) refused the
+    messages."""
+
+
 class ConstraintError(InvalidArgumentError):
     """A JSON schema, regular expression, grammar, response_format or tool-call format that cannot constrain
     generation (invalid, or using what the constraint library does not support); the message names the field."""
@@ -77,6 +82,15 @@ class ClosedError(LlamaError):
 
 class BusyError(LlamaError):
     """A generation stream is running on this Model; the call would race with it."""
+
+
+class QueueFullError(LlamaError):
+    """Every slot of a BatchEngine is busy and its waiting queue is full; retry later."""
+
+
+class EngineStoppedError(ClosedError):
+    """A BatchEngine's thread ended on an unexpected exception (its `__cause__`): the engine serves nothing
+    more. A ClosedError, since the engine is as unusable as a closed one; close() still frees the model."""
 
 
 class StateFileError(LlamaError):

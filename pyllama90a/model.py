@@ -5,83 +5,31 @@ from __future__ import annotations
 import os
 import threading
 import time
-import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
-from .chat import PreparedChat, finish_reason, prepare_chat
+from .chat import prepare_chat
 from .chat_template import ChatTemplate
-from .constrained import Constraint, OutputRules, constraint_from
+from .context_settings import ContextSettings
+from .constrained import constraint_from
+from .core import GenerationRequest, GenerationSequence, keep_cached_prefix
+from .core.outputs import Completion, Piece, Timings, Usage
+from .core.tool_output import ToolCallOutput
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError,
-                     ModelFormatError, StateFileError, flag, fs_path, int_in_range, positive_int, token_ids, utf8)
-from .gguf_header import GGUFHeader, read_header
-from .kv_types import block_size
-from .native import Batch, ContextHandle, ContextParams, ModelHandle, SamplerChain
-from .output_checks import refuse_total_ban, require_choice, require_finite
+                     StateFileError, flag, fs_path, int_in_range, token_ids, utf8)
+from .gguf_header import read_header
+from .model_file import ModelFile, check_header, pooling_for
+from .native import Batch, ContextHandle, ContextParams, ModelHandle
+from .output_checks import require_finite
 from .sampling import SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .tensor_roles import check_tensors
-from .text_stream import TextStream
-from .tool_calls import ParsedToolCall
-
-FinishReason = Literal["stop", "length", "tool_calls"]
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True)
-class Timings:
-    prompt_ms: float
-    generate_ms: float
-    prompt_tokens_evaluated: int  # prompt tokens actually decoded (a reused prefix is not)
-    completion_tokens: int
-
-    @property
-    def prompt_tokens_per_s(self) -> float:
-        return self.prompt_tokens_evaluated / (self.prompt_ms / 1e3) if self.prompt_ms > 0 else 0.0
-
-    @property
-    def generate_tokens_per_s(self) -> float:
-        return self.completion_tokens / (self.generate_ms / 1e3) if self.generate_ms > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    tokens: list[int]
-    finish_reason: FinishReason
-    usage: Usage
-    timings: Timings
-    tool_calls: tuple[ParsedToolCall, ...] = ()  # chat with tools: the calls (`text` is then the content)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One streamed piece: whole UTF-8 characters only. The last piece has a finish_reason.
-
-    A chat with tools streams its content in `text` and its calls in `tool_calls`, as OpenAI's deltas:
-    {"index", "id", "type", "function": {"name", "arguments": ""}} when a call starts, then
-    {"index", "function": {"arguments": <fragment>}} as its arguments arrive."""
-    text: str
-    tokens: list[int] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
-    completion: Completion | None = None  # on the last piece: the whole result
-    tool_calls: list[dict] = field(default_factory=list)
-
 
 @dataclass(frozen=True)
 class KVCacheInfo:
@@ -94,45 +42,6 @@ class KVCacheInfo:
     @property
     def total_bytes(self) -> int:
         return self.k_bytes + self.v_bytes
-
-
-@dataclass(frozen=True)
-class _ModelFile:
-    """The facts of a loaded file that every Model on its weights shares (Model.with_context)."""
-    path: Path
-    header: GGUFHeader
-    sha256: bytes       # of the GGUF header: what a state file must have been saved by (state_file.py)
-    n_gpu_layers: int
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def keep_cached_prefix(context: ContextHandle, seq: int, cached: list[int], tokens: Sequence[int]) -> int:
-    """Keep what sequence `seq` caches (its tokens are `cached`) as far as `tokens` starts with it, less the last
-    of `tokens` (always decoded: its logits start the generation); drop the rest from the KV cache and from
-    `cached`. Returns how many tokens stay cached."""
-    keep = min(common_prefix(cached, tokens), len(tokens) - 1)
-    if not context.trim_sequence(seq, keep):  # a memory that cannot cut a sequence: drop it all
-        context.clear_sequence(seq)
-        keep = 0
-    del cached[keep:]
-    return keep
-
-
-def check_limits(max_tokens: object, stop: str | Sequence[str] | None) -> list[str]:
-    """A request's max_tokens (a positive int32) and stop strings (a str, a list or tuple of them, or None for
-    none), checked; returns the stops as a list."""
-    positive_int("max_tokens", max_tokens)
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, (list, tuple)) else None
-    if stops is None or not all(isinstance(s, str) and s for s in stops):
-        raise InvalidArgumentError(f"stop must be a non-empty str, a list of them or None, got {stop!r}"[:200])
-    for s in stops:
-        utf8("a stop string", s)
-    return stops
 
 
 class Model:
@@ -151,11 +60,9 @@ class Model:
     context under another thread's call.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, ctk: str = "f16", ctv: str = "f16",
-                 flash_attn: str = "auto", n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
-                 n_gpu_layers: int = -1, n_threads: int | None = None, seed: int | None = None,
-                 embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
-                 attention_paths: AttentionPaths | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, **settings: Any) -> None:
+        """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords."""
+        context_settings = ContextSettings(**settings)
         self._handle: ModelHandle | None = None  # both None once closed
         self._context: ContextHandle | None = None
         if path is None:
@@ -164,70 +71,61 @@ class Model:
             path = default_model()
         raw_path = fs_path("path", path)
         self.path = Path(os.fsdecode(raw_path))
-        params = self._settle(ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                              n_ubatch=n_ubatch, n_threads=n_threads, seed=seed, embedding=embedding,
-                              n_seq_max=n_seq_max, chat_template=chat_template)
+        params = self._settle(context_settings)
         int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
         header = read_header(self.path)
         check_tensors(header, str(self.path))  # types per role: what would crash the first decode
         # the state files' identity, taken now from the file llama.cpp loads next
-        file = _ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
-        self._check_header(file, params)
-        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params, attention_paths)
+        file = ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
+        check_header(file, params)
+        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params, context_settings.attention_paths)
 
-    def with_context(self, *, ctk: str = "f16", ctv: str = "f16", flash_attn: str = "auto", n_ctx: int = 4096,
-                     n_batch: int = 512, n_ubatch: int = 512, n_threads: int | None = None, seed: int | None = None,
-                     embedding: bool = False, n_seq_max: int = 1, chat_template: str | None = None,
-                     attention_paths: AttentionPaths | None = None) -> Model:
+    def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
-        of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context arguments; the
+        of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context settings; the
         file and n_gpu_layers are this Model's. Each Model has its own context, lock and close(): the two may
         run on different threads at once, and the weights stay loaded until the last of them is closed."""
         # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
         # whatever this Model does meanwhile
+        context_settings = ContextSettings(**settings)
         handle = self.handle
         other = Model.__new__(Model)  # (no second load: __init__ is for a file)
         other._handle = other._context = None
         other.path = self.path
-        params = other._settle(ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=n_ctx, n_batch=n_batch,
-                               n_ubatch=n_ubatch, n_threads=n_threads, seed=seed, embedding=embedding,
-                               n_seq_max=n_seq_max, chat_template=chat_template)
-        other._check_header(self._file, params)
-        other._open(self._file, handle, params, attention_paths)
+        params = other._settle(context_settings)
+        check_header(self._file, params)
+        other._open(self._file, handle, params, context_settings.attention_paths)
         return other
 
-    def _settle(self, *, ctk: str, ctv: str, flash_attn: str, n_ctx: int, n_batch: int, n_ubatch: int,
-                n_threads: int | None, seed: int | None, embedding: bool, n_seq_max: int,
-                chat_template: str | None) -> ContextParams:
+    def _settle(self, settings: ContextSettings) -> ContextParams:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
-        # n_seq_max: sequences with a KV stream of n_ctx / n_seq_max cells each (BatchEngine); this Model's own
-        # calls use sequence 0
-        params = ContextParams(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max,
-                               n_threads=_default_threads() if n_threads is None else n_threads,
-                               type_k=ctk, type_v=ctv, flash_attn=flash_attn)
+        s = settings
+        params = ContextParams(n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, n_seq_max=s.n_seq_max,
+                               n_threads=_default_threads() if s.n_threads is None else s.n_threads,
+                               type_k=s.ctk, type_v=s.ctv, flash_attn=s.flash_attn)
         self.ctk, self.ctv, self.flash_attn = params.type_k, params.type_v, params.flash_attn
-        self._sampling_seed = seed
-        if seed is not None:
-            SamplingParams(seed=seed)  # validates
-        self.embedding = flag("embedding", embedding)
-        if chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
-            ChatTemplate(chat_template)
-        self._template_source = chat_template
+        self._sampling_seed = s.seed
+        if s.seed is not None:
+            SamplingParams(seed=s.seed)  # validates
+        self.embedding = flag("embedding", s.embedding)
+        if s.chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
+            ChatTemplate(s.chat_template)
+        self._template_source = s.chat_template
         self._chat_template: ChatTemplate | None = None
         self._chat_template_read = False
         return params
 
-    def _open(self, file: _ModelFile, handle: ModelHandle, params: ContextParams,
+    def _open(self, file: ModelFile, handle: ModelHandle, params: ContextParams,
               attention_paths: AttentionPaths | None) -> None:
         """Make the context: flash_attn "auto" resolved by the attention policy, pooling for embeddings, the
         attention paths set before anything is decoded."""
         paths = AttentionPaths.checked(attention_paths, none_ok=True)
         self._file = file
         self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
-        pooling = self._pooling_for(file.header) if self.embedding else "model"
+        pooling = pooling_for(file.header) if self.embedding else "model"
         context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling))
         if paths != AttentionPaths():  # a new context starts with every path on
             try:
@@ -237,35 +135,6 @@ class Model:
                 raise
         self._attention_paths = paths
         self._handle, self._context = handle, context
-
-    # -- validation before llama.cpp sees anything -------------------------------------------------
-
-    def _check_header(self, file: _ModelFile, params: ContextParams) -> None:
-        """Every check of the GGUF's values before llama.cpp reads them (hyperparameter validation goes here)."""
-        header = file.header
-        arch = header.get("general.architecture")
-        if not isinstance(arch, str):
-            raise ModelFormatError(f"{file.path}: no general.architecture in the GGUF metadata")
-        n_head = header.get(f"{arch}.attention.head_count")
-        n_embd = header.get(f"{arch}.embedding_length")
-        default_head = n_embd // n_head if isinstance(n_head, int) and n_head and isinstance(n_embd, int) else None
-        for which, name, key in (("K", params.type_k, "key_length"), ("V", params.type_v, "value_length")):
-            head_dim = header.get(f"{arch}.attention.{key}", default_head)
-            if isinstance(head_dim, int) and head_dim % block_size(name):
-                raise InvalidArgumentError(
-                    f"{which} cache type {name} has blocks of {block_size(name)} values, which do not divide "
-                    f"this model's head dimension {head_dim}; use f16, bf16 or f32")
-        n_ctx_train = header.get(f"{arch}.context_length")
-        if isinstance(n_ctx_train, int) and params.n_ctx > n_ctx_train:
-            warnings.warn(f"n_ctx={params.n_ctx} is over the {n_ctx_train} tokens this model was trained on; "
-                          f"expect worse output past {n_ctx_train}", stacklevel=3)
-
-    @staticmethod
-    def _pooling_for(header: GGUFHeader) -> str:
-        arch = header.get("general.architecture")
-        if header.get(f"{arch}.pooling_type") is not None:
-            return "model"  # the model says how to pool
-        return "mean"  # a causal LM says nothing: mean over tokens
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -507,10 +376,11 @@ class Model:
         tokens = self.prompt_tokens(prompt)
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
                                      grammar=grammar)
-        return self._start(tokens, max_tokens, stop, stream, self._rules(constraint, logit_bias), None,
-                           temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                           presence_penalty=presence_penalty, seed=seed)
+        request = GenerationRequest.of(
+            max_tokens=max_tokens, stop=stop, constraint=constraint, logit_bias=logit_bias, temperature=temperature,
+            top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
+        return self._start(tokens, request, stream, None)
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
         """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
@@ -543,13 +413,14 @@ class Model:
         """
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
                                      grammar=grammar)
+        request = GenerationRequest.of(
+            max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
+            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
         prepared = prepare_chat(self, messages, tools=tools, tool_choice=tool_choice,
                                 parallel_tool_calls=parallel_tool_calls, constraint=constraint,
                                 template_kwargs=chat_template_kwargs)
-        return self._start(prepared.tokens, max_tokens, stop, stream, self._rules(prepared.constraint, logit_bias),
-                           prepared, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                           presence_penalty=presence_penalty, seed=seed)
+        return self._start(prepared.tokens, replace(request, constraint=prepared.constraint), stream, prepared.output)
 
     @property
     def chat_template(self) -> ChatTemplate | None:
@@ -576,85 +447,59 @@ class Model:
                 text_only_history(normalize_messages(messages), tools or ()), "chatml")
         return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
 
-    def _rules(self, constraint: Constraint | None, logit_bias: Mapping[object, float] | None) -> OutputRules | None:
-        with self._using_model() as handle:
-            rules = OutputRules.for_request(self, constraint, logit_bias)
-            refuse_total_ban(rules, handle.n_vocab)
-            return rules
-
-    def _start(self, tokens: list[int], max_tokens: int, stop: str | Sequence[str] | None, stream: bool,
-               rules: OutputRules | None, chat: PreparedChat | None, **sampling: object) -> Completion | Iterator[Piece]:
-        stops = check_limits(max_tokens, stop)
+    def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,
+               output: ToolCallOutput | None) -> Completion | Iterator[Piece]:
         flag("stream", stream)
-        if sampling.get("seed") is None:
-            sampling["seed"] = self._sampling_seed
-        params = SamplingParams(**sampling)  # type: ignore[arg-type]
         n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
-        pieces = self._run(tokens, max_tokens, stops, params, rules)
-        if chat is not None and chat.tool_format is not None:
-            pieces = _split_tool_calls(pieces, chat)
+        with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
+            sequence = GenerationSequence(request, handle, n_ctx)
+        pieces = self._run(tokens, sequence)
         if stream:
-            return pieces
+            return pieces if output is None else output.split(pieces)
         last = None
         for last in pieces:
             pass
         assert last is not None and last.completion is not None
-        return last.completion
+        done = last.completion
+        if output is None:
+            return done
+        parsed, reason = output.whole(done.text, done.finish_reason)
+        return Completion(parsed.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
+                          tuple(parsed.tool_calls))
 
-    def _run(self, prompt: list[int], max_tokens: int, stops: list[str], params: SamplingParams,
-             rules: OutputRules | None) -> Iterator[Piece]:
+    def _run(self, prompt: list[int], sequence: GenerationSequence) -> Iterator[Piece]:
         with self._using_context("start a generation") as context:
             self._busy = "another generation"
         try:
-            yield from self._generate_pieces(context, prompt, max_tokens, stops, params, rules)
+            yield from self._generate_pieces(context, prompt, sequence)
         finally:
             self._busy = None
 
-    def _generate_pieces(self, context: ContextHandle, prompt: list[int], max_tokens: int, stops: list[str],
-                         params: SamplingParams, rules: OutputRules | None) -> Iterator[Piece]:
-        vocab = context.model
+    def _generate_pieces(self, context: ContextHandle, prompt: list[int],
+                         sequence: GenerationSequence) -> Iterator[Piece]:
         t0 = time.perf_counter()
         n_evaluated = self._evaluate(context, prompt)
-        require_finite(context.logits_row(-1), "the logits of the prompt's last token")
         t1 = time.perf_counter()
-        sampler = SamplerChain(params, vocab.n_vocab)
-        stream = TextStream(stops)
-        n_ctx = self.n_ctx_seq
-        generated: list[int] = []
-        finish: FinishReason = "length"
-        pending: list[int] = []
-        while len(generated) < max_tokens:
-            if rules is not None:  # bias and mask llama.cpp's own row, which the sampler chain reads next
-                row = context.logits_row(-1)
-                rules.apply(row)
-                require_choice(row)
-            token = sampler.sample(context)
-            if rules is not None:
-                rules.accept(token)
-            if vocab.is_eog(token):
-                finish = "stop"
+        pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
+        while True:
+            step = sequence.step(context, -1, len(self._kv_tokens))
+            if step.token is not None:
+                pending.append(step.token)
+            if step.finish is not None:
                 break
-            generated.append(token)
-            pending.append(token)
-            shown = stream.add(vocab.token_piece(token))
-            if stream.stopped:
-                finish = "stop"
-                break
-            if shown:
-                yield Piece(shown, pending)
+            if step.text:
+                yield Piece(step.text, pending)
                 pending = []
-            if len(generated) >= max_tokens or len(self._kv_tokens) + 1 >= n_ctx:
-                break
-            self._decode(context, [token])
-        # a character cut off by max_tokens is dropped, not shown as U+FFFD (its tokens stay in `tokens`)
+            self._decode(context, [step.token])  # type: ignore[list-item]  # (a step that goes on made a token)
         t2 = time.perf_counter()
+        generated = sequence.generated
         completion = Completion(
-            text=stream.text, tokens=generated, finish_reason=finish,
+            text=sequence.text.text, tokens=generated, finish_reason=step.finish,  # type: ignore[arg-type]
             usage=Usage(len(prompt), len(generated)),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(stream.flush(), pending, finish, completion)
+        yield Piece(step.text, pending, step.finish, completion)  # type: ignore[arg-type]
 
     # -- embeddings ----------------------------------------------------------------------------------
 
@@ -730,41 +575,6 @@ class Model:
         state = "closed" if self.closed else f"n_ctx={self.n_ctx}"
         return f"Model({str(self.path)!r}, ctk={self.ctk!r}, ctv={self.ctv!r}, flash_attn={self.flash_attn!r}, {state})"
 
-
-
-def _split_tool_calls(pieces: Iterator[Piece], chat: PreparedChat) -> Iterator[Piece]:
-    """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
-    the last piece's Completion has the calls, the content as its text and finish_reason "tool_calls"."""
-    parser = chat.stream()
-    assert parser is not None
-    tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
-    try:
-        for piece in pieces:
-            deltas = parser.feed(piece.text)
-            tokens += piece.tokens
-            if piece.completion is None:
-                if deltas:
-                    yield _piece_of(deltas, tokens)
-                    tokens = []
-                continue
-            deltas += parser.finish()
-            result = parser.result()
-            done = piece.completion
-            reason = finish_reason(done.finish_reason, bool(result.tool_calls))
-            completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
-                                    tuple(result.tool_calls))
-            last = _piece_of(deltas, tokens)
-            yield Piece(last.text, last.tokens, reason, completion, last.tool_calls)  # type: ignore[arg-type]
-    finally:
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()  # an early close of this stream ends the generation (frees the Model) at once
-
-
-def _piece_of(deltas: list[dict], tokens: list[int]) -> Piece:
-    text = "".join(d.get("content", "") for d in deltas)
-    calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
-    return Piece(text, tokens, tool_calls=calls)
 
 
 def _default_threads() -> int:

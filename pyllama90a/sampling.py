@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import INT32_MAX, InvalidArgumentError, int_in_range, number_in_range
-from .native.sampler import RANDOM_SEED
+from .errors import INT32_MAX, UINT32_MAX, InvalidArgumentError, int_in_range, number_in_range
+
+# llama.cpp's LLAMA_DEFAULT_SEED (native.sampler.RANDOM_SEED): a uint32 that means "draw a random seed". Not
+# imported from native/, so that this dataclass loads no native library and native/ imports it without a circle
+RANDOM_SEED = UINT32_MAX
 
 
 @dataclass(frozen=True)

@@ -14,4 +14,5 @@ def gpu_device() -> str | None:
     return None
 
 
-requires_gpu = pytest.mark.skipif(gpu_device() is None, reason="needs a CUDA or HIP device")
+# the cuda tier (tests/conftest.py): a module that sets `pytestmark = requires_gpu` is in it
+requires_gpu = [pytest.mark.cuda, pytest.mark.skipif(gpu_device() is None, reason="needs a CUDA or HIP device")]

@@ -12,7 +12,7 @@ import pyllama90a as pl
 from pyllama90a.chat_template import (TEMPLATE_KEY, ChatTemplate, ToolArguments, compile_template,
                                       normalize_messages, special_tokens)
 from pyllama90a.errors import ChatTemplateError, InvalidArgumentError
-from pyllama90a.tool_calls import get_format
+from pyllama90a.toolcalls import get_format
 
 WITH_SYSTEM = [
     [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}],

@@ -12,7 +12,7 @@ import pytest
 
 import pyllama90a as pl
 from pyllama90a.chat_template import ChatTemplateError
-from pyllama90a.tool_calls import reassemble
+from pyllama90a.toolcalls import reassemble
 from weather_tools import ASK, TIME, WEATHER
 
 pytest.importorskip("llguidance")

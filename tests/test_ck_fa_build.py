@@ -14,6 +14,8 @@ import pytest
 from ck_mapping import struct_fields
 from ck_tree import ck_root  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow  # (the test tier: tests/conftest.py): it configures and builds a tree
+
 REPO = Path(__file__).resolve().parents[1]
 CMAKE = shutil.which("cmake")
 needs_cmake = pytest.mark.skipif(CMAKE is None, reason="cmake is not installed")

@@ -22,6 +22,8 @@ import pytest
 
 from ck_tree import ck_root  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.hip  # (the test tier: tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 ARCH = "gfx90a"
 HIP_CLANGS = ("clang++-19", "clang++-20", "clang++-18", "clang++")

@@ -177,7 +177,7 @@ WEATHER = {"type": "object", "properties": {"location": {"type": "string", "maxL
            "required": ["location", "unit"], "additionalProperties": False}
 CALL = {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": WEATHER},
         "required": ["name", "arguments"], "additionalProperties": False}
-HERMES = c.ToolCallFormat("<tool_call>\n", CALL, "\n</tool_call>")
+HERMES = c.CallPattern("<tool_call>\n", CALL, "\n</tool_call>")
 
 
 def _parse_hermes(text: str) -> list[dict]:
@@ -199,8 +199,8 @@ def test_tool_call_required(lm) -> None:
 
 def test_tool_call_formats_with_names_outside_the_json(lm) -> None:
     # Llama-3.1-like <function=NAME>{args}</function>: one format per function
-    formats = [c.ToolCallFormat("<function=get_weather>", WEATHER, "</function>"),
-               c.ToolCallFormat("<function=get_time>", {"type": "object", "properties": {"tz": {"type": "string"}},
+    formats = [c.CallPattern("<function=get_weather>", WEATHER, "</function>"),
+               c.CallPattern("<function=get_time>", {"type": "object", "properties": {"tz": {"type": "string"}},
                                                          "required": ["tz"]}, "</function>")]
     text, _ = greedy(lm, "What is the weather in Rome?", c.Matcher(c.tool_calls(formats), lm), max_tokens=60)
     m = re.fullmatch(r"<function=(get_weather|get_time)>(.*)</function>", text, re.S)
@@ -239,7 +239,7 @@ def test_lazy_trigger_that_is_a_special_token(lm) -> None:
     vocab = c.vocab_for(lm)
     start = vocab.special_token("<|im_start|>")
     assert start is not None
-    spec = c.tool_calls([c.ToolCallFormat("<|im_start|>call ", WEATHER, "")], trigger="<|im_start|>")
+    spec = c.tool_calls([c.CallPattern("<|im_start|>call ", WEATHER, "")], trigger="<|im_start|>")
     matcher = c.Matcher(spec, lm)
     assert start in set(matcher.allowed().tolist())
     text, _ = greedy(lm, "Weather in Oslo?", matcher, max_tokens=60, before=[start])
@@ -391,9 +391,9 @@ def test_invalid_constraints_are_clear_errors(kwargs: dict, words: list[str]) ->
 
 def test_invalid_tool_call_formats() -> None:
     with pytest.raises(ConstraintError, match=r"tools\[0\]\.prefix must start with the trigger"):
-        c.tool_calls([c.ToolCallFormat("[CALL]", WEATHER)], trigger="<tool_call>")
+        c.tool_calls([c.CallPattern("[CALL]", WEATHER)], trigger="<tool_call>")
     with pytest.raises(ConstraintError, match=r"tools\[0\]\.schema"):
-        c.tool_calls([c.ToolCallFormat("<x>", {"type": "integr"})])
+        c.tool_calls([c.CallPattern("<x>", {"type": "integr"})])
     with pytest.raises(ConstraintError, match="at least one"):
         c.tool_calls([])
 

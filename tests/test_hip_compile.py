@@ -20,7 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "hip" / "compile_g
 NO_HIPCC = ("hipcc not installed (apt-get install -y hipcc libamdhip64-dev rocm-device-libs): "
             "the gfx90a compile of our HIP kernels cannot run here")
 
-pytestmark = pytest.mark.skipif(shutil.which("hipcc") is None, reason=NO_HIPCC)
+pytestmark = [pytest.mark.hip, pytest.mark.skipif(shutil.which("hipcc") is None, reason=NO_HIPCC)]
 
 
 def _load():

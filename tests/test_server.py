@@ -18,6 +18,8 @@ import pytest
 import pyllama90a as pl
 from pyllama90a.tools.server_process import ServerProcess
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 KV = ["--ctk", "q8_0", "--ctv", "q8_0"]
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
            "The three primary colors are", "Water boils at", "My favourite book is",

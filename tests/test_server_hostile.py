@@ -17,6 +17,8 @@ from pyllama90a.server import ServerState, create_app
 from pyllama90a.tools.malformed_requests import MUTATIONS, campaign
 from pyllama90a.tools.server_process import ServerProcess
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 HI = [{"role": "user", "content": "Hi"}]

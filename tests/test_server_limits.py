@@ -12,6 +12,8 @@ import pytest
 
 from pyllama90a.tools.server_process import ServerProcess
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 QUEUE = 8
 
 

@@ -23,6 +23,8 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 
 from pyllama90a.tools.server_process import ServerProcess  # noqa: E402
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 MAX_EXAMPLES = int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "15"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           negative_data_rejection]

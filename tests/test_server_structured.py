@@ -14,6 +14,8 @@ import pyllama90a as pl
 from pyllama90a.constrained import Constraint
 from pyllama90a.server import ServerState, create_app
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 20},

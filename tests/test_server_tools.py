@@ -15,6 +15,8 @@ import pytest
 from pyllama90a.tools.server_process import ServerProcess
 from weather_tools import ASK, TIME, WEATHER
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
 pytest.importorskip("llguidance")

@@ -17,6 +17,8 @@ from pyllama90a.server.api_requests import CHAT_FIELDS, COMPLETION_FIELDS, EMBED
 from pyllama90a.server.openapi_doc import route_docs
 from pyllama90a.tools.server_process import ServerProcess
 
+pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
+
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 HI = [{"role": "user", "content": "Hi"}]
 BASES = {CHAT: {"messages": HI, "max_tokens": 1}, COMPLETIONS: {"prompt": "Hi", "max_tokens": 1},

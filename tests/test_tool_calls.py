@@ -1,4 +1,4 @@
-"""Tool-call formats (pyllama90a.tool_calls): detection from templates, checking tools and tool_choice, the
+"""Tool-call formats (pyllama90a.toolcalls): detection from templates, checking tools and tool_choice, the
 schemas for constrained decoding, and parsing of generated text, whole and streamed."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, NO_ARGS, P
 
 from pyllama90a.chat_template import ChatTemplate
 from pyllama90a.errors import InvalidArgumentError
-from pyllama90a.tool_calls import (FORMATS, ToolCallStream, check_tool_choice, check_tools, detect_format,
+from pyllama90a.toolcalls import (FORMATS, ToolCallStream, check_tool_choice, check_tools, detect_format,
                                    get_format, reassemble)
 
 HERMES, LLAMA3, MISTRAL, GENERIC = (get_format(n) for n in ("hermes", "llama3_json", "mistral", "generic"))

@@ -22,16 +22,14 @@ thread while llama_decode runs; llguidance releases the GIL while it computes. `
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import ConstraintError, InvalidArgumentError
 from .spec import Constraint
-from .vocab import Vocab, llguidance, vocab_for
+from .vocab import HasWeights, Vocab, llguidance, vocab_for
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..model import Model
 
 NEG_INF = np.float32(-np.inf)
 
@@ -40,7 +38,7 @@ class Matcher:
     """The state of one sequence under a Constraint. Not thread-safe: one sequence, one thread at a time
     (compute_masks may run on another thread while nothing else touches these matchers)."""
 
-    def __init__(self, constraint: Constraint, model: Model | Vocab) -> None:
+    def __init__(self, constraint: Constraint, model: HasWeights | Vocab) -> None:
         if not isinstance(constraint, Constraint):
             raise InvalidArgumentError(f"constraint must be a Constraint, got {type(constraint).__name__}")
         self.constraint = constraint

@@ -3,16 +3,15 @@ place to llama.cpp's logits row right before the chain samples from it. Model.ge
 use the same two calls per step, so a request behaves the same on either path."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import numpy as np
 
+from ..native import ModelHandle
 from .logit_bias import LogitBias
 from .matcher import Matcher
 from .spec import Constraint
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..model import Model
+from .vocab import vocab_for
 
 
 class OutputRules:
@@ -24,12 +23,12 @@ class OutputRules:
         self.matcher, self.bias = matcher, bias
 
     @classmethod
-    def for_request(cls, model: Model, constraint: Constraint | None,
+    def for_request(cls, vocab: ModelHandle, constraint: Constraint | None,
                     logit_bias: Mapping[object, object] | None) -> OutputRules | None:
-        """The rules a request asks for (checked; the grammar compiled now, in the caller's thread), or None
-        when it asks for none: the per-step path then touches no logits."""
-        bias = LogitBias(logit_bias, model.handle.n_vocab) if logit_bias else None
-        matcher = Matcher(constraint, model) if constraint is not None else None
+        """The rules a request asks for on the vocabulary of `vocab`'s weights (checked; the grammar compiled now,
+        in the caller's thread), or None when it asks for none: the per-step path then touches no logits."""
+        bias = LogitBias(logit_bias, vocab.n_vocab) if logit_bias else None
+        matcher = Matcher(constraint, vocab_for(vocab)) if constraint is not None else None
         return cls(matcher, bias) if matcher is not None or bias is not None else None
 
     def apply(self, row: np.ndarray) -> None:

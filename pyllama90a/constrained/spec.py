@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..errors import ConstraintError
+from ..toolcalls.pattern import CallPattern
 from . import limits as _limits
 from .compile import JSON_DEFAULTS, _clean, compiled
 from .vocab import SPECIAL_PREFIX, Vocab, llguidance
@@ -24,20 +25,6 @@ from .vocab import SPECIAL_PREFIX, Vocab, llguidance
 # A JSON value of any kind is not what "json_object" means: OpenAI's JSON mode gives an object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
-
-
-@dataclass(frozen=True, eq=False)
-class ToolCallFormat:
-    """One way a tool call is written: literal `prefix`, then JSON valid under `schema`, then literal `suffix`.
-
-    E.g. Hermes/Qwen: prefix '<tool_call>\\n{"name": "get_weather", "arguments": ', schema of the arguments,
-    suffix '}\\n</tool_call>'; or prefix '<tool_call>\\n', a schema of {"name", "arguments"}, suffix '\\n</tool_call>'.
-    Text that is a special token of the model's vocabulary (e.g. '<|python_tag|>') is matched as that token.
-    """
-
-    prefix: str
-    schema: Any
-    suffix: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,7 +172,7 @@ def grammar(text: str, *, name: str = "grammar") -> Constraint:
     return Constraint("grammar", text, _lark=compiled("gbnf", text, name))
 
 
-def tool_calls(formats: Sequence[ToolCallFormat], *, trigger: str | None = None, parallel: bool = False,
+def tool_calls(formats: Sequence[CallPattern], *, trigger: str | None = None, parallel: bool = False,
                separator: str = "\n", name: str = "tools") -> Constraint:
     """A tool call: one of `formats` (literal prefix, JSON under the schema, literal suffix).
 
@@ -195,7 +182,7 @@ def tool_calls(formats: Sequence[ToolCallFormat], *, trigger: str | None = None,
     with no trigger may end at any point. With `parallel`, more calls may follow, each after `separator` (and
     optional whitespace); otherwise generation ends after the first call.
     """
-    if isinstance(formats, ToolCallFormat):
+    if isinstance(formats, CallPattern):
         formats = [formats]
     if not isinstance(formats, (list, tuple)) or not formats:
         raise ConstraintError(f"{name}: at least one tool-call format is needed")
@@ -206,8 +193,8 @@ def tool_calls(formats: Sequence[ToolCallFormat], *, trigger: str | None = None,
         _text(f"{name} trigger", trigger)
     checked: list[tuple[str, dict[str, Any], str]] = []
     for i, f in enumerate(formats):
-        if not isinstance(f, ToolCallFormat):
-            raise ConstraintError(f"{name}[{i}] must be a ToolCallFormat, got {type(f).__name__}")
+        if not isinstance(f, CallPattern):
+            raise ConstraintError(f"{name}[{i}] must be a CallPattern, got {type(f).__name__}")
         prefix = _text(f"{name}[{i}].prefix", f.prefix, empty_ok=trigger is None)
         suffix = _text(f"{name}[{i}].suffix", f.suffix, empty_ok=True)
         if trigger is not None and not prefix.startswith(trigger):
@@ -322,5 +309,5 @@ def constraint_from(*, json_schema: object = None, response_format: object = Non
 
 _json_schema, _response_format, _regex, _grammar = json_schema, response_format, regex, grammar
 
-__all__ = ["Constraint", "ToolCallFormat", "json_schema", "json_object", "regex", "grammar", "tool_calls",
+__all__ = ["Constraint", "CallPattern", "json_schema", "json_object", "regex", "grammar", "tool_calls",
            "response_format", "constraint_from", "schema_dict", "JSON_DEFAULTS", "SPECIAL_PREFIX", "ConstraintError"]

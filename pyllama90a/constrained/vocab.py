@@ -8,13 +8,18 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ClosedError, LlamaError
 from ..native import ModelHandle
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..model import Model
+
+class HasWeights(Protocol):
+    """What vocab_for needs of a Model: its loaded weights."""
+
+    @property
+    def handle(self) -> ModelHandle: ...
+
 
 # llguidance's convention: the bytes of a special (control) token start with 0xFF, which no UTF-8 text holds, so
 # free text can never spell one; a grammar names them as <|im_end|> or <[id]>.
@@ -61,7 +66,7 @@ _cache: weakref.WeakKeyDictionary[ModelHandle, Vocab] = weakref.WeakKeyDictionar
 _cache_lock = threading.Lock()
 
 
-def vocab_for(model: Model | ModelHandle) -> Vocab:
+def vocab_for(model: HasWeights | ModelHandle) -> Vocab:
     """The Vocab of a Model's loaded weights, built on first use and cached while they stay loaded."""
     handle = model if isinstance(model, ModelHandle) else model.handle  # (ClosedError for a closed Model)
     with _cache_lock:

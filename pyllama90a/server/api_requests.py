@@ -11,29 +11,19 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
-from ..chat_template import normalize_messages
+from ..chat_template import Messages, normalize_messages
 from ..constrained import Constraint, ConstraintError, constraint_from
+from ..core import GenerationRequest
 from ..errors import InvalidArgumentError
-from ..tool_calls import check_tool_choice, check_tools
+from ..sampling import SamplingParams
+from ..toolcalls import Tools, check_tool_choice, check_tools
+from .errors import APIError
 from .refused_fields import (CHAT_ONLY_FIELDS, HARMLESS_FIELDS, HARMLESS_MESSAGE_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS,
                              refused_field)
-
-
-class APIError(Exception):
-    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
-                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 def _bad(param: str, message: str) -> APIError:
@@ -155,36 +145,33 @@ def _check_unused(body: dict) -> None:
             raise _bad(name, f"'{name}' must be {label}, got {_shown(value)}")
 
 
-def _stops(body: dict) -> list[str]:
+def _stops(body: dict) -> tuple[str, ...]:
+    """The stop strings, less empty ones: OpenAI's API takes "" and means nothing by it, while a
+    GenerationRequest refuses it (core/request.py)."""
     value = body.get("stop")
     if value is None:
-        return []
+        return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or len(stops) > 16 or not all(isinstance(s, str) for s in stops):
         raise _bad("stop", "'stop' must be a string or a list of at most 16 strings")
-    return [s for s in stops if s]
+    return tuple(s for s in stops if s)
 
 
 @dataclass
 class Generation:
-    """What both completion routes hand to the engine."""
-    prompt: Any                  # str or list of token ids (completions) / token ids (chat, rendered later)
-    max_tokens: int              # the generation also ends when the slot is full or the model stops
+    """What both completion routes hand to the engine: the checked GenerationRequest (its constraint, for a
+    chat, the response format: tools add theirs when the chat is prepared) and how to serve it."""
+    request: GenerationRequest
     stream: bool
     include_usage: bool          # stream_options.include_usage: a last chunk with the usage
-    stop: list[str]
-    logprobs: int | None         # alternatives per token, None when not asked
-    sampling: dict[str, Any] = field(default_factory=dict)
-    messages: list[dict[str, Any]] | None = None  # checked further when the chat template renders them
-    ignore_eos: bool = False
     n: int = 1                   # choices: n generations of the same prompt, in parallel slots
-    tools: list[dict] | None = None
+    prompt: Any = None           # str or list of token ids (completions)
+    messages: Messages | None = None  # (chat)
+    tools: Tools | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool = True
     template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
     ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
-    constraint: Constraint | None = None  # response_format / grammar / json_schema (llama.cpp's extensions)
-    logit_bias: dict | None = None        # token id -> bias; ids are checked against the vocabulary at submit
 
 
 def _constraint(body: dict) -> Constraint | None:
@@ -241,8 +228,7 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
             re.fullmatch(r"[0-9]{1,12}", k) and isinstance(v, (int, float)) and not isinstance(v, bool)
             and -100 <= v <= 100 for k, v in logit_bias.items())):
         raise _bad("logit_bias", "'logit_bias' must be an object mapping token ids to biases in [-100, 100]")
-    if constraint is not None and _boolean(body, "ignore_eos", False):
-        raise _bad("ignore_eos", "ignore_eos cannot be combined with a constraint, which ends at the end of its match")
+    ignore_eos = _boolean(body, "ignore_eos", False)
     max_tokens = _max_tokens(body, min(max_tokens_default, limits.max_tokens_limit), limits.max_tokens_limit)
     stream = _boolean(body, "stream", False)
     options = body.get("stream_options")
@@ -263,9 +249,12 @@ def _common(body: Any, max_tokens_default: int, limits: Limits) -> Generation:
     }
     if sampling["seed"] is not None:
         sampling["seed"] %= 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF itself means "random"
-    return Generation(None, max_tokens, stream, include_usage, _stops(body), None, sampling,
-                      ignore_eos=_boolean(body, "ignore_eos", False), constraint=constraint,
-                      logit_bias=logit_bias or None, n=n)
+    try:
+        request = GenerationRequest(max_tokens, _stops(body), SamplingParams(**sampling), constraint,  # type: ignore[arg-type]
+                                    logit_bias or None, ignore_eos=ignore_eos)
+    except InvalidArgumentError as e:  # (ignore_eos with a constraint)
+        raise APIError(400, str(e), param=e.param) from None
+    return Generation(request, stream, include_usage, n)
 
 
 def completion_request(body: Any, limits: Limits) -> Generation:
@@ -284,14 +273,13 @@ def completion_request(body: Any, limits: Limits) -> Generation:
         raise _bad("prompt", "'prompt' must be a non-empty string or a list of token ids")
     gen.prompt = prompt
     _refuse_unimplemented(body, CHAT_ONLY_FIELDS)
-    gen.logprobs = _integer(body, "logprobs", None, 0, 5)
+    gen.request = replace(gen.request, logprobs=_integer(body, "logprobs", None, 0, 5))
     gen.ignored = _settle_unknown(_unknown(body, COMPLETION_FIELDS), limits)
     return gen
 
 
-def _message(m: Any, index: int) -> dict[str, Any]:
-    """A chat message, checked: OpenAI's shape (content a string, text parts or null; an assistant's
-    tool_calls; a tool result's tool_call_id and name)."""
+def _message(m: Any, index: int) -> None:
+    """A chat message, checked for what this server refuses (normalize_messages checks the rest)."""
     where = f"messages[{index}]"
     if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
         raise _bad(where, "each message must be an object with a string 'role'")
@@ -299,11 +287,6 @@ def _message(m: Any, index: int) -> dict[str, Any]:
     if m.get("name") is not None and m["role"] != "tool":  # (a tool result's name is the function's)
         raise _bad(f"{where}.name", "'name' is supported on tool messages only (a chat template drops the "
                                     "names of other messages)")
-    try:
-        (checked,) = normalize_messages([m], first=index)
-    except InvalidArgumentError as e:
-        raise _bad(e.param or where, str(e)) from None
-    return checked
 
 
 def _tools(body: dict, gen: Generation) -> None:
@@ -325,9 +308,6 @@ def _tools(body: dict, gen: Generation) -> None:
     if kwargs is not None and not isinstance(kwargs, dict):
         raise _bad("chat_template_kwargs", "'chat_template_kwargs' must be an object of template variables")
     gen.template_kwargs = kwargs or None
-    if gen.tools and gen.constraint is not None and choice.mode != "none":
-        raise _bad("tools", "tools cannot be combined with response_format, grammar or json_schema unless "
-                            "tool_choice is 'none'")
 
 
 def chat_request(body: Any, limits: Limits) -> Generation:
@@ -339,13 +319,16 @@ def chat_request(body: Any, limits: Limits) -> Generation:
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "'messages' must be a non-empty list")
     unknown = _unknown(body, CHAT_FIELDS)
-    gen.messages = []
     for i, m in enumerate(messages):
-        gen.messages.append(_message(m, i))
+        _message(m, i)
         unknown += _unknown(m, CHAT_MESSAGE_FIELDS, f"messages[{i}].")
+    try:
+        gen.messages = normalize_messages(messages)
+    except InvalidArgumentError as e:
+        raise _bad(e.param or "messages", str(e)) from None
     _tools(body, gen)
     if _boolean(body, "logprobs", False):
-        gen.logprobs = _integer(body, "top_logprobs", 0, 0, 20)
+        gen.request = replace(gen.request, logprobs=_integer(body, "top_logprobs", 0, 0, 20))
     elif body.get("top_logprobs") is not None:
         raise _bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
     gen.ignored = _settle_unknown(unknown, limits)

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
 import numpy as np
@@ -21,11 +21,12 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat import PreparedChat, prepare_chat
-from ..engine import BatchEngine, Chunk, EngineStoppedError, Handle, QueueFullError
-from ..errors import ChatTemplateError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError
+from ..engine import BatchEngine, Chunk, Handle
+from ..errors import ClosedError, LlamaError
 from ..model import Model
-from .api_requests import (IGNORED_HEADER, APIError, Generation, Limits, chat_request, completion_request,
-                           embedding_request, shown_names)
+from .api_requests import (IGNORED_HEADER, Generation, Limits, chat_request, completion_request, embedding_request,
+                           shown_names)
+from .errors import APIError, answer
 from .metrics import render_metrics
 from .openapi_doc import route_docs
 from .request_body import read_json
@@ -94,8 +95,10 @@ def create_app(state: ServerState) -> FastAPI:
     docs = route_docs(state.limits)
 
     @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    @app.exception_handler(LlamaError)
+    async def _answer(request: Request, exc: Exception) -> JSONResponse:
+        error = answer(exc, request.url.path)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -143,13 +146,13 @@ def create_app(state: ServerState) -> FastAPI:
         body = await read_json(request, state.limits.max_request_bytes)
         # (its constraint compiles in a worker process: the thread only waits, off the event loop)
         gen = await asyncio.to_thread(completion_request, body, state.limits)
-        return await _generate(state, request, gen, gen.prompt, chat=False)
+        return await _generate(state, request, gen, chat=False)
 
     @app.post("/v1/chat/completions", **docs["chat"])
     async def chat_completions(request: Request) -> Response:
         body = await read_json(request, state.limits.max_request_bytes)
         gen = await asyncio.to_thread(chat_request, body, state.limits)
-        return await _generate(state, request, gen, None, chat=True)
+        return await _generate(state, request, gen, chat=True)
 
     @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> Response:
@@ -200,7 +203,7 @@ class _AuthAndCount:
             self.state.responses[(route, 401)] += 1
             return
         if self.state.draining and path.startswith("/v1/"):  # a request on a connection kept alive
-            response = JSONResponse(_unavailable(ClosedError("shutting down")).body(), status_code=503,
+            response = JSONResponse(answer(ClosedError("shutting down"), path).body(), status_code=503,
                                     headers={"Connection": "close", "Retry-After": "5"})
             await response(scope, receive, send)
             self.state.responses[(route, 503)] += 1
@@ -222,22 +225,6 @@ class _AuthAndCount:
 def _authorized(headers: Headers, key: str) -> bool:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
-
-
-def _unavailable(error: ClosedError) -> APIError:
-    """503 for a request the engine cannot serve: the server is shutting down, or the engine thread died."""
-    if isinstance(error, EngineStoppedError):
-        return APIError(503, f"the server cannot generate: {error}", type="server_error", code="engine_stopped")
-    return APIError(503, "the server is shutting down", type="server_error", code="server_shutting_down")
-
-
-def _generation_failed(error: Exception) -> APIError:
-    """The error that ends a request the engine accepted and then could not finish."""
-    if isinstance(error, ClosedError):
-        return _unavailable(error)
-    if isinstance(error, InvalidArgumentError):  # the request's own doing, found mid-way (e.g. a logit_bias and a
-        return APIError(400, str(error), param=error.param)  # constraint that together leave no token)
-    return APIError(500, f"generation failed: {error}", type="server_error")
 
 
 def _ignored_fields(request: Request, names: list[str]) -> dict[str, str]:
@@ -270,87 +257,69 @@ def _embed(state: ServerState, texts: list[str], cancelled: threading.Event) -> 
             engine = state.engine
             state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
                                                        n_threads=engine.n_threads)
-        try:
-            n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)
-            parts = []
-            for start in range(0, len(texts), EMBED_CHUNK):
-                if cancelled.is_set():
-                    raise _Cancelled
-                parts.append(state.embedder.embed(texts[start:start + EMBED_CHUNK]))
-            return np.concatenate(parts), n_tokens
-        except ContextOverflowError as e:
-            raise APIError(400, str(e), param="input", code="context_length_exceeded") from None
-        except InvalidArgumentError as e:
-            raise APIError(400, str(e), param="input") from None
+        n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)
+        parts = []
+        for start in range(0, len(texts), EMBED_CHUNK):
+            if cancelled.is_set():
+                raise _Cancelled
+            parts.append(state.embedder.embed(texts[start:start + EMBED_CHUNK]))
+        return np.concatenate(parts), n_tokens
 
 
 # how often a non-streaming request checks that its client is still connected while it waits for tokens
 DISCONNECT_POLL_S = 0.25
 
 
-def _submit(state: ServerState, gen: Generation, prompt: Any, deliver: list[Any], *,
+def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
             chat: bool) -> tuple[list[Handle], PreparedChat | None]:
     """Render a chat (template, tools), then queue the request's n generations; all or none are queued.
-    Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here)."""
+    Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here). What it
+    raises is answered by the app's handler (server/errors.py)."""
     engine = state.engine
-    prepared = None
     # the n generations are queued one after another, before the engine thread moves any into a free slot, so
     # more than the queue holds can never be queued at once, even on an idle server: a 429 ("retry shortly")
     # would invite endless retries
     if gen.n > engine.queue_size:
         raise APIError(400, f"n={gen.n} is more than this server's queue of {engine.queue_size} places can hold "
                             f"(--queue-size)", param="n")
+    prepared, request = None, gen.request
+    if chat:
+        assert gen.messages is not None  # (chat_request sets them)
+        prepared = prepare_chat(engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
+                                parallel_tool_calls=gen.parallel_tool_calls, constraint=request.constraint,
+                                template_kwargs=gen.template_kwargs)
+        request = replace(request, constraint=prepared.constraint)
+        prompt = prepared.tokens
+    else:
+        prompt = engine.tokenize_prompt(gen.prompt)
+    seed = request.sampling.seed
+    handles: list[Handle] = []
     try:
-        if chat:
-            assert gen.messages is not None  # (chat_request sets them)
-            prepared = prepare_chat(engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
-                                    parallel_tool_calls=gen.parallel_tool_calls, constraint=gen.constraint,
-                                    template_kwargs=gen.template_kwargs)
-            prompt = prepared.tokens
-        constraint = prepared.constraint if prepared is not None else gen.constraint
-        seed = gen.sampling.get("seed")
-        handles: list[Handle] = []
-        try:
-            for i, send in enumerate(deliver):
-                # choices differ by their seed (seed + i when the request gives one)
-                sampling = gen.sampling if seed is None else {**gen.sampling, "seed": (seed + i) % 0xFFFFFFFF}
-                handles.append(engine.submit(prompt, send, max_tokens=gen.max_tokens, stop=gen.stop,
-                                             logprobs=gen.logprobs, ignore_eos=gen.ignore_eos, constraint=constraint,
-                                             logit_bias=gen.logit_bias, **sampling))
-        except BaseException:
-            for handle in handles:
-                handle.cancel()
-            raise
-    except ContextOverflowError as e:
-        raise APIError(400, str(e), param="messages" if chat else "prompt", code="context_length_exceeded") from None
-    except QueueFullError as e:
-        raise APIError(429, f"{e}; retry shortly", type="rate_limit_error", code="rate_limit_exceeded",
-                       headers={"Retry-After": "1"}) from None
-    except ChatTemplateError as e:
-        raise APIError(400, str(e), param="messages", code="chat_template_error") from None
-    except InvalidArgumentError as e:
-        # the field the raiser named; else, for a chat, what the template and tokenizer were given
-        raise APIError(400, str(e), param=e.param or ("messages" if chat else None)) from None
-    except ClosedError as e:
-        raise _unavailable(e) from None
-    except LlamaError as e:  # llama.cpp's built-in template refused the messages
-        raise APIError(400, str(e), param="messages", code="chat_template_unsupported") from None
+        for i, send in enumerate(deliver):
+            # choices differ by their seed (seed + i when the request gives one)
+            choice = request if seed is None else replace(
+                request, sampling=replace(request.sampling, seed=(seed + i) % 0xFFFFFFFF))
+            handles.append(engine.submit_request(prompt, choice, send))
+    except BaseException:
+        for handle in handles:
+            handle.cancel()
+        raise
     return handles, prepared
 
 
-async def _generate(state: ServerState, request: Request, gen: Generation, prompt: Any, *, chat: bool) -> Response:
+async def _generate(state: ServerState, request: Request, gen: Generation, *, chat: bool) -> Response:
     chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
     mailbox = state.mailbox(asyncio.get_running_loop())
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
     # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
-    handles, prepared = await asyncio.to_thread(_submit, state, gen, prompt, deliver, chat=chat)
+    handles, prepared = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
 
     headers = _ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    shape = (ChatShape(ident, state.model_name, gen.n, prepared) if chat
+    shape = (ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None) if chat
              else CompletionShape(ident, state.model_name, gen.n))
     if gen.stream:
-        return StreamingResponse(_sse(chunks, handles, shape, gen.include_usage), media_type="text/event-stream",
+        return StreamingResponse(_sse(chunks, handles, shape, gen.include_usage, request.url.path), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     try:
         next_check = time.monotonic() + DISCONNECT_POLL_S
@@ -367,7 +336,7 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
                 continue
             choice, chunk = item
             if chunk.error is not None:
-                raise _generation_failed(chunk.error)
+                raise chunk.error
             shape.add(choice, chunk)
     finally:
         for handle in handles:
@@ -375,7 +344,8 @@ async def _generate(state: ServerState, request: Request, gen: Generation, promp
     return JSONResponse(shape.whole(), headers=headers)
 
 
-async def _sse(chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool,
+               path: str) -> AsyncIterator[str]:
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():
@@ -383,7 +353,7 @@ async def _sse(chunks: asyncio.Queue, handles: list[Handle], shape: Shape, inclu
         while not shape.finished:
             choice, chunk = await chunks.get()
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
-                yield _event(_generation_failed(chunk.error).body())
+                yield _event(answer(chunk.error, path).body())
                 break
             for event in shape.events(choice, chunk):
                 yield _event(event)

@@ -45,7 +45,7 @@ NO_OP_FIELDS: dict[str, Schema] = {
 }
 
 _FUNCTION_NAME: Schema = {"type": "string", "pattern": "^[A-Za-z0-9_.\\-]{1,64}$"}
-# tool calling (pyllama90a/chat.py, tool_calls.py): a required or named call is constrained to the schema
+# tool calling (pyllama90a/chat.py, toolcalls/): a required or named call is constrained to the schema
 TOOL_FIELDS: dict[str, Schema] = {
     "tools": _nullable({"type": "array", "items": {
         "type": "object", "required": ["type", "function"],

@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-from .api_requests import APIError
+from .errors import APIError
 
 MAX_DEPTH = 32         # an OpenAI request nests 4-5 levels (messages, content parts); tools schemas a few more
 MAX_INT_DIGITS = 40    # more than a uint64 seed needs; past this an integer is an error, not a slow int()

@@ -1,18 +1,18 @@
 """The response objects of the generation routes, from the engine's Chunks: text_completion and
 chat.completion(.chunk), with n choices, logprobs, and (chat with tools) tool calls read from the text.
 
-A request's n generations each have a `choice` (its index); `Choices` keeps their state. Whole answers
-parse each choice's text once (`ToolCallFormat.parse`: a malformed call stays content); streams split it as it
-arrives (`ToolCallStream`) into OpenAI's content and tool-call deltas, which the openai SDK reassembles.
+A request's n generations each have a `choice` (its index). A chat with tools reads each choice's text with
+core.ToolCallOutput, as Model.chat does: whole answers parsed once (a malformed call stays content), streams
+split as they arrive into OpenAI's content and tool-call deltas, which the openai SDK reassembles.
 """
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from ..chat import PreparedChat, finish_reason
-from ..engine import Chunk, TokenLogprob
-from ..tool_calls import ToolCallStream
+from ..core import TokenLogprob, ToolCallOutput
+from ..core.tool_output import ToolCallDeltas
+from ..engine import Chunk
 
 
 def _text(piece: bytes) -> str:
@@ -115,10 +115,11 @@ class ChatShape(Shape):
     with tools, each choice's text read for calls."""
     chunk_object = "chat.completion.chunk"
 
-    def __init__(self, ident: str, model: str, n: int, chat: PreparedChat | None = None) -> None:
+    def __init__(self, ident: str, model: str, n: int, output: ToolCallOutput | None = None) -> None:
         super().__init__(ident, model, n)
-        self.chat = chat
-        self._parsers: list[ToolCallStream | None] = [chat.stream() if chat is not None else None for _ in range(n)]
+        self.output = output
+        self._parsers: list[ToolCallDeltas | None] = [output.stream() if output is not None else None
+                                                      for _ in range(n)]
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -139,20 +140,19 @@ class ChatShape(Shape):
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
         with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
         parser = self._parsers[choice]
+        last = chunk.finish_reason is not None
         if parser is None:
             deltas = [{"content": chunk.text}] if chunk.text else []
         else:
-            deltas = parser.feed(chunk.text)
-            if chunk.finish_reason is not None:
-                deltas += parser.finish()
+            deltas = parser.feed(chunk.text, last)
         logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
         if logprobs is not None and not deltas:
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
         events = [self._chunk(choice, d, logprobs=logprobs if j == 0 else None) for j, d in enumerate(deltas)]
-        if chunk.finish_reason is not None:
+        if last:
             self.last[choice] = chunk
-            made_calls = parser is not None and parser.has_tool_calls
-            events.append(self._chunk(choice, {}, finish_reason(chunk.finish_reason, made_calls)))
+            reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)  # type: ignore[arg-type]
+            events.append(self._chunk(choice, {}, reason))
         return events
 
     def whole(self) -> dict[str, Any]:
@@ -162,10 +162,9 @@ class ChatShape(Shape):
             text = "".join(c.text for c in parts)
             reason = parts[-1].finish_reason or "stop"
             message: dict[str, Any] = {"role": "assistant", "content": text}
-            if self.chat is not None and self.chat.tool_format is not None:
-                parsed = self.chat.tool_format.parse(text, self.chat.tools)
+            if self.output is not None:
+                parsed, reason = self.output.whole(text, reason)
                 message = parsed.message()
-                reason = finish_reason(reason, bool(parsed.tool_calls))
             choices.append({"index": i, "message": message, "finish_reason": reason,
                             "logprobs": self._logprobs(items) if items else None})
         return {**self._base("chat.completion"), "choices": choices, "usage": self.usage()}

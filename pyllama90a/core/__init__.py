@@ -1,0 +1,12 @@
+"""The generation core shared by Model, BatchEngine and the server: one checked request (`GenerationRequest`),
+one generation step (`GenerationSequence`), the KV-cache prefix reuse both paths use, and one reader of a
+chat's output into content and tool calls (`ToolCallOutput`)."""
+from __future__ import annotations
+
+from .cache import common_prefix, keep_cached_prefix
+from .request import MAX_TOP_LOGPROBS, GenerationRequest, check_stops
+from .sequence import GenerationSequence, Step, TokenLogprob
+from .tool_output import ToolCallOutput
+
+__all__ = ["MAX_TOP_LOGPROBS", "GenerationRequest", "GenerationSequence", "Step", "TokenLogprob",
+           "ToolCallOutput", "check_stops", "common_prefix", "keep_cached_prefix"]

@@ -1,0 +1,60 @@
+"""What a generation gives back: its pieces as they stream, and the whole Completion with its usage and
+timings (Model.generate and chat; BatchEngine reports Usage in its Chunks)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..toolcalls import ParsedToolCall
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Timings:
+    prompt_ms: float
+    generate_ms: float
+    prompt_tokens_evaluated: int  # prompt tokens actually decoded (a reused prefix is not)
+    completion_tokens: int
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        return self.prompt_tokens_evaluated / (self.prompt_ms / 1e3) if self.prompt_ms > 0 else 0.0
+
+    @property
+    def generate_tokens_per_s(self) -> float:
+        return self.completion_tokens / (self.generate_ms / 1e3) if self.generate_ms > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: list[int]
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    tool_calls: tuple[ParsedToolCall, ...] = ()  # chat with tools: the calls (`text` is then the content)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One streamed piece: whole UTF-8 characters only. The last piece has a finish_reason.
+
+    A chat with tools streams its content in `text` and its calls in `tool_calls`, as OpenAI's deltas:
+    {"index", "id", "type", "function": {"name", "arguments": ""}} when a call starts, then
+    {"index", "function": {"arguments": <fragment>}} as its arguments arrive."""
+    text: str
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    completion: Completion | None = None  # on the last piece: the whole result
+    tool_calls: list[dict] = field(default_factory=list)

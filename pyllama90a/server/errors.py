@@ -1,0 +1,80 @@
+"""The one funnel from exceptions to HTTP answers in OpenAI's error shape, {"error": {"message", "type", "param",
+"code"}}: `ANSWERS` maps a library exception class to its status, type and code, resolved along the class
+hierarchy (the most specific entry wins), and `answer` makes the APIError for an exception raised in a route
+or handed back by the engine in the middle of a generation."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import (ChatTemplateError, ClosedError, ContextOverflowError, EngineStoppedError,
+                      InvalidArgumentError, LlamaError, QueueFullError, UnsupportedChatTemplateError)
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
+                 param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class RouteInputs:
+    """What a route's errors name when the raiser named no field: the route's prompt (what does not fit the
+    context) and what the template and tokenizer were given (a completion's may be any field: none)."""
+    prompt: str | None = None
+    rendered: str | None = None
+
+
+ROUTE_INPUTS = {"/v1/chat/completions": RouteInputs("messages", "messages"),
+                "/v1/completions": RouteInputs("prompt", None),
+                "/v1/embeddings": RouteInputs("input", "input")}
+
+# how an answer's param is found: from the exception and the route's inputs
+ParamRule = Callable[[BaseException, RouteInputs], "str | None"]
+
+
+def _raiser_or_rendered(exc: BaseException, inputs: RouteInputs) -> str | None:
+    return getattr(exc, "param", None) or inputs.rendered
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: ParamRule = _raiser_or_rendered
+    message: str = "{}"  # str.format'ed with the exception's text
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+ANSWERS: dict[type[BaseException], Answer] = {
+    QueueFullError: Answer(429, "rate_limit_error", "rate_limit_exceeded", message="{}; retry shortly",
+                           headers={"Retry-After": "1"}),
+    EngineStoppedError: Answer(503, "server_error", "engine_stopped", message="the server cannot generate: {}"),
+    ClosedError: Answer(503, "server_error", "server_shutting_down", message="the server is shutting down"),
+    ContextOverflowError: Answer(400, code="context_length_exceeded", param=lambda exc, inputs: inputs.prompt),
+    UnsupportedChatTemplateError: Answer(400, code="chat_template_unsupported", param=lambda exc, inputs: "messages"),
+    ChatTemplateError: Answer(400, code="chat_template_error", param=lambda exc, inputs: "messages"),
+    InvalidArgumentError: Answer(400),  # the request's own doing, found while it was served
+    LlamaError: Answer(500, "server_error", message="generation failed: {}"),
+}
+
+
+def answer(exc: BaseException, path: str) -> APIError:
+    """The APIError for `exc` raised while serving `path` (an APIError is its own answer); one whose class has
+    no entry is a 500."""
+    if isinstance(exc, APIError):
+        return exc
+    entry = next((ANSWERS[c] for c in type(exc).__mro__ if c in ANSWERS), None)
+    if entry is None:
+        return APIError(500, "internal server error", type="server_error")
+    return APIError(entry.status, entry.message.format(exc), type=entry.type, code=entry.code,
+                    param=entry.param(exc, ROUTE_INPUTS.get(path, RouteInputs())), headers=entry.headers)
