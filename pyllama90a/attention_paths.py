@@ -40,8 +40,9 @@ class AttentionPaths:
         return cls(**{name: bool(bits & bit) for name, bit in _BITS.items()})
 
     def off(self) -> list[str]:
-        """The names of the paths switched off."""
-        return [name for name in _BITS if not getattr(self, name)]
+        """The names of the default paths switched off (an opt-in path left off is not among them)."""
+        default = AttentionPaths()
+        return [name for name in _BITS if not getattr(self, name) and getattr(default, name)]
 
     @classmethod
     def checked(cls, value: object, *, none_ok: bool = False) -> AttentionPaths:

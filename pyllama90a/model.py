@@ -47,7 +47,7 @@ class KVCacheInfo:
 class Model:
     """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.
 
-    KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off" or "auto".
+    KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off", "hybrid" or "auto".
     Use as a context manager or call close(); a model that is garbage collected is freed too.
     `with_context(...)` makes another Model on the same loaded weights (e.g. an embedder beside a generator).
 

@@ -16,3 +16,10 @@ def gpu_device() -> str | None:
 
 # the cuda tier (tests/conftest.py): a module that sets `pytestmark = requires_gpu` is in it
 requires_gpu = [pytest.mark.cuda, pytest.mark.skipif(gpu_device() is None, reason="needs a CUDA or HIP device")]
+
+
+def on_gpu(test):
+    """requires_gpu for one test function of a module whose other tests run anywhere."""
+    for mark in requires_gpu:
+        test = mark(test)
+    return test

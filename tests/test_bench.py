@@ -21,10 +21,12 @@ def test_mode_parsing() -> None:
 
 
 @pytest.mark.parametrize("variant, off", [("deq", ["vquant_direct"]), ("ungrouped", ["kq_grouped"]),
-                                          ("mmq", ["kv_cublas"]), ("nock", ["ck_fa"]), ("norot", []), ("", [])])
+                                          ("mmq", ["kv_cublas"]), ("nock", ["ck_fa"]), ("norot", []), ("", []),
+                                          ("fused", [])])
 def test_variant_switches_only_its_path(variant: str, off: list[str]) -> None:
     mode = Mode.parse("fa-off:q4_0/q4_0" + (f"+{variant}" if variant else ""))
     assert mode.attention_paths.off() == off
+    assert mode.attention_paths.fused_decode == (variant == "fused")  # the one opt-in path
 
 
 def test_norot_sets_only_upstreams_switch(monkeypatch: pytest.MonkeyPatch) -> None:

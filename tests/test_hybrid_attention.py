@@ -15,7 +15,7 @@ import pytest
 
 import pyllama90a as pl
 from decode_paths import step_logits
-from gpu import requires_gpu
+from gpu import on_gpu
 from graph_probe import phase_nodes
 from pyllama90a._ffi import lib
 from pyllama90a.attention_paths import AttentionPaths
@@ -136,7 +136,7 @@ def test_the_mode_is_reported_and_kept_across_path_changes() -> None:
 
 # -- the fused decode kernel (patch 0013, opt-in: AttentionPaths(fused_decode=True)), on a GPU only -------------
 
-@requires_gpu
+@on_gpu
 def test_the_gpu_decodes_through_the_fused_kernel_and_not_without_it() -> None:
     path = synthetic_model(SHAPES["hd128-gqa4"], weight_type="f16")
     for fused in (True, False):
@@ -151,7 +151,7 @@ def test_the_gpu_decodes_through_the_fused_kernel_and_not_without_it() -> None:
             assert not attention and "OUT_PROD" in _ops(decode)
 
 
-@requires_gpu
+@on_gpu
 @pytest.mark.parametrize("shape", FUSED_SHAPES)
 @pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
 def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, tmp_path: Path) -> None:
