@@ -3,7 +3,8 @@
 | backend            | KV types                        | choice              | evidence                                                |
 |--------------------|---------------------------------|---------------------|---------------------------------------------------------|
 | CPU                | quantized V                     | off                 | benchmarks/results/cpu-smollm2-depth4096 (FA-off with   |
-|                    |                                 |                     | patch 0003 decodes and prefills faster than FA-on)      |
+|                    |                                 |                     | patch 0003 decodes and prefills faster than FA-on);     |
+|                    |                                 |                     | cpu-smollm2-hybrid: hybrid prefills as FA (0.18x off's) |
 | CPU                | f16/bf16/f32 V                  | llama.cpp decides   | upstream behaviour                                      |
 | CUDA               | f16/f16, bf16/bf16, q8_0/q8_0   | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
