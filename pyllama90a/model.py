@@ -126,13 +126,8 @@ class Model:
         self._file = file
         self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
         pooling = pooling_for(file.header) if self.embedding else "model"
-        context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling))
-        if paths != AttentionPaths():  # a new context starts with every path on
-            try:
-                context.set_attention_paths(paths.bits)
-            except BaseException:
-                context.close()
-                raise
+        context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling),
+                                attention_paths=paths.bits)
         self._attention_paths = paths
         self._handle, self._context = handle, context
 

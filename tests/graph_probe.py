@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.attention_paths import AttentionPaths
+from pyllama90a.kv_types import FLASH_ATTN_MODES
 from pyllama90a.native.ggml import ggml_type
 
 
@@ -52,8 +53,7 @@ def phase_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, path
     cparams.n_ctx = n_ctx
     cparams.n_batch = cparams.n_ubatch = max(len(tokens), 32)
     cparams.type_k, cparams.type_v = ggml_type(ctk), ggml_type(ctv)
-    cparams.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_DISABLED if flash_attn == "off"
-                               else lib.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+    cparams.flash_attn_type = getattr(lib, FLASH_ATTN_MODES[flash_attn])
     cparams.n_threads = cparams.n_threads_batch = 2
     cparams.cb_eval = on_node
     ctx = lib.llama_init_from_model(model, cparams)

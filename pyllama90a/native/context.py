@@ -116,7 +116,9 @@ class ContextHandle:
     the users above (Model, BatchEngine) make sure of it.
     """
 
-    def __init__(self, model: ModelHandle, params: ContextParams) -> None:
+    def __init__(self, model: ModelHandle, params: ContextParams, attention_paths: int | None = None) -> None:
+        """attention_paths: the llama_pyl_attn_path bits (None: llama.cpp's defaults), set with the hybrid mode's
+        bit in one re-reserve before anything is decoded."""
         self.params = params
         with NativeCall() as call:
             ptr = lib.llama_init_from_model(model.ptr, _llama_params(params))
@@ -133,11 +135,13 @@ class ContextHandle:
         self.n_ubatch: int = lib.llama_n_ubatch(ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(ptr)
         # the attention-path bits that are this context's mode rather than a path choice: kept through every
-        # set_attention_paths, set here before anything is decoded (re-reserving for the hybrid decode graph)
+        # set_attention_paths
         self._mode_bits = lib.LLAMA_PYL_ATTN_HYBRID if params.flash_attn == "hybrid" else 0
-        if self._mode_bits:
+        default = int(lib.llama_pyl_attn_default_params().paths)
+        bits = default if attention_paths is None else attention_paths
+        if self._mode_bits or bits != default:  # a context starts with the default paths reserved for
             try:
-                self.set_attention_paths(int(lib.llama_pyl_attn_default_params().paths))
+                self.set_attention_paths(bits)
             except BaseException:
                 self.close()
                 raise
