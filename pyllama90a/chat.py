@@ -18,7 +18,7 @@ from .chat_template import ChatTemplate, check_template_variables, normalize_mes
 from .constrained import Constraint
 from .constrained import tool_calls as tool_call_constraint
 from .core.tool_output import ToolCallOutput, finish_reason
-from .errors import InvalidArgumentError, LlamaError, UnsupportedChatTemplateError, about
+from .errors import InvalidArgumentError, about
 from .native import ModelHandle
 from .toolcalls import GENERIC, check_tool_choice, check_tools
 
@@ -53,6 +53,12 @@ class PreparedChat:
     output: ToolCallOutput | None = None
 
 
+def builtin_prompt(handle: ModelHandle, messages: Sequence[dict], tools: Sequence[dict]) -> str:
+    """The prompt of llama.cpp's built-in template (FALLBACK_TEMPLATE) over the text of `messages`, for a model
+    file without a Jinja template; UnsupportedChatTemplateError if llama.cpp refuses it."""
+    return handle.builtin_chat_template(text_only_history(normalize_messages(messages), tools), FALLBACK_TEMPLATE)
+
+
 def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
                  tool_choice: object = None, parallel_tool_calls: bool = True, constraint: Constraint | None = None,
                  template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
@@ -83,13 +89,7 @@ def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[
                                            f"has none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)",
                                            param="chat_template_kwargs")
             fmt = GENERIC
-            msgs = text_only_history(checked_messages, offered)
-            try:
-                text = model.handle.builtin_chat_template(msgs, FALLBACK_TEMPLATE)
-            except InvalidArgumentError:
-                raise
-            except LlamaError as e:
-                raise UnsupportedChatTemplateError(str(e), param="messages") from None
+            text = builtin_prompt(model.handle, checked_messages, offered)
             tokens = model.tokenize(text, add_special=True, parse_special=True)
         else:
             fmt = template.tool_call_format

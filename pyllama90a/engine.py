@@ -152,12 +152,12 @@ class BatchEngine:
         """
         request = GenerationRequest.of(max_tokens=max_tokens, stop=stop, logprobs=logprobs, ignore_eos=ignore_eos,
                                        constraint=constraint, logit_bias=logit_bias, **sampling)
-        return self.submit_request(prompt, request, on_chunk)
+        return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
-    def submit_request(self, prompt: str | Sequence[int], request: GenerationRequest,
+    def submit_request(self, tokens: list[int], request: GenerationRequest,
                        on_chunk: Callable[[Chunk], None]) -> Handle:
-        """submit() of a request already checked (the server's n choices share one)."""
-        tokens = self.tokenize_prompt(prompt)
+        """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
+        the server's n choices share them)."""
         if len(tokens) >= self.n_ctx_slot:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
                                        f"(n_ctx / parallel), and one more is needed to generate")

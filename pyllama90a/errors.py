@@ -57,6 +57,9 @@ class UnsupportedChatTemplateError(ChatTemplateError):
     """llama.cpp's built-in chat template (used for a model file without a Jinja template) refused the
     messages."""
 
+    def __init__(self, message: str, native_log: list[str] | None = None, *, param: str | None = "messages") -> None:
+        super().__init__(message, native_log, param=param)
+
 
 class ConstraintError(InvalidArgumentError):
     """A JSON schema, regular expression, grammar, response_format or tool-call format that cannot constrain

@@ -14,7 +14,7 @@ import numpy as np
 
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
-from .chat import prepare_chat
+from .chat import builtin_prompt, prepare_chat
 from .chat_template import ChatTemplate
 from .context_settings import ContextSettings
 from .constrained import constraint_from
@@ -433,13 +433,10 @@ class Model:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
         template = self.chat_template
         if template is None:
-            from .chat_template import normalize_messages, text_only_history
-
             if not add_generation_prompt or template_kwargs:
                 raise InvalidArgumentError(f"{self.path.name} has no chat template: llama.cpp's built-in ChatML "
                                            "takes no add_generation_prompt=False or template variables")
-            return self.handle.builtin_chat_template(
-                text_only_history(normalize_messages(messages), tools or ()), "chatml")
+            return builtin_prompt(self.handle, messages, tools or ())
         return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
 
     def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import (INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, flag, fs_path, int_in_range, token_ids,
-                      utf8)
+from ..errors import (INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, UnsupportedChatTemplateError, flag,
+                      fs_path, int_in_range, token_ids, utf8)
 
 MAX_TOKENIZE_BYTES = 64 << 20  # of UTF-8 text per llama_tokenize call (well within its int32 lengths)
 LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
@@ -136,7 +136,8 @@ class ModelHandle:
             buf = ffi.new("char[]", cap)
             with NativeCall() as call:
                 n = lib.llama_chat_apply_template(tmpl, chat, len(keep), True, buf, cap)
-            call.check(n >= 0, LlamaError, f"llama.cpp does not support the chat template {name or self.path.name}")
+            call.check(n >= 0, UnsupportedChatTemplateError,
+                       f"llama.cpp does not support the chat template {name or self.path.name}")
             if n <= cap:
                 return ffi.unpack(buf, n).decode("utf-8", "replace")
             cap = n
