@@ -22,26 +22,22 @@ lib.llama_backend_init()
 _GPU_MODULES = {"cuda": "CUDA", "hip": "ROCm", "vulkan": "Vulkan", "musa": "MUSA", "sycl": "SYCL"}
 
 
-def gpu_backend_states() -> dict[str, str]:
-    """The GPU backends this build carries (libggml-<name>.so beside the compiled module) -> what became of each
-    here: "N device(s)", "no device" (e.g. a HIP build on a machine without an AMD GPU) or "not loaded" (its
-    runtime libraries are missing; ggml's log says which)."""
+def gpu_backend_devices() -> dict[str, int | None]:
+    """The GPU backends this build carries (libggml-<name>.so beside the compiled module) -> the devices each
+    found here: 0 for e.g. a HIP build on a machine without an AMD GPU, None when it did not load (its runtime
+    libraries are missing; ggml's log says which)."""
     registries = {}
     for i in range(lib.ggml_backend_reg_count()):
         reg = lib.ggml_backend_reg_get(i)
         registries[ffi.string(lib.ggml_backend_reg_name(reg)).decode()] = int(lib.ggml_backend_reg_dev_count(reg))
-    states = {}
-    for module, registry in _GPU_MODULES.items():
-        if (_BACKEND_DIR / f"libggml-{module}.so").is_file():
-            n = registries.get(registry)
-            states[module] = "not loaded" if n is None else f"{n} device(s)" if n else "no device"
-    return states
+    return {module: registries.get(registry) for module, registry in _GPU_MODULES.items()
+            if (_BACKEND_DIR / f"libggml-{module}.so").is_file()}
 
 
-for _module, _state in gpu_backend_states().items():
-    if not _state.endswith("device(s)"):
+for _module, _n in gpu_backend_devices().items():
+    if not _n:
         logging.getLogger("pyllama90a").warning(
             "this build has the %s backend, but it found %s here: llama.cpp runs on the CPU",
-            _module.upper(), "no device" if _state == "no device" else "its runtime libraries missing (not loaded)")
+            _module.upper(), "no device" if _n == 0 else "its runtime libraries missing (not loaded)")
 
-__all__ = ["ffi", "gpu_backend_states", "lib"]
+__all__ = ["ffi", "gpu_backend_devices", "lib"]

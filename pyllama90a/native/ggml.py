@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._ffi import ffi, lib
-from .._ffi import gpu_backend_states as gpu_backend_states  # re-exported for the floors above the binding
+from .._ffi import gpu_backend_devices as gpu_backend_devices  # re-exported for the floors above the binding
 from ..kv_types import KV_TYPES
 
 

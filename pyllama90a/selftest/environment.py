@@ -26,9 +26,11 @@ def _tool_line(command: list[str], containing: str = "") -> str | None:
 
 
 def gpu_backend_states() -> dict[str, str]:
-    from ..native.ggml import gpu_backend_states as states
+    """Each GPU backend the build carries -> "N device(s)", "no device" or "not loaded"."""
+    from ..native.ggml import gpu_backend_devices
 
-    return states()
+    return {module: "not loaded" if n is None else f"{n} device(s)" if n else "no device"
+            for module, n in gpu_backend_devices().items()}
 
 
 def backend_devices() -> list[str]:
