@@ -28,6 +28,8 @@ from .errors import InvalidArgumentError
 from .attention_paths import AttentionPaths
 from .kv_types import check_kv_type
 from .model import Completion, Model
+from .native.ggml import devices
+from .roofline import copy_bandwidth, decode_bytes, weight_bytes_per_token
 
 DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 
@@ -136,6 +138,10 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
         n_threads: int | None, n_gpu_layers: int, overhead: bool = True,
         progress: TextIO = sys.stderr) -> dict:
     n_ctx = max(depths) + max(pp, tg) + 2  # the cache holds at least one token (fill)
+    # the bound of a decode step: the bytes it reads over a copy bandwidth measured here, before the models load
+    on_gpu = n_gpu_layers != 0 and any(d.is_gpu for d in devices())
+    bandwidth = copy_bandwidth(gpu=on_gpu, n_threads=n_threads)
+    weights = weight_bytes_per_token(model_path)
     models = {}
     for mode in modes:
         mode.apply_environment()
@@ -171,12 +177,16 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
             m.close()
     rows = []
     for (mode_name, depth, test), values in samples.items():
+        cache = kv[mode_name]
+        tok_s = statistics.fmean(values)
+        step_bytes = decode_bytes(weights, cache.total_bytes / cache.n_ctx, depth) if test != "pp" else None
         rows.append(dict(mode=mode_name, depth=depth, test=f"{test}{pp if test == 'pp' else tg}", kind=test,
-                         tok_s_mean=statistics.fmean(values),
-                         tok_s_sd=statistics.stdev(values) if len(values) > 1 else 0.0, samples=values,
-                         kv_k_bytes=kv[mode_name].k_bytes, kv_v_bytes=kv[mode_name].v_bytes,
-                         compute_buffer_bytes=compute[mode_name]))
+                         tok_s_mean=tok_s, tok_s_sd=statistics.stdev(values) if len(values) > 1 else 0.0,
+                         samples=values, kv_k_bytes=cache.k_bytes, kv_v_bytes=cache.v_bytes, kv_cells=cache.n_ctx,
+                         compute_buffer_bytes=compute[mode_name], bytes_per_token=step_bytes,
+                         bandwidth_fraction=tok_s * step_bytes / bandwidth if step_bytes else None))
     return dict(machine=machine_name(), model=str(model_path), n_ctx=n_ctx, n_threads=n_threads, pp=pp, tg=tg,
+                copy_bandwidth_bytes_s=bandwidth, copy_bandwidth_device="GPU" if on_gpu else "CPU",
                 reps=reps, depths=depths, modes=[str(m) for m in modes], rows=rows,
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
 
@@ -210,14 +220,17 @@ def add_ratios(result: dict, baseline: str) -> None:
 def markdown(result: dict) -> str:
     lines = [f"Machine: {result['machine']}  ",
              f"Model: `{Path(result['model']).name}`, n_ctx {result['n_ctx']}, threads {result['n_threads']}, "
-             f"{result['reps']} reps (mean ± sd), baseline `{result['baseline']}`, {result['date']}", "",
-             "| mode | depth | test | tok/s | vs baseline | KV MiB (K+V) | compute MiB |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+             f"{result['reps']} reps (mean ± sd), baseline `{result['baseline']}`, {result['date']}  ",
+             f"Copy bandwidth ({result['copy_bandwidth_device']}, ggml CONT, read + write): "
+             f"{result['copy_bandwidth_bytes_s'] / 1e9:.1f} GB/s; a decode row's bound is its MB/token over it", "",
+             "| mode | depth | test | tok/s | vs baseline | KV MiB (K+V) | compute MiB | MB/token | of bound |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(result["rows"], key=lambda r: (r["kind"], r["depth"], result["modes"].index(r["mode"]))):
         ratio = f"{r['ratio_vs_baseline']:.2f}x" if r["ratio_vs_baseline"] else "-"
         kv = (r["kv_k_bytes"] + r["kv_v_bytes"]) / 2**20
+        step = f"{r['bytes_per_token'] / 1e6:.1f} | {r['bandwidth_fraction']:.0%}" if r["bytes_per_token"] else "- | -"
         lines.append(f"| {r['mode']} | {r['depth']} | {r['test']} | {r['tok_s_mean']:.1f} ± {r['tok_s_sd']:.1f} "
-                     f"| {ratio} | {kv:.1f} | {r['compute_buffer_bytes'] / 2**20:.1f} |")
+                     f"| {ratio} | {kv:.1f} | {r['compute_buffer_bytes'] / 2**20:.1f} | {step} |")
     return "\n".join(lines) + "\n"
 
 

@@ -57,6 +57,27 @@ def test_bench_writes_json_and_markdown_with_ratios(tmp_path: Path) -> None:
     assert q4["kv_v_bytes"] * 64 == f16["kv_v_bytes"] * 18
     table = (tmp_path / "bench.md").read_text()
     assert "| fa-off:q4_0/q4_0+deq | 40 | tg3 |" in table
+    # each decode row's bytes: the weights plus K and V of every cached cell and its own
+    assert result["copy_bandwidth_device"] == "CPU" and result["copy_bandwidth_bytes_s"] > 1e9
+    tg = {(r["mode"], r["depth"]): r for r in result["rows"] if r["kind"] == "tg"}
+    for (mode, depth), r in tg.items():
+        per_cell = (r["kv_k_bytes"] + r["kv_v_bytes"]) / r["kv_cells"]
+        assert r["bytes_per_token"] - tg[mode, 0]["bytes_per_token"] == int(per_cell * (depth + 1)) - int(per_cell)
+        assert r["bandwidth_fraction"] == pytest.approx(
+            r["tok_s_mean"] * r["bytes_per_token"] / result["copy_bandwidth_bytes_s"])
+    assert all(r["bytes_per_token"] is None for r in result["rows"] if r["kind"] == "pp")
+
+
+def test_weight_bytes_per_token_leave_out_the_embedding_only_when_an_output_matrix_exists() -> None:
+    from gguf import GGUFReader
+
+    from pyllama90a.roofline import weight_bytes_per_token
+    from pyllama90a.synthetic import synthetic_model
+
+    path = synthetic_model("tiny")
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}  # gguf's own reader, not ours
+    expected = sum(sizes.values()) - (sizes["token_embd.weight"] if "output.weight" in sizes else 0)
+    assert weight_bytes_per_token(path) == expected
 
 
 def test_memory_only_report(tmp_path: Path) -> None:

@@ -119,4 +119,5 @@ const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
 ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors_from_buft(struct ggml_context * ctx,
                                                                ggml_backend_buffer_type_t buft);
 void ggml_backend_buffer_free(ggml_backend_buffer_t buffer);
+ggml_backend_buffer_type_t ggml_backend_dev_buffer_type(ggml_backend_dev_t device);  /* roofline.copy_bandwidth */
 void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, size_t offset, size_t size);
