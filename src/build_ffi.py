@@ -10,7 +10,7 @@ from pathlib import Path
 import cffi
 
 DECL_DIR = Path(__file__).resolve().parent / "decl"
-DECL_ORDER = ("ggml_decl.h", "llama_decl.h", "pyllama90a_decl.h", "native_helpers_decl.h")
+DECL_ORDER = ("ggml_decl.h", "llama_decl.h", "pyllama90a_decl.h", "rpc_decl.h", "native_helpers_decl.h")
 
 
 def make_ffi() -> cffi.FFI:
@@ -19,7 +19,7 @@ def make_ffi() -> cffi.FFI:
         ffi.cdef((DECL_DIR / name).read_text())
     ffi.set_source(
         "pyllama90a._native",
-        '#include "ggml.h"\n#include "ggml-alloc.h"\n#include "ggml-backend.h"\n'
+        '#include "ggml.h"\n#include "ggml-alloc.h"\n#include "ggml-backend.h"\n#include "ggml-rpc.h"\n'
         '#include "llama.h"\n#include "llama-pyllama90a.h"\n#include "ggml-pyllama90a.h"\n'
         '#include "native_helpers.h"\n',
     )

@@ -27,6 +27,7 @@ struct ggml_tensor {
     int64_t ne[4];
     size_t  nb[4];
     struct ggml_tensor * src[10];
+    struct ggml_backend_buffer * buffer;  /* where it lives (NULL: not allocated yet) */
     void *  data;
     char    name[64];
     ...;
@@ -82,12 +83,14 @@ enum ggml_status { GGML_STATUS_SUCCESS, ... };
 
 /* backends, to report where attention runs */
 typedef struct ggml_backend_device * ggml_backend_dev_t;
-enum ggml_backend_dev_type { GGML_BACKEND_DEVICE_TYPE_CPU, GGML_BACKEND_DEVICE_TYPE_GPU, ... };
+enum ggml_backend_dev_type { GGML_BACKEND_DEVICE_TYPE_CPU, GGML_BACKEND_DEVICE_TYPE_GPU, GGML_BACKEND_DEVICE_TYPE_IGPU, ... };
 size_t       ggml_backend_dev_count(void);
 ggml_backend_dev_t ggml_backend_dev_get(size_t index);
 const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 const char * ggml_backend_dev_description(ggml_backend_dev_t device);
 enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
+ggml_backend_dev_t ggml_backend_reg_dev_get(ggml_backend_reg_t reg, size_t index);
 
 /* a backend's own functions by name (tests reach the CUDA backend's test knobs this way) */
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
@@ -116,6 +119,7 @@ typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
 typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
 typedef ggml_backend_buffer_type_t * (*ggml_backend_dev_get_extra_bufts_t)(ggml_backend_dev_t device);
 const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
+const char * ggml_backend_buffer_name(ggml_backend_buffer_t buffer);  /* its type's name, e.g. "RPC0[host:port]" */
 ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors_from_buft(struct ggml_context * ctx,
                                                                ggml_backend_buffer_type_t buft);
 void ggml_backend_buffer_free(ggml_backend_buffer_t buffer);

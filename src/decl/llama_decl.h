@@ -22,8 +22,14 @@ enum llama_pooling_type {
 
 typedef bool (*llama_progress_callback)(float progress, void * user_data);
 
+enum llama_split_mode { LLAMA_SPLIT_MODE_NONE, LLAMA_SPLIT_MODE_LAYER, LLAMA_SPLIT_MODE_ROW, ... };
+
 struct llama_model_params {
+    ggml_backend_dev_t * devices;  /* NULL-terminated; NULL: llama.cpp picks the local GPUs */
     int32_t n_gpu_layers;
+    enum llama_split_mode split_mode;
+    int32_t main_gpu;
+    const float * tensor_split;    /* llama_max_devices() shares, one per device of `devices` first */
     llama_progress_callback progress_callback;
     void * progress_callback_user_data;
     bool vocab_only;
@@ -75,6 +81,7 @@ struct llama_context_params llama_context_default_params(void);
 struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
 
 void llama_backend_init(void);
+size_t llama_max_devices(void);
 void llama_log_set(ggml_log_callback log_callback, void * user_data);
 const char * llama_print_system_info(void);
 bool llama_supports_gpu_offload(void);
