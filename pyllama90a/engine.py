@@ -94,7 +94,8 @@ class BatchEngine:
     def __init__(self, path: str | os.PathLike | None = None, *, parallel: int = 4, queue_size: int = 64,
                  n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
         """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
-        attention_paths), as keywords. n_ctx is shared by the `parallel` slots; n_ubatch is n_batch."""
+        attention_paths) and Model's placement (split_mode, tensor_split, main_gpu, rpc), as keywords. n_ctx is
+        shared by the `parallel` slots; n_ubatch is n_batch."""
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
         set_here = sorted({"n_seq_max", "n_ubatch", "embedding", "seed"} & settings.keys())

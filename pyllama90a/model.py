@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .attention_paths import AttentionPaths
-from .attention_policy import AttentionChoice, choose
+from .attention_policy import AttentionChoice, choose, decide
 from .chat import builtin_prompt, prepare_chat
 from .chat_template import ChatTemplate
 from .context_settings import ContextSettings
@@ -27,6 +27,7 @@ from .gguf_header import read_header
 from .model_file import ModelFile, check_header, pooling_for
 from .native import Batch, ContextHandle, ContextParams, ModelHandle
 from .output_checks import require_finite
+from .placement import Placement
 from .sampling import SamplingParams
 from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
 from .tensor_roles import check_tensors
@@ -60,9 +61,14 @@ class Model:
     context under another thread's call.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, **settings: Any) -> None:
-        """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords."""
+    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
+                 tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
+                 **settings: Any) -> None:
+        """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
+        tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
+        rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement)."""
         context_settings = ContextSettings(**settings)
+        placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         self._handle: ModelHandle | None = None  # both None once closed
         self._context: ContextHandle | None = None
         if path is None:
@@ -78,7 +84,8 @@ class Model:
         # the state files' identity, taken now from the file llama.cpp loads next
         file = ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
         check_header(file, params)
-        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers), params, context_settings.attention_paths)
+        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers, placement=placement), params,
+                   context_settings.attention_paths)
 
     def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
@@ -124,7 +131,11 @@ class Model:
         attention paths set before anything is decoded."""
         paths = AttentionPaths.checked(attention_paths, none_ok=True)
         self._file = file
-        self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
+        if handle.workers and file.n_gpu_layers != 0:  # attention runs on a worker, of a kind not known here
+            self._attention = decide(params.flash_attn, params.type_k, params.type_v, "gpu",
+                                     "RPC workers " + ", ".join(map(str, handle.workers)))
+        else:
+            self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
         pooling = pooling_for(file.header) if self.embedding else "model"
         context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling),
                                 attention_paths=paths.bits)
@@ -240,6 +251,12 @@ class Model:
         with self._using_context("change the attention paths") as context:
             context.set_attention_paths(paths.bits)
             self._attention_paths = paths
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices the offloaded layers may go to, in llama.cpp's order ("name (description)"; RPC workers'
+        first): what tensor_split's shares and main_gpu refer to. Empty: the model runs on the CPU."""
+        return self.handle.devices
 
     @property
     def attention(self) -> AttentionChoice:

@@ -187,6 +187,7 @@ class ContextHandle:
         arr = ffi.new("llama_token[]", tokens)
         with NativeCall() as call:
             rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(tokens)))
+            self.model.check_workers(ctx, call)
         if rc != 0:
             cached = lib.llama_memory_seq_pos_max(self._memory, 0) + 1
             call.fail(DecodeError, f"llama_decode failed with code {rc} after {cached} cached tokens")
@@ -197,6 +198,7 @@ class ContextHandle:
         self._check_batch_size(batch.n_tokens)
         with NativeCall() as call:
             rc = lib.llama_decode(ctx, batch.native)
+            self.model.check_workers(ctx, call)
         call.check(rc == 0, DecodeError, f"llama_decode failed with code {rc}")
 
     @property

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import weakref
+from dataclasses import dataclass
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import (INT32_MAX, InvalidArgumentError, LlamaError, ModelLoadError, UnsupportedChatTemplateError, flag,
-                      fs_path, int_in_range, token_ids, utf8)
+from ..errors import (INT32_MAX, DecodeError, InvalidArgumentError, LlamaError, ModelLoadError,
+                      UnsupportedChatTemplateError, flag, fs_path, int_in_range, token_ids, utf8)
+from . import rpc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..placement import Placement
 
 MAX_TOKENIZE_BYTES = 64 << 20  # of UTF-8 text per llama_tokenize call (well within its int32 lengths)
 LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
@@ -25,20 +30,28 @@ class ModelHandle:
     theirs on close()). Every call here only reads the model: any thread may make them at any time.
     """
 
-    def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1, weight_repack: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1, weight_repack: bool = True,
+                 placement: Placement | None = None) -> None:
         """weight_repack: weights on the CPU may go to its extra buffer types (AMX tiles, repacked layouts for
-        faster mat-muls), as llama.cpp does by default; False keeps them in plain CPU buffers."""
+        faster mat-muls), as llama.cpp does by default; False keeps them in plain CPU buffers. placement: the
+        devices the offloaded layers go to (None: llama.cpp's defaults)."""
         raw_path = fs_path("path", path)
         int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
         self.path = Path(os.fsdecode(raw_path))
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_extra_bufts = flag("weight_repack", weight_repack)
+        self.workers: tuple[rpc.Endpoint, ...] = placement.rpc if placement is not None else ()
+        keep = _place(params, placement)  # (the arrays params points to, alive through the load)
+        self.devices: tuple[str, ...] = keep.labels
         with NativeCall() as call:
             ptr = lib.llama_model_load_from_file(raw_path, params)
         if ptr == ffi.NULL:  # (the reason is looked up only on failure)
             call.fail(ModelLoadError, f"llama.cpp could not load {self.path}{_load_reason(call.lines)}")
         weakref.finalize(self, lib.llama_model_free, ptr)
+        lost = self._lost_workers()
+        if lost:  # a worker went away while the weights were sent
+            call.fail(ModelLoadError, f"lost the connection to RPC worker {lost} while loading {self.path}")
         self.ptr = ptr  # the llama_model*, for ContextHandle; valid as long as this handle is referenced
         self._vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
@@ -47,6 +60,22 @@ class ModelHandle:
         bos, eos = lib.llama_vocab_bos(self._vocab), lib.llama_vocab_eos(self._vocab)
         self.bos: int | None = bos if 0 <= bos < self.n_vocab else None  # None: the vocabulary has none
         self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
+
+    def _lost_workers(self) -> str:
+        return ", ".join(str(w) for w in self.workers if rpc.connection_state(w) == rpc.LOST)
+
+    def check_workers(self, ctx, call: NativeCall) -> None:  # ctx: a llama_context* on this model
+        """After a decode on `ctx`: DecodeError (with `call`'s lines) when a worker holding some of this model's
+        layers was lost. ggml-rpc fetches outputs asynchronously, so this waits for the decode to finish: a
+        connection lost after llama_decode returned would otherwise show only as zeros in the logits."""
+        if not self.workers:
+            return
+        lib.llama_synchronize(ctx)
+        lost = self._lost_workers()
+        if lost:
+            call.fail(DecodeError, f"lost the connection to RPC worker {lost} (it stopped, or the network failed); "
+                                   "the layers it held are gone with it: close this model and load it again once "
+                                   "the worker is back")
 
     # -- tokens ----------------------------------------------------------------------------------------------
 
@@ -145,6 +174,55 @@ class ModelHandle:
 
     def __repr__(self) -> str:
         return f"ModelHandle({str(self.path)!r}, n_vocab={self.n_vocab}, n_embd={self.n_embd})"
+
+
+@dataclass
+class _Placed:
+    labels: tuple[str, ...]  # the devices the model's offloaded layers may go to, in llama.cpp's order
+    arrays: tuple = ()       # cdata that llama_model_params points to
+
+
+def _label(dev) -> str:  # dev: a ggml_backend_dev_t
+    return (f"{ffi.string(lib.ggml_backend_dev_name(dev)).decode()} "
+            f"({ffi.string(lib.ggml_backend_dev_description(dev)).decode()})")
+
+
+def local_offload_devices() -> list:
+    """This machine's devices that llama.cpp offloads to by default (ggml_backend_dev_t): its GPUs, else its
+    integrated GPUs (llama.cpp also skips a GPU that two backends both list; our builds have one GPU backend)."""
+    found = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+    gpus = [d for d in found if lib.ggml_backend_dev_type(d) == lib.GGML_BACKEND_DEVICE_TYPE_GPU]
+    return gpus or [d for d in found if lib.ggml_backend_dev_type(d) == lib.GGML_BACKEND_DEVICE_TYPE_IGPU]
+
+
+_SPLIT_MODES = {"none": "LLAMA_SPLIT_MODE_NONE", "layer": "LLAMA_SPLIT_MODE_LAYER", "row": "LLAMA_SPLIT_MODE_ROW"}
+
+
+def _place(params, placement: Placement | None) -> _Placed:  # params: llama_model_params
+    """Fill `params`' device list (workers' devices first, as llama.cpp orders them), split mode, main GPU and
+    shares from `placement`, checked against those devices."""
+    local = local_offload_devices()
+    if placement is None:
+        return _Placed(tuple(_label(d) for d in local))
+    # workers are given to this model only: llama.cpp's own tools register them in ggml's device list, where
+    # every later model of the process would use them too
+    devices = [d for worker in placement.rpc for d in rpc.worker_devices(worker)] + local
+    labels = tuple(_label(d) for d in devices)
+    if len(devices) > lib.llama_max_devices():
+        raise InvalidArgumentError(f"llama.cpp takes at most {lib.llama_max_devices()} devices, the workers and "
+                                   f"this machine have {len(devices)}", param="rpc")
+    placement.check_devices(list(labels))
+    params.split_mode = getattr(lib, _SPLIT_MODES[placement.split_mode])
+    params.main_gpu = placement.main_gpu
+    arrays = []
+    if placement.rpc:
+        arrays.append(ffi.new("ggml_backend_dev_t[]", devices + [ffi.NULL]))
+        params.devices = arrays[-1]
+    if placement.tensor_split is not None:
+        shares = list(placement.tensor_split)
+        arrays.append(ffi.new("float[]", shares + [0.0] * (lib.llama_max_devices() - len(shares))))
+        params.tensor_split = arrays[-1]
+    return _Placed(labels, tuple(arrays))
 
 
 def _load_reason(lines: Iterable[str]) -> str:

@@ -75,6 +75,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel", type=int, default=_env("parallel", 4), help="slots decoded together (default 4)")
     p.add_argument("--n-batch", type=int, default=_env("n-batch", 512), help="most tokens per decode step")
     p.add_argument("--n-gpu-layers", type=int, default=_env("n-gpu-layers", -1), help="-1: all")
+    p.add_argument("--split-mode", default=_env("split-mode", "layer"), choices=["none", "layer", "row"],
+                   help="how the offloaded layers are spread over the devices (default layer)")
+    p.add_argument("--tensor-split", default=_env("tensor-split", None),
+                   type=lambda v: [float(x) for x in v.split(",")],
+                   help="comma-separated share per device, e.g. 3,1 (default: by free memory)")
+    p.add_argument("--main-gpu", type=int, default=_env("main-gpu", 0), help="device index for --split-mode none")
+    p.add_argument("--rpc", default=_env("rpc", None), type=lambda v: v.split(","),
+                   help="comma-separated host:port of pyllama90a.worker processes whose devices join the split")
     p.add_argument("--threads", type=int, default=_env("threads", None), help="CPU threads (default: cores)")
     p.add_argument("--queue-size", type=int, default=_env("queue-size", 64),
                    help="requests that may wait for a slot; more get 429 (default 64)")
@@ -153,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
         engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
                              parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
-                             n_threads=args.threads, queue_size=args.queue_size, chat_template=template)
+                             n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
+                             split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
+                             rpc=args.rpc or ())
     except (LlamaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

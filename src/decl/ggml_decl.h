@@ -90,7 +90,6 @@ const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 const char * ggml_backend_dev_description(ggml_backend_dev_t device);
 enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
 void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
-ggml_backend_dev_t ggml_backend_reg_dev_get(ggml_backend_reg_t reg, size_t index);
 
 /* a backend's own functions by name (tests reach the CUDA backend's test knobs this way) */
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
@@ -103,6 +102,7 @@ size_t ggml_backend_reg_count(void);
 ggml_backend_reg_t ggml_backend_reg_get(size_t index);
 const char * ggml_backend_reg_name(ggml_backend_reg_t reg);
 size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg);
+ggml_backend_dev_t ggml_backend_reg_dev_get(ggml_backend_reg_t reg, size_t index);
 void ggml_backend_load_all_from_path(const char * dir_path);
 ggml_backend_dev_t ggml_backend_dev_by_type(enum ggml_backend_dev_type type);
 ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);

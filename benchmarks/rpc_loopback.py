@@ -1,0 +1,71 @@
+"""The default model with all layers local vs on 1 vs 2 pyllama90a.worker processes over loopback (ggml-rpc):
+prefill and decode tok/s, and the bytes per token that crossed the links, counted by the kernel (the TCP
+counters of the workers' connections, `ss -ti`). Each setting runs `--rounds` times, alternated.
+
+    PYTHONPATH=<build with GGML_RPC> python benchmarks/rpc_loopback.py --out benchmarks/results/cpu-rpc-loopback
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import pyllama90a as pl
+from pyllama90a.tools.worker_process import WorkerProcess
+
+PROMPT_TOKENS, DECODE_TOKENS = 128, 64
+
+
+def run(model_path: Path, n_workers: int, threads: int, settings: dict) -> dict:
+    workers = [WorkerProcess(threads=threads).start() for _ in range(n_workers)]
+    try:
+        with pl.Model(model_path, rpc=[w.endpoint for w in workers], n_threads=threads, **settings) as model:
+            prompt = model.tokenize("Once upon a time, " * 40)[:PROMPT_TOKENS]
+            model.generate(prompt[:8], max_tokens=2, temperature=0)  # warm-up (first graphs, allocations)
+            model.truncate(0)
+            before = sum(w.link_bytes() for w in workers)
+            prefill = model.generate(prompt, max_tokens=1, temperature=0).timings
+            middle = sum(w.link_bytes() for w in workers)
+            decode = model.generate(prompt, max_tokens=DECODE_TOKENS, temperature=0, stop=()).timings
+            after = sum(w.link_bytes() for w in workers)
+    finally:
+        for w in workers:
+            w.stop()
+    return {"workers": n_workers, "prefill_tok_s": prefill.prompt_tokens_per_s,
+            "decode_tok_s": decode.generate_tokens_per_s,
+            "prefill_bytes_per_token": (middle - before) / prefill.prompt_tokens_evaluated,
+            "decode_bytes_per_token": (after - middle) / decode.completion_tokens,
+            "decode_tokens": decode.completion_tokens}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of the local model and of each worker")
+    parser.add_argument("--ctk", default="q4_0")
+    parser.add_argument("--ctv", default="q4_0")
+    parser.add_argument("--flash-attn", default="off")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    model_path = pl.default_model(pull=True)
+    settings = {"ctk": args.ctk, "ctv": args.ctv, "flash_attn": args.flash_attn, "n_ctx": 1024}
+    rows = [run(model_path, n, args.threads, settings) for _ in range(args.rounds) for n in (0, 1, 2)]
+    summary = []
+    for n in (0, 1, 2):
+        mine = [r for r in rows if r["workers"] == n]
+        summary.append({key: statistics.median(r[key] for r in mine) for key in mine[0]})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rpc_loopback.json").write_text(json.dumps(
+        {"machine": platform.processor() or platform.machine(), "settings": settings, "threads": args.threads,
+         "prompt_tokens": PROMPT_TOKENS, "rounds": rows, "median": summary}, indent=1))
+    print("| workers | prefill tok/s | decode tok/s | prefill bytes/token | decode bytes/token |")
+    print("|---|---|---|---|---|")
+    for s in summary:
+        print(f"| {s['workers']} | {s['prefill_tok_s']:.1f} | {s['decode_tok_s']:.1f} | "
+              f"{s['prefill_bytes_per_token']:,.0f} | {s['decode_bytes_per_token']:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
