@@ -40,6 +40,16 @@ def run(model_path: Path, n_workers: int, threads: int, settings: dict) -> dict:
             "decode_tokens": decode.completion_tokens}
 
 
+def summarize(rows: list[dict]) -> list[dict]:
+    """The median of every figure per number of workers."""
+    summary = []
+    for n in sorted({r["workers"] for r in rows}):
+        mine = [r for r in rows if r["workers"] == n]
+        summary.append({"workers": n, **{key: statistics.median(r[key] for r in mine) for key in mine[0]
+                                         if key != "workers"}})
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -52,10 +62,7 @@ def main() -> None:
     model_path = pl.default_model(pull=True)
     settings = {"ctk": args.ctk, "ctv": args.ctv, "flash_attn": args.flash_attn, "n_ctx": 1024}
     rows = [run(model_path, n, args.threads, settings) for _ in range(args.rounds) for n in (0, 1, 2)]
-    summary = []
-    for n in (0, 1, 2):
-        mine = [r for r in rows if r["workers"] == n]
-        summary.append({key: statistics.median(r[key] for r in mine) for key in mine[0]})
+    summary = summarize(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rpc_loopback.json").write_text(json.dumps(
         {"machine": platform.processor() or platform.machine(), "settings": settings, "threads": args.threads,
