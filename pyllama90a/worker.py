@@ -19,30 +19,13 @@ import os
 import signal
 import sys
 
-from ._ffi import ffi, lib
 from .errors import InvalidArgumentError
 from .model import _default_threads
-from .native.model import local_offload_devices
+from .native.devices import device_name, serving_devices
 from .native.rpc import protocol_version, serve
 from .placement import parse_endpoint
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
-
-
-def _device_name(dev) -> str:
-    return ffi.string(lib.ggml_backend_dev_name(dev)).decode()
-
-
-def choose_devices(names: list[str]) -> list:
-    """The devices named (ggml's names, e.g. CUDA0, CPU), or by default this machine's GPUs, else its CPU."""
-    every = {_device_name(d): d for d in (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))}
-    if not names:
-        return local_offload_devices() or [lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)]
-    unknown = [n for n in names if n not in every]
-    if unknown:
-        raise InvalidArgumentError(f"no device {', '.join(unknown)} here; this build sees {', '.join(every)}",
-                                   param="device")
-    return [every[n] for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         endpoint = parse_endpoint(f"{args.host}:{args.port}", "--host/--port")
-        devices = choose_devices(args.device)
+        devices = serving_devices(args.device)
     except InvalidArgumentError as e:
         parser.error(str(e))
     try:
@@ -77,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if cache:
         os.makedirs(cache, exist_ok=True)
     major, minor, patch = protocol_version()
-    print(f"pyllama90a.worker: serving {', '.join(_device_name(d) for d in devices)} on {endpoint} "
+    print(f"pyllama90a.worker: serving {', '.join(device_name(d) for d in devices)} on {endpoint} "
           f"(ggml-rpc {major}.{minor}.{patch}, {threads} threads)", file=sys.stderr, flush=True)
     # ggml's server loop never returns to Python, so Python's Ctrl-C handler would never run: let SIGINT end it
     signal.signal(signal.SIGINT, signal.SIG_DFL)

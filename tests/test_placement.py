@@ -8,7 +8,7 @@ import re
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.native.model import local_offload_devices
+from pyllama90a.native.devices import local_offload_devices
 from pyllama90a.placement import Placement
 
 N_LOCAL = len(local_offload_devices())  # 0 on the CPU-only machine

@@ -14,6 +14,7 @@ from .._log import NativeCall
 from ..errors import (INT32_MAX, DecodeError, InvalidArgumentError, LlamaError, ModelLoadError,
                       UnsupportedChatTemplateError, flag, fs_path, int_in_range, token_ids, utf8)
 from . import rpc
+from .devices import device_label, local_offload_devices
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..placement import Placement
@@ -182,19 +183,6 @@ class _Placed:
     arrays: tuple = ()       # cdata that llama_model_params points to
 
 
-def _label(dev) -> str:  # dev: a ggml_backend_dev_t
-    return (f"{ffi.string(lib.ggml_backend_dev_name(dev)).decode()} "
-            f"({ffi.string(lib.ggml_backend_dev_description(dev)).decode()})")
-
-
-def local_offload_devices() -> list:
-    """This machine's devices that llama.cpp offloads to by default (ggml_backend_dev_t): its GPUs, else its
-    integrated GPUs (llama.cpp also skips a GPU that two backends both list; our builds have one GPU backend)."""
-    found = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
-    gpus = [d for d in found if lib.ggml_backend_dev_type(d) == lib.GGML_BACKEND_DEVICE_TYPE_GPU]
-    return gpus or [d for d in found if lib.ggml_backend_dev_type(d) == lib.GGML_BACKEND_DEVICE_TYPE_IGPU]
-
-
 _SPLIT_MODES = {"none": "LLAMA_SPLIT_MODE_NONE", "layer": "LLAMA_SPLIT_MODE_LAYER", "row": "LLAMA_SPLIT_MODE_ROW"}
 
 
@@ -203,11 +191,11 @@ def _place(params, placement: Placement | None) -> _Placed:  # params: llama_mod
     shares from `placement`, checked against those devices."""
     local = local_offload_devices()
     if placement is None:
-        return _Placed(tuple(_label(d) for d in local))
+        return _Placed(tuple(device_label(d) for d in local))
     # workers are given to this model only: llama.cpp's own tools register them in ggml's device list, where
     # every later model of the process would use them too
     devices = [d for worker in placement.rpc for d in rpc.worker_devices(worker)] + local
-    labels = tuple(_label(d) for d in devices)
+    labels = tuple(device_label(d) for d in devices)
     if len(devices) > lib.llama_max_devices():
         raise InvalidArgumentError(f"llama.cpp takes at most {lib.llama_max_devices()} devices, the workers and "
                                    f"this machine have {len(devices)}", param="rpc")
