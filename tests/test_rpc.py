@@ -269,3 +269,16 @@ def test_worker_flags_are_checked():
         proc = subprocess.run(run + extra, capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+
+
+def test_a_worker_cache_saves_sending_large_tensors_again(model_path, tmp_path):
+    """--cache DIR: ggml-rpc sends tensors over 10 MiB as a hash first; a worker that has them in DIR is not sent
+    them again (the default model's output matrix, about 28 MiB)."""
+    sent = []
+    with WorkerProcess(extra=("--cache", str(tmp_path / "cache"))) as worker:
+        for _ in range(2):
+            with pl.Model(model_path, rpc=[worker.endpoint], **SETTINGS) as model:
+                sent.append(worker.link_bytes())
+                assert model.generate(PROMPT, max_tokens=2, temperature=0).tokens
+    assert list((tmp_path / "cache").iterdir())
+    assert sent[1] < sent[0] - 20 * 2**20, sent
