@@ -13,6 +13,8 @@ compiled library (`pyllama90a._native`, built from src/ against the patched llam
 - batch.py    Batch: llama_batch
 - sampler.py  SamplerChain: a llama_sampler* chain
 - ggml.py     ggml-level facts: KV type numbers and row sizes, backend devices, system info
+- devices.py  the devices a model offloads to by default, and those a worker serves
+- rpc.py      ggml-rpc: workers' devices for a model (a HELLO probe first), connection state, serving
 
 Lifetimes: each native object is owned by one handle that frees it, by close() or, as a safety net, by its
 weakref.finalize. A ContextHandle holds its ModelHandle (its finalizer too), and a ModelHandle has no close():
