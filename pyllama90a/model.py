@@ -259,6 +259,12 @@ class Model:
         return self.handle.devices
 
     @property
+    def lost_workers(self) -> tuple[str, ...]:
+        """"host:port" of the RPC workers whose connection was lost: every decode fails until the model is loaded
+        again (for a server's health report). Empty while all are up, or without workers."""
+        return tuple(map(str, self.handle.lost_workers()))
+
+    @property
     def attention(self) -> AttentionChoice:
         """What flash_attn setting llama.cpp was given, on which device, and why (see attention_policy)."""
         return self._attention

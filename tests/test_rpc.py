@@ -219,9 +219,11 @@ def test_a_worker_killed_mid_generation_fails_that_generation_only(model_path, l
         pieces = model.generate(PROMPT, max_tokens=200, temperature=0, stream=True)
         next(pieces)
         worker.stop(signal.SIGKILL)
+        assert model.lost_workers == ()
         with pytest.raises(pl.DecodeError, match=f"lost the connection to RPC worker {worker.endpoint}"):
             for _ in pieces:
                 pass
+        assert model.lost_workers == (worker.endpoint,)
         model.close()
         # this process lives on; the worker, back on its port, serves a new load of the model
         worker = WorkerProcess(worker.port).start()

@@ -50,7 +50,7 @@ class ModelHandle:
         if ptr == ffi.NULL:  # (the reason is looked up only on failure)
             call.fail(ModelLoadError, f"llama.cpp could not load {self.path}{_load_reason(call.lines)}")
         weakref.finalize(self, lib.llama_model_free, ptr)
-        lost = self._lost_workers()
+        lost = ", ".join(map(str, self.lost_workers()))
         if lost:  # a worker went away while the weights were sent
             call.fail(ModelLoadError, f"lost the connection to RPC worker {lost} while loading {self.path}")
         self.ptr = ptr  # the llama_model*, for ContextHandle; valid as long as this handle is referenced
@@ -62,8 +62,9 @@ class ModelHandle:
         self.bos: int | None = bos if 0 <= bos < self.n_vocab else None  # None: the vocabulary has none
         self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
 
-    def _lost_workers(self) -> str:
-        return ", ".join(str(w) for w in self.workers if rpc.connection_state(w) == rpc.LOST)
+    def lost_workers(self) -> tuple[rpc.Endpoint, ...]:
+        """The workers of this model whose connection was lost (its layers there are gone)."""
+        return tuple(w for w in self.workers if rpc.connection_state(w) == rpc.LOST)
 
     def check_workers(self, ctx, call: NativeCall) -> None:  # ctx: a llama_context* on this model
         """After a decode on `ctx`: DecodeError (with `call`'s lines) when a worker holding some of this model's
@@ -72,7 +73,7 @@ class ModelHandle:
         if not self.workers:
             return
         lib.llama_synchronize(ctx)
-        lost = self._lost_workers()
+        lost = ", ".join(map(str, self.lost_workers()))
         if lost:
             call.fail(DecodeError, f"lost the connection to RPC worker {lost} (it stopped, or the network failed); "
                                    "the layers it held are gone with it: close this model and load it again once "
