@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
