@@ -1,4 +1,6 @@
-"""The FastAPI application: OpenAI routes over one BatchEngine, plus /health and /metrics."""
+"""The FastAPI application: OpenAI routes over one BatchEngine (also without the /v1 prefix, as llama-server
+serves them), llama-server's native routes (native_routes.py), /health and /metrics; the API key check and,
+with --cors-origins, CORS."""
 from __future__ import annotations
 
 import asyncio
@@ -19,11 +21,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 
+from .. import __version__
 from ..chat import PreparedChat, prepare_chat
 from ..engine import BatchEngine, Chunk, Handle
 from ..errors import ClosedError, LlamaError
 from ..model import Model
+from . import native_routes
 from .api_requests import (IGNORED_HEADER, Generation, Limits, chat_request, completion_request, embedding_request,
                            shown_names)
 from .errors import APIError, answer
@@ -31,6 +36,7 @@ from .metrics import render_metrics
 from .openapi_doc import route_docs
 from .request_body import read_json
 from .responses import ChatShape, CompletionShape, Shape
+from .timings import RequestTimer
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +48,26 @@ class ServerState:
     api_key: str | None = None
     embedder: Model | None = None
     limits: Limits = field(default_factory=Limits)
+    cors_origins: tuple[str, ...] = ()  # --cors-origins: "*", "localhost" or origins; none: no CORS headers
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
     def __post_init__(self) -> None:
         self.responses: Counter[tuple[str, int]] = Counter()
+        self.timed: Counter[str] = Counter()  # finished requests' timings, summed: for llama-server's metrics
         self.embed_lock = threading.Lock()
         self._mailbox: _Mailbox | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """system_fingerprint: what answers, in this server's version and the engine's KV settings."""
+        kv = self.engine.model.kv_cache
+        return f"pyllama90a-{__version__}-{kv.type_k}-{kv.type_v}"
+
+    def note_timings(self, shape: Shape) -> None:
+        timings = shape.timings()
+        self.timed.update({"prompt": timings["prompt_ms"] / 1e3, "predicted": timings["predicted_ms"] / 1e3,
+                           "prompt_n": timings["prompt_n"], "predicted_n": timings["predicted_n"]})
 
     def mailbox(self, loop: asyncio.AbstractEventLoop) -> _Mailbox:
         if self._mailbox is None or self._mailbox.loop is not loop:
@@ -112,6 +131,8 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONResponse(APIError(500, "internal server error", type="server_error").body(), status_code=500)
 
     app.add_middleware(_AuthAndCount, state=state)
+    if state.cors_origins:  # added last, so outermost: a preflight is answered before the API key check
+        app.add_middleware(CORSMiddleware, **cors_settings(state.cors_origins))
 
     @app.get("/health", **docs["health"])
     async def health() -> JSONResponse:
@@ -128,9 +149,11 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse, **docs["metrics"])
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(state.engine, state.responses), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(render_metrics(state.engine, state.responses, state.timed),
+                                 media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", **docs["models"])
+    @app.get("/models", include_in_schema=False)
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [_model_card(state)]}
 
@@ -149,6 +172,7 @@ def create_app(state: ServerState) -> FastAPI:
         return await _generate(state, request, gen, chat=False)
 
     @app.post("/v1/chat/completions", **docs["chat"])
+    @app.post("/chat/completions", include_in_schema=False)
     async def chat_completions(request: Request) -> Response:
         body = await read_json(request, state.limits.max_request_bytes)
         gen = await asyncio.to_thread(chat_request, body, state.limits)
@@ -156,35 +180,58 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> Response:
-        req = embedding_request(await read_json(request, state.limits.max_request_bytes), state.limits)
-        cancelled = threading.Event()
-        work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.texts, cancelled))
-        while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
-            if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
-                cancelled.set()
-        if cancelled.is_set():
-            with contextlib.suppress(_Cancelled):
-                await work
-            return Response(status_code=499)
-        vectors, n_tokens = await work
-        data = []
-        for i, vec in enumerate(vectors):
-            value: Any = (base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
-                          else vec.astype(float).tolist())
-            data.append({"object": "embedding", "index": i, "embedding": value})
-        return JSONResponse({"object": "list", "data": data, "model": state.model_name,
-                             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}},
-                            headers=_ignored_fields(request, req.ignored))
+        return await _embeddings(state, request, native=False)
 
+    native_routes.register(app, state, docs, _generate, _embeddings)
     return app
 
 
-_ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings"}
+async def _embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
+    """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
+    req = embedding_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+    cancelled = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.inputs, cancelled))
+    while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
+        if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
+            cancelled.set()
+    if cancelled.is_set():
+        with contextlib.suppress(_Cancelled):
+            await work
+        return Response(status_code=499)
+    vectors, n_tokens = await work
+    headers = _ignored_fields(request, req.ignored)
+    values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
+                         else vec.astype(float).tolist() for vec in vectors]
+    if native:  # (one pooled vector per input: llama-server's list of one per token is for pooling none)
+        return JSONResponse([{"index": i, "embedding": [v]} for i, v in enumerate(values)], headers=headers)
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
+    return JSONResponse({"object": "list", "data": data, "model": state.model_name,
+                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}, headers=headers)
+
+
+# routes answered without the API key (every other path needs it, unknown ones too)
+PUBLIC_ROUTES = frozenset({"/health", "/metrics", "/openapi.json"})
+# the routes /metrics counts responses of by name (others as "other")
+_ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
+           "/models", "/chat/completions", *native_routes.PATHS}
+
+LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
+
+
+def cors_settings(origins: tuple[str, ...]) -> dict[str, Any]:
+    """CORSMiddleware's settings for --cors-origins: "*" (any origin), "localhost" (pages served from this
+    machine, any port) and exact origins. No credentials (cookies): the API key is a header, which a page
+    sends itself."""
+    return {"allow_origins": [o for o in origins if o != "localhost"],
+            "allow_origin_regex": LOCALHOST_ORIGINS if "localhost" in origins else None,
+            "allow_methods": ["GET", "POST", "OPTIONS"], "allow_headers": ["*"],
+            "expose_headers": [IGNORED_HEADER, "Retry-After"], "max_age": 600}
 
 
 class _AuthAndCount:
-    """ASGI middleware: the API key check on /v1/* and the response counts of /metrics. (Plain ASGI rather
-    than Starlette's BaseHTTPMiddleware, which would hide a client's disconnect from the routes.)"""
+    """ASGI middleware: the API key check on every route but PUBLIC_ROUTES and the response counts of
+    /metrics. (Plain ASGI rather than Starlette's BaseHTTPMiddleware, which would hide a client's disconnect
+    from the routes.)"""
 
     def __init__(self, app: Any, state: ServerState) -> None:
         self.app, self.state = app, state
@@ -196,13 +243,15 @@ class _AuthAndCount:
         path = scope["path"]
         route = path if path in _ROUTES else "other"
         key = self.state.api_key
-        if key is not None and path.startswith("/v1/") and not _authorized(Headers(scope=scope), key):
-            response = JSONResponse(APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>')",
-                                             code="invalid_api_key").body(), status_code=401)
+        public = path in PUBLIC_ROUTES
+        if key is not None and not public and not _authorized(Headers(scope=scope), key):
+            response = JSONResponse(APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>' "
+                                                  "or 'X-Api-Key: <key>')", code="invalid_api_key").body(),
+                                    status_code=401)
             await response(scope, receive, send)
             self.state.responses[(route, 401)] += 1
             return
-        if self.state.draining and path.startswith("/v1/"):  # a request on a connection kept alive
+        if self.state.draining and not public:  # a request on a connection kept alive
             response = JSONResponse(answer(ClosedError("shutting down"), path).body(), status_code=503,
                                     headers={"Connection": "close", "Retry-After": "5"})
             await response(scope, receive, send)
@@ -223,8 +272,11 @@ class _AuthAndCount:
 
 
 def _authorized(headers: Headers, key: str) -> bool:
+    """'Authorization: Bearer KEY' (OpenAI's) or 'X-Api-Key: KEY' (Anthropic's, which llama-server takes)."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+        return True
+    return hmac.compare_digest(headers.get("x-api-key", "").strip().encode(), key.encode())
 
 
 def _ignored_fields(request: Request, names: list[str]) -> dict[str, str]:
@@ -247,7 +299,7 @@ class _Cancelled(Exception):
 EMBED_CHUNK = 8  # inputs embedded between two looks at whether the client is still there
 
 
-def _embed(state: ServerState, texts: list[str], cancelled: threading.Event) -> tuple[np.ndarray, int]:
+def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threading.Event) -> tuple[np.ndarray, int]:
     """Embeddings come from a second context on the engine's loaded weights, made on first use (pooled, no KV
     reuse); it runs beside the engine's context, and the weights stay loaded until both are closed. Inputs are
     embedded a few at a time, so a request whose client left (`cancelled`) stops within one chunk instead of
@@ -257,7 +309,7 @@ def _embed(state: ServerState, texts: list[str], cancelled: threading.Event) -> 
             engine = state.engine
             state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
                                                        n_threads=engine.n_threads)
-        n_tokens = sum(len(state.embedder.tokenize(t)) for t in texts)
+        n_tokens = sum(len(state.embedder.tokenize(t)) if isinstance(t, str) else len(t) for t in texts)
         parts = []
         for start in range(0, len(texts), EMBED_CHUNK):
             if cancelled.is_set():
@@ -271,8 +323,9 @@ DISCONNECT_POLL_S = 0.25
 
 
 def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
-            chat: bool) -> tuple[list[Handle], PreparedChat | None]:
+            chat: bool) -> tuple[list[Handle], PreparedChat | None, list[int]]:
     """Render a chat (template, tools), then queue the request's n generations; all or none are queued.
+    Returns their handles, the prepared chat and the prompt's tokens.
     Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here). What it
     raises is answered by the app's handler (server/errors.py)."""
     engine = state.engine
@@ -304,22 +357,32 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
         for handle in handles:
             handle.cancel()
         raise
-    return handles, prepared
+    return handles, prepared, prompt
 
 
-async def _generate(state: ServerState, request: Request, gen: Generation, *, chat: bool) -> Response:
+# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes) -> Shape
+ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
+
+
+async def _generate(state: ServerState, request: Request, gen: Generation, *, chat: bool,
+                    shape_for: ShapeFor | None = None) -> Response:
     chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
     mailbox = state.mailbox(asyncio.get_running_loop())
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
+    timer = RequestTimer()
     # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
-    handles, prepared = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
+    handles, prepared, prompt = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
 
     headers = _ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    shape = (ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None) if chat
-             else CompletionShape(ident, state.model_name, gen.n))
+    common = {"fingerprint": state.fingerprint, "timer": timer}
+    shape = (shape_for(ident, prompt, common) if shape_for is not None
+             else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
+                            **common) if chat
+             else CompletionShape(ident, state.model_name, gen.n, **common))
     if gen.stream:
-        return StreamingResponse(_sse(chunks, handles, shape, gen.include_usage, request.url.path), media_type="text/event-stream",
+        return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, request.url.path),
+                                 media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     try:
         next_check = time.monotonic() + DISCONNECT_POLL_S
@@ -341,10 +404,11 @@ async def _generate(state: ServerState, request: Request, gen: Generation, *, ch
     finally:
         for handle in handles:
             handle.cancel()  # a client gone before the end (or an error) frees the slots
+    state.note_timings(shape)
     return JSONResponse(shape.whole(), headers=headers)
 
 
-async def _sse(chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool,
+async def _sse(state: ServerState, chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool,
                path: str) -> AsyncIterator[str]:
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
@@ -358,9 +422,11 @@ async def _sse(chunks: asyncio.Queue, handles: list[Handle], shape: Shape, inclu
             for event in shape.events(choice, chunk):
                 yield _event(event)
         else:
+            state.note_timings(shape)
             if include_usage:
                 yield _event(shape.usage_only())
-        yield "data: [DONE]\n\n"
+        if shape.done_marker:
+            yield "data: [DONE]\n\n"
     finally:
         for handle in handles:
             handle.cancel()
