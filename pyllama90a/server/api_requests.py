@@ -378,11 +378,11 @@ def embedding_request(body: Any, limits: Limits | None = None) -> EmbeddingReque
         raise APIError(400, "the request body must be a JSON object")
     _check_model(body)
     _check_unused(body)
-    given = [name for name in ("input", "content") if body.get(name, MISSING) not in (MISSING, None)]
-    if not given:
-        raise _bad("input", "'input' is required")
+    given = [name for name in ("input", "content") if name in body]
     if len(given) > 1:
         raise _bad("content", "give 'input' or llama-server's 'content', not both")
+    if not given or body[given[0]] is None:
+        raise _bad("input", "'input' is required")
     inputs = _embedding_inputs(body[given[0]], given[0])
     if len(inputs) > MAX_EMBEDDING_INPUTS:
         raise _bad(given[0], f"'{given[0]}' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}")

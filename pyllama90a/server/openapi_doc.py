@@ -125,20 +125,25 @@ _TOOL_CALL: Schema = {"type": "object", "required": ["function"],
                                                                  "arguments": {"type": "string"}}}}}
 
 
+_PART: Schema = {"type": "object", "required": ["type", "text"],
+                 "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+_MESSAGES: Schema = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role"],
+    "properties": {"role": {"type": "string", "minLength": 1},
+                   "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _PART}, {"type": "null"}]},
+                   "name": _nullable({"type": "string"}),
+                   "tool_call_id": _nullable({"type": "string"}),
+                   "tool_calls": _nullable({"type": "array", "items": _TOOL_CALL})}}}
+
+
 def _chat_request(limits: Limits) -> Schema:
-    part = {"type": "object", "required": ["type", "text"],
-            "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
-    message = {"type": "object", "required": ["role"],
-               "properties": {"role": {"type": "string", "minLength": 1},
-                              "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part},
-                                                    {"type": "null"}]},
-                              "name": _nullable({"type": "string"}),
-                              "tool_call_id": _nullable({"type": "string"}),
-                              "tool_calls": _nullable({"type": "array", "items": _TOOL_CALL})}}
     return {"type": "object", "required": ["messages"],
-            "properties": {**_generation_fields(limits), **TOOL_FIELDS,
-                           "messages": {"type": "array", "items": message, "minItems": 1},
+            "properties": {**_generation_fields(limits), **TOOL_FIELDS, "messages": _MESSAGES,
                            "logprobs": _nullable({"type": "boolean"}), "top_logprobs": _integer(0, 20)}}
+
+
+APPLY_TEMPLATE_REQUEST: Schema = {"type": "object", "required": ["messages"], "properties": {
+    "model": _nullable({"type": "string"}), "messages": _MESSAGES, **TOOL_FIELDS}}
 
 
 _TOKEN_IDS: Schema = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
@@ -323,7 +328,7 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
                                   TOKENIZE_REQUEST, TOKENIZE, limits),
         "detokenize": _native_route("Token ids to text", DETOKENIZE_REQUEST, DETOKENIZE, limits),
         "apply_template": _native_route("The prompt the chat template renders for a chat request's messages",
-                                        _chat_request(limits), PROMPT, limits),
+                                        APPLY_TEMPLATE_REQUEST, PROMPT, limits),
         "props": {"summary": "llama-server's server properties", "responses": {
             200: _json("the default generation settings, slots, model path, chat template", PROPS),
             **_errors(401, 503)}},
