@@ -136,6 +136,8 @@ def test_native_completion_mixed_prompt_and_probabilities(http) -> None:
     ({"prompt": PROMPT, "n_predict": 0}, "n_predict"),
     ({"prompt": PROMPT, "n_predict": -2}, "n_predict"),
     ({"prompt": PROMPT, "n_predict": 10**9}, "n_predict"),
+    ({"prompt": PROMPT, "n_predict": 2, "max_tokens": 0}, "n_predict"),  # (not max_tokens checked away)
+    ({"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),
     ({"prompt": PROMPT, "n_probs": 21}, "n_probs"),
     ({"prompt": PROMPT, "n": 2}, "n"),
     ({"prompt": [1, {}], "n_predict": 1}, "prompt"),

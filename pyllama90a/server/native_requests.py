@@ -66,9 +66,12 @@ def native_completion_request(body: Any, limits: Limits, tokenize: Tokenize) -> 
     n_probs = _integer(body, "n_probs", 0, 0, MAX_TOP_LOGPROBS) or 0
     return_tokens = _boolean(body, "return_tokens", False)
     rest = {k: v for k, v in body.items() if k not in NATIVE_COMPLETION_FIELDS}
+    openai_names = [name for name in ("max_tokens", "max_completion_tokens") if rest.get(name) is not None]
+    if n_predict is not None and openai_names:
+        raise _bad("n_predict", f"give n_predict or {openai_names[0]}, not both")
     if n_predict is not None:
         rest["max_tokens"] = limits.max_tokens_limit if n_predict == -1 else n_predict
-    elif rest.get("max_tokens") is None and rest.get("max_completion_tokens") is None:
+    elif not openai_names:
         rest["max_tokens"] = limits.max_tokens_default  # (not /v1/completions' 16)
     prompt = rest.get("prompt")
     if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt) and any(

@@ -5,29 +5,24 @@ native_responses.py; errors keep the OpenAI routes' contract (server/errors.py).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import ChatTemplateError
-from .api_requests import IGNORED_HEADER, shown_names
+from .embeddings import embeddings
 from .errors import APIError
+from .generation import generate, ignored_fields
 from .native_requests import (NativeCompletion, apply_template_request, detokenize_request,
                               native_completion_request, tokenize_request)
 from .native_responses import NativeCompletionShape, generation_settings
 from .request_body import read_json
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .app import ServerState
+from .state import ServerState
 
 COMPLETION_PATHS = ("/completion", "/completions")
 EMBEDDING_PATHS = ("/embeddings", "/embedding")
 PATHS = (*COMPLETION_PATHS, *EMBEDDING_PATHS, "/tokenize", "/detokenize", "/apply-template", "/props", "/slots")
-
-
-def _ignored(names: list[str]) -> dict[str, str]:
-    return {IGNORED_HEADER: shown_names(names)} if names else {}
 
 
 def default_settings(state: ServerState) -> dict[str, Any]:
@@ -55,9 +50,8 @@ def _piece(piece: bytes) -> str | list[int]:
         return list(piece)
 
 
-def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]], generate: Callable,
-             embeddings: Callable) -> None:
-    """Add the native routes to `app`; `generate` and `embeddings` are app.py's, which serve the OpenAI routes."""
+def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
+    """Add the native routes to `app` (server/openapi_doc.py's `docs` describe them)."""
     engine = state.engine
     model = engine.model
 
@@ -93,20 +87,20 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]], 
             if not req.with_pieces:
                 return tokens
             return [{"id": t, "piece": _piece(model.handle.token_piece(t, special=True))} for t in tokens]
-        return JSONResponse({"tokens": await asyncio.to_thread(work)}, headers=_ignored(req.ignored))
+        return JSONResponse({"tokens": await asyncio.to_thread(work)}, headers=ignored_fields(request, req.ignored))
 
     @app.post("/detokenize", **docs["detokenize"])
     async def detokenize(request: Request) -> JSONResponse:
         tokens, ignored = detokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         text = await asyncio.to_thread(model.detokenize, tokens, True)
-        return JSONResponse({"content": text}, headers=_ignored(ignored))
+        return JSONResponse({"content": text}, headers=ignored_fields(request, ignored))
 
     @app.post("/apply-template", **docs["apply_template"])
     async def apply_template(request: Request) -> JSONResponse:
         req = apply_template_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         prompt = await asyncio.to_thread(model.apply_chat_template, req.messages, tools=req.tools,
                                          **req.template_kwargs)
-        return JSONResponse({"prompt": prompt}, headers=_ignored(req.ignored))
+        return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, req.ignored))
 
     @app.get("/props", **docs["props"])
     async def props() -> dict[str, Any]:
