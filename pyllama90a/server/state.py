@@ -31,13 +31,11 @@ class ServerState:
         self.responses: Counter[tuple[str, int]] = Counter()
         self.timed: Counter[str] = Counter()  # finished requests' timings, summed: for llama-server's metrics
         self.embed_lock = threading.Lock()
+        # system_fingerprint: what answers, in this server's version and the engine's KV types (no native call
+        # per request: they are fixed)
+        self.fingerprint = f"pyllama90a-{__version__}-{self.engine.model.ctk}-{self.engine.model.ctv}"
         self._mailbox: Mailbox | None = None
 
-    @property
-    def fingerprint(self) -> str:
-        """system_fingerprint: what answers, in this server's version and the engine's KV settings."""
-        kv = self.engine.model.kv_cache
-        return f"pyllama90a-{__version__}-{kv.type_k}-{kv.type_v}"
 
     def note_timings(self, shape: Shape) -> None:
         timings = shape.timings()
