@@ -34,7 +34,6 @@ def ignored_fields(request: Request, names: list[str]) -> dict[str, str]:
     return {IGNORED_HEADER: shown}
 
 
-
 # how often a non-streaming request checks that its client is still connected while it waits for tokens
 DISCONNECT_POLL_S = 0.25
 
@@ -83,6 +82,8 @@ ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
 
 async def generate(state: ServerState, request: Request, gen: Generation, *, chat: bool,
                     shape_for: ShapeFor | None = None) -> Response:
+    """Queue a checked request and answer it whole or as server-sent events, in OpenAI's chat or completion
+    shape, or in `shape_for`'s (llama-server's /completion)."""
     chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
     mailbox = state.mailbox(asyncio.get_running_loop())
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
