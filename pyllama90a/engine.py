@@ -210,6 +210,11 @@ class BatchEngine:
                                self._counts["prompt_decoded"], self._counts["completion_tokens"],
                                len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
 
+    def slot_usage(self) -> list[tuple[bool, int]]:
+        """(busy, tokens in its cache) of each slot, by sequence id: a snapshot (the server's /slots)."""
+        with self._cv:
+            return [(s.job is not None, len(s.cached)) for s in self._slots]
+
     def close(self, timeout: float | None = None) -> bool:
         """Stop the engine thread (requests in flight end with an error chunk) and free the model. Also after
         the thread failed; a second call does nothing. Waits up to `timeout` seconds (None: as long as it takes)

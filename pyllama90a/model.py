@@ -518,22 +518,27 @@ class Model:
 
     # -- embeddings ----------------------------------------------------------------------------------
 
-    def embed(self, text: str | Sequence[str]) -> np.ndarray:
-        """L2-normalised embedding(s): shape (n_embd,) for a str, (len(texts), n_embd) for a list."""
+    def embed(self, text: str | Sequence[str | Sequence[int]]) -> np.ndarray:
+        """L2-normalised embedding(s): shape (n_embd,) for a str, (len(texts), n_embd) for a list of inputs,
+        each a str or a list of token ids (embedded as they are)."""
         if not self.embedding:
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
         single = isinstance(text, str)
-        texts: list[str] = [text] if isinstance(text, str) else list(text) if isinstance(text, (list, tuple)) else []
-        if not texts or not all(isinstance(t, str) and t for t in texts):
-            raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str")
+        texts: list = [text] if isinstance(text, str) else list(text) if isinstance(text, (list, tuple)) else []
+        if not texts or not all(isinstance(t, (str, list, tuple)) and t for t in texts):
+            raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str or "
+                                       "token-id lists")
         for i, t in enumerate(texts):
-            utf8("text" if single else f"text[{i}]", t)
+            if isinstance(t, str):
+                utf8("text" if single else f"text[{i}]", t)
+            else:
+                token_ids(t, self.handle.n_vocab)
         with self._using_context("embed") as context:
             out = np.empty((len(texts), context.model.n_embd), dtype=np.float32)
             context.set_embeddings(True)
             try:
                 for i, t in enumerate(texts):
-                    tokens = self.tokenize(t)
+                    tokens = self.tokenize(t) if isinstance(t, str) else list(t)
                     if len(tokens) > context.max_decode_tokens:
                         raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most "
                                                    f"{context.max_decode_tokens} (one decode)")

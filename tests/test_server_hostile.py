@@ -68,7 +68,8 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("name", list(MALFORMED))
-@pytest.mark.parametrize("path", [COMPLETIONS, CHAT, "/v1/embeddings"])
+@pytest.mark.parametrize("path", [COMPLETIONS, CHAT, "/v1/embeddings", "/completion", "/tokenize", "/detokenize",
+                                  "/apply-template", "/embeddings"])
 def test_malformed_bodies_are_400(server, path, name) -> None:
     _error(_post(server, path, content=MALFORMED[name], headers={"content-type": "application/json"}))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -90,7 +91,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
-    p.add_argument("--api-key", default=_env("api-key", None), help="require 'Authorization: Bearer <key>' on /v1/*")
+    p.add_argument("--api-key", default=_env("api-key", None),
+                   help="require 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' on every route but /health, "
+                        "/metrics and /openapi.json")
+    p.add_argument("--cors-origins", default=_env("cors-origins", ""),
+                   help="comma-separated origins whose web pages may call this server (CORS): '*' for any, "
+                        "'localhost' for pages served from this machine (any port), or origins such as "
+                        "https://app.example.com; preflights are answered before the API key check "
+                        "(default: none, no CORS headers)")
     p.add_argument("--max-tokens-default", type=int, default=_env("max-tokens-default", Limits.max_tokens_default),
                    help="max_tokens of a chat request that gives none (completions: OpenAI's 16) (default 1024)")
     p.add_argument("--max-tokens-limit", type=int, default=_env("max-tokens-limit", Limits.max_tokens_limit),
@@ -137,9 +145,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--shutdown-grace must be between 0 and 3600 seconds, got {args.shutdown_grace}")
     try:
         apply_isolation_flags(args)
+        args.cors_origins = cors_origins(args.cors_origins)
     except ValueError as e:
         p.error(str(e))
     return args
+
+
+def cors_origins(text: str) -> tuple[str, ...]:
+    """--cors-origins "a, b" as ("a", "b"); ValueError for one that no browser sends (an Origin header is
+    scheme://host[:port], matched exactly)."""
+    origins = tuple(o.strip() for o in text.split(",") if o.strip())
+    for origin in origins:
+        if origin not in ("*", "localhost") and not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise ValueError(f"--cors-origins: {origin!r} is not '*', 'localhost' or an origin such as "
+                             f"https://app.example.com (scheme and host, no path)")
+    return origins
+
+
+def whole_slots(n_ctx: int, parallel: int) -> int:
+    """n_ctx, raised where it gives the slots fewer cells each than llama.cpp's smallest stream (256): llama.cpp
+    pads every sequence's cells up to that (as llama-server's -c 512 -np 4 gets 4 slots of 256), and Model
+    refuses a share it would pad silently."""
+    from ..native.context import MIN_CELLS_PER_SEQUENCE
+
+    padded = -(-n_ctx // MIN_CELLS_PER_SEQUENCE) * MIN_CELLS_PER_SEQUENCE
+    if parallel > 1 and n_ctx >= 1 and padded // parallel < MIN_CELLS_PER_SEQUENCE:
+        return MIN_CELLS_PER_SEQUENCE * parallel
+    return n_ctx
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     from .header_timeout import protocol_with_header_timeout
     from .shutdown import GracefulServer
 
+    n_ctx = whole_slots(args.n_ctx, args.parallel)
+    if n_ctx != args.n_ctx:
+        print(f"pyllama90a server: --n-ctx {args.n_ctx} gives {args.parallel} slots fewer than 256 cells each, "
+              f"llama.cpp's smallest: using n_ctx {n_ctx} ({args.parallel} slots x 256)", flush=True)
+        args.n_ctx = n_ctx
     try:
         template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
         engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
@@ -168,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     name = args.model_name or Path(engine.model.path).name
-    state = ServerState(engine, name, api_key=args.api_key or None,
+    state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
                                       args.unknown_fields))
     kv, att = engine.model.kv_cache, engine.model.attention

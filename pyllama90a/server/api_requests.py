@@ -64,7 +64,7 @@ CHAT_FIELDS = (_GENERATION_FIELDS | {"messages", "logprobs", "top_logprobs", "to
 CHAT_MESSAGE_FIELDS = (frozenset({"role", "content", "tool_calls", "tool_call_id", "name"}) | MESSAGE_FIELDS.keys()
                        | HARMLESS_MESSAGE_FIELDS)
 MAX_N = 128  # OpenAI's limit on choices per request
-EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions"}) | HARMLESS_FIELDS
+EMBEDDING_FIELDS = frozenset({"model", "input", "content", "encoding_format", "dimensions"}) | HARMLESS_FIELDS
 
 IGNORED_HEADER = "X-Ignored-Fields"
 _SHOWN_NAMES, _SHOWN_NAME_CHARS = 20, 64  # bounds on the names one header, log line or error message carries
@@ -310,22 +310,28 @@ def _tools(body: dict, gen: Generation) -> None:
     gen.template_kwargs = kwargs or None
 
 
-def chat_request(body: Any, limits: Limits) -> Generation:
-    """POST /v1/chat/completions."""
-    gen = _common(body, limits.max_tokens_default, limits)
+def chat_messages(body: dict) -> tuple[Messages, list[str]]:
+    """A chat request's messages, checked and normalized, and the unknown fields of the messages."""
     messages = body.get("messages", MISSING)
     if messages is MISSING or messages is None:
         raise _bad("messages", "'messages' is required")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "'messages' must be a non-empty list")
-    unknown = _unknown(body, CHAT_FIELDS)
+    unknown: list[str] = []
     for i, m in enumerate(messages):
         _message(m, i)
         unknown += _unknown(m, CHAT_MESSAGE_FIELDS, f"messages[{i}].")
     try:
-        gen.messages = normalize_messages(messages)
+        return normalize_messages(messages), unknown
     except InvalidArgumentError as e:
         raise _bad(e.param or "messages", str(e)) from None
+
+
+def chat_request(body: Any, limits: Limits) -> Generation:
+    """POST /v1/chat/completions."""
+    gen = _common(body, limits.max_tokens_default, limits)
+    gen.messages, unknown = chat_messages(body)
+    unknown = _unknown(body, CHAT_FIELDS) + unknown
     _tools(body, gen)
     if _boolean(body, "logprobs", False):
         gen.request = replace(gen.request, logprobs=_integer(body, "top_logprobs", 0, 0, 20))
@@ -340,30 +346,50 @@ MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit; also bounds the work one request 
 
 @dataclass
 class EmbeddingRequest:
-    texts: list[str]
+    inputs: list[str | list[int]]
     base64: bool
     ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
 
 
+def _token_ids(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
+
+
+def _embedding_inputs(value: Any, name: str) -> list[str | list[int]]:
+    """OpenAI's input forms: a string, a list of strings, a list of token ids, a list of token-id lists (one
+    form per request, as OpenAI takes them)."""
+    if isinstance(value, str) and value:
+        return [value]
+    if _token_ids(value):
+        return [value]
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) and v for v in value):
+            return list(value)
+        if all(_token_ids(v) for v in value):
+            return list(value)
+    raise _bad(name, f"'{name}' must be a non-empty string, a list of non-empty strings, a list of token ids, or a "
+                     f"list of non-empty lists of token ids (one of these forms, not a mix)")
+
+
 def embedding_request(body: Any, limits: Limits | None = None) -> EmbeddingRequest:
-    """POST /v1/embeddings: input is a string or a list of strings."""
+    """POST /v1/embeddings: `input` in any of OpenAI's forms, or llama-server's `content` instead."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     _check_model(body)
     _check_unused(body)
-    value = body.get("input", MISSING)
-    if value is MISSING or value is None:
+    given = [name for name in ("input", "content") if name in body]
+    if len(given) > 1:
+        raise _bad("content", "give 'input' or llama-server's 'content', not both")
+    if not given or body[given[0]] is None:
         raise _bad("input", "'input' is required")
-    texts = [value] if isinstance(value, str) else value
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
-        raise _bad("input", "'input' must be a non-empty string or a non-empty list of non-empty strings "
-                            "(token-id inputs are not supported)")
-    if len(texts) > MAX_EMBEDDING_INPUTS:
-        raise _bad("input", f"'input' may hold at most {MAX_EMBEDDING_INPUTS} strings, got {len(texts)}")
+    inputs = _embedding_inputs(body[given[0]], given[0])
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise _bad(given[0], f"'{given[0]}' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}")
     if body.get("dimensions") is not None:  # shorter vectors would be a different answer: not silently the full one
         raise _bad("dimensions", "'dimensions' is not supported: embeddings have the model's size")
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
-    return EmbeddingRequest(texts, encoding == "base64",
+    return EmbeddingRequest(inputs, encoding == "base64",
                             _settle_unknown(_unknown(body, EMBEDDING_FIELDS), limits or Limits()))

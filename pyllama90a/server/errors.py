@@ -33,9 +33,11 @@ class RouteInputs:
     rendered: str | None = None
 
 
-ROUTE_INPUTS = {"/v1/chat/completions": RouteInputs("messages", "messages"),
-                "/v1/completions": RouteInputs("prompt", None),
-                "/v1/embeddings": RouteInputs("input", "input")}
+_CHAT, _COMPLETION, _EMBEDDING = RouteInputs("messages", "messages"), RouteInputs("prompt", None), RouteInputs("input", "input")
+ROUTE_INPUTS = {"/v1/chat/completions": _CHAT, "/chat/completions": _CHAT, "/apply-template": _CHAT,
+                "/v1/completions": _COMPLETION, "/completion": _COMPLETION, "/completions": _COMPLETION,
+                "/v1/embeddings": _EMBEDDING, "/embeddings": _EMBEDDING, "/embedding": _EMBEDDING,
+                "/tokenize": RouteInputs("content", "content"), "/detokenize": RouteInputs("tokens", "tokens")}
 
 # how an answer's param is found: from the exception and the route's inputs
 ParamRule = Callable[[BaseException, RouteInputs], "str | None"]

@@ -1,4 +1,5 @@
-"""/metrics in Prometheus' text format: requests, tokens, queue, slots, throughput, KV cache."""
+"""/metrics in Prometheus' text format: requests, tokens, queue, slots, throughput, KV cache; and the same
+counts under llama-server's names (llamacpp:*), for dashboards made for it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,20 +9,49 @@ if TYPE_CHECKING:
     from ..engine import BatchEngine
 
 PREFIX = "pyllama90a_"
+LLAMA_SERVER_PREFIX = "llamacpp:"
 
 
-def _family(lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-    lines.append(f"# HELP {PREFIX}{name} {help_text}")
-    lines.append(f"# TYPE {PREFIX}{name} {kind}")
-    lines.extend(f"{PREFIX}{name}{labels} {_number(value)}" for labels, value in samples)
+def _family(lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[str, float]],
+            prefix: str = PREFIX) -> None:
+    lines.append(f"# HELP {prefix}{name} {help_text}")
+    lines.append(f"# TYPE {prefix}{name} {kind}")
+    lines.extend(f"{prefix}{name}{labels} {_number(value)}" for labels, value in samples)
 
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int]) -> str:
-    """The engine's counters and configuration, and the HTTP responses counted by (route, status code)."""
+def _llama_server_families(lines: list[str], engine: BatchEngine, seconds: Mapping[str, float]) -> None:
+    """llama-server's metrics that this server can count truly (no decode-call counts: the engine keeps none).
+    Its prompt tokens are the decoded ones; the seconds are the server's timings of finished requests (a
+    request's prompt time includes its wait for a slot)."""
+    stats = engine.stats()
+    prompt_s, predicted_s = seconds.get("prompt", 0.0), seconds.get("predicted", 0.0)
+    timed_prompt, timed_predicted = seconds.get("prompt_n", 0), seconds.get("predicted_n", 0)
+    for name, kind, text, value in (
+            ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", stats.prompt_tokens_decoded),
+            ("prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from a slot's cache.",
+             stats.prompt_tokens_total - stats.prompt_tokens_decoded),
+            ("prompt_seconds_total", "counter", "Prompt process time in seconds.", prompt_s),
+            ("tokens_predicted_total", "counter", "Number of generation tokens processed.",
+             stats.completion_tokens_total),
+            ("tokens_predicted_seconds_total", "counter", "Predict process time in seconds.", predicted_s),
+            ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+             timed_prompt / prompt_s if prompt_s > 0 else 0),
+            ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+             timed_predicted / predicted_s if predicted_s > 0 else 0),
+            ("requests_processing", "gauge", "Number of requests processing.", stats.busy_slots),
+            ("requests_deferred", "gauge", "Number of requests deferred.", stats.queue_depth)):
+        _family(lines, name, kind, text, [("", value)], prefix=LLAMA_SERVER_PREFIX)
+
+
+def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int],
+                   seconds: Mapping[str, float] | None = None) -> str:
+    """The engine's counters and configuration, the HTTP responses counted by (route, status code), and
+    llama-server's families; `seconds`: the summed timings of finished requests (prompt, predicted seconds and
+    the token counts they timed)."""
     stats = engine.stats()
     kv = engine.model.kv_cache
     attention = engine.model.attention
@@ -49,4 +79,5 @@ def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int]
     _family(lines, "kv_cache_info", "gauge", "KV cache configuration (value is always 1).",
             [(f'{{type_k="{kv.type_k}",type_v="{kv.type_v}",n_ctx="{kv.n_ctx}",n_ctx_slot="{engine.n_ctx_slot}",'
               f'flash_attn="{attention.flash_attn}"}}', 1)])
+    _llama_server_families(lines, engine, seconds or {})
     return "\n".join(lines) + "\n"

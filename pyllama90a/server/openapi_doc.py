@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.request import MAX_TOP_LOGPROBS
 from .api_requests import IGNORED_HEADER, MAX_EMBEDDING_INPUTS, MAX_N, Limits
 
 Schema = dict[str, Any]
@@ -36,6 +37,12 @@ ERROR: Schema = {
 USAGE: Schema = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
                  "properties": {k: {"type": "integer", "minimum": 0}
                                 for k in ("prompt_tokens", "completion_tokens", "total_tokens")}}
+
+TIMINGS: Schema = {"type": "object", "description": "llama-server's: prompt_n, prompt_ms, predicted_n, predicted_ms, "
+                                     "and their per-token and per-second rates",
+                   "properties": {k: {"type": "number", "minimum": 0} for k in (
+                       "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+                       "predicted_ms", "predicted_per_token_ms", "predicted_per_second")}}
 
 FINISH_REASON: Schema = {"enum": ["stop", "length", "tool_calls", None]}
 
@@ -118,37 +125,94 @@ _TOOL_CALL: Schema = {"type": "object", "required": ["function"],
                                                                  "arguments": {"type": "string"}}}}}
 
 
+_PART: Schema = {"type": "object", "required": ["type", "text"],
+                 "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+_MESSAGES: Schema = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role"],
+    "properties": {"role": {"type": "string", "minLength": 1},
+                   "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _PART}, {"type": "null"}]},
+                   "name": _nullable({"type": "string"}),
+                   "tool_call_id": _nullable({"type": "string"}),
+                   "tool_calls": _nullable({"type": "array", "items": _TOOL_CALL})}}}
+
+
 def _chat_request(limits: Limits) -> Schema:
-    part = {"type": "object", "required": ["type", "text"],
-            "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
-    message = {"type": "object", "required": ["role"],
-               "properties": {"role": {"type": "string", "minLength": 1},
-                              "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part},
-                                                    {"type": "null"}]},
-                              "name": _nullable({"type": "string"}),
-                              "tool_call_id": _nullable({"type": "string"}),
-                              "tool_calls": _nullable({"type": "array", "items": _TOOL_CALL})}}
     return {"type": "object", "required": ["messages"],
-            "properties": {**_generation_fields(limits), **TOOL_FIELDS,
-                           "messages": {"type": "array", "items": message, "minItems": 1},
+            "properties": {**_generation_fields(limits), **TOOL_FIELDS, "messages": _MESSAGES,
                            "logprobs": _nullable({"type": "boolean"}), "top_logprobs": _integer(0, 20)}}
 
 
+APPLY_TEMPLATE_REQUEST: Schema = {"type": "object", "required": ["messages"], "properties": {
+    "model": _nullable({"type": "string"}), "messages": _MESSAGES, **TOOL_FIELDS}}
+
+
+_TOKEN_IDS: Schema = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_EMBEDDING_INPUT: Schema = {"anyOf": [
+    {"type": "string", "minLength": 1},
+    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS},
+    _TOKEN_IDS, {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]}
 EMBEDDING_REQUEST: Schema = {
-    "type": "object", "required": ["input"],
+    "type": "object", "oneOf": [{"required": ["input"]}, {"required": ["content"]}],
     "properties": {"model": _nullable({"type": "string"}),
-                   "input": {"anyOf": [{"type": "string", "minLength": 1},
-                                       {"type": "array", "items": {"type": "string", "minLength": 1},
-                                        "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]},
+                   "input": {**_EMBEDDING_INPUT, "description": "texts or token ids, one form per request"},
+                   "content": {**_EMBEDDING_INPUT, "description": "llama-server's name for input"},
                    "encoding_format": _nullable({"enum": ["float", "base64"]}),
                    "dimensions": {"type": "null", "description": "only null: shorter embeddings are not supported"}}}
+
+
+def _native_completion_request(limits: Limits) -> Schema:
+    """llama-server's /completion: /v1/completions' fields, n_predict, n_probs, return_tokens, a mixed prompt."""
+    schema = _completion_request(limits)
+    mixed = {"type": "array", "minItems": 1,
+             "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]}}
+    schema["properties"] = {
+        **schema["properties"], "prompt": {"anyOf": [schema["properties"]["prompt"], mixed]},
+        "n": _integer(1, 1), "return_tokens": _nullable({"type": "boolean"}),
+        "n_predict": _nullable({"anyOf": [{"const": -1}, {"type": "integer", "minimum": 1,
+                                                          "maximum": limits.max_tokens_limit}]}),
+        "n_probs": _integer(0, MAX_TOP_LOGPROBS)}
+    return schema
+
+
+_NATIVE_COMPLETION: Schema = {
+    "type": "object", "required": ["content", "stop"],
+    "properties": {"content": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}},
+                   "stop": {"type": "boolean"}, "stop_type": {"enum": ["eos", "word", "limit"]},
+                   "stopping_word": {"type": "string"}, "tokens_predicted": {"type": "integer"},
+                   "tokens_evaluated": {"type": "integer"}, "timings": {"type": "object"},
+                   "generation_settings": {"type": "object"}, "prompt": {"type": "string"},
+                   "truncated": {"type": "boolean"}}}
+
+TOKENIZE_REQUEST: Schema = {
+    "type": "object", "required": ["content"],
+    "properties": {"content": {"type": "string"}, "add_special": _nullable({"type": "boolean"}),
+                   "parse_special": _nullable({"type": "boolean"}), "with_pieces": _nullable({"type": "boolean"})}}
+TOKENIZE: Schema = {"type": "object", "required": ["tokens"], "properties": {"tokens": {"type": "array", "items": {
+    "anyOf": [{"type": "integer"}, {"type": "object", "required": ["id", "piece"], "properties": {
+        "id": {"type": "integer"},
+        "piece": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]}}}]}}}}
+DETOKENIZE_REQUEST: Schema = {"type": "object", "required": ["tokens"], "properties": {
+    "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}
+DETOKENIZE: Schema = {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}
+PROMPT: Schema = {"type": "object", "required": ["prompt"], "properties": {"prompt": {"type": "string"}}}
+PROPS: Schema = {"type": "object", "required": ["default_generation_settings", "total_slots", "model_path",
+                                                "chat_template"],
+                 "properties": {"default_generation_settings": {"type": "object"}, "total_slots": {"type": "integer"},
+                                "model_path": {"type": "string"}, "chat_template": {"type": "string"}}}
+SLOTS: Schema = {"type": "array", "items": {"type": "object", "required": ["id", "n_ctx", "is_processing"],
+                                            "properties": {"id": {"type": "integer"}, "n_ctx": {"type": "integer"},
+                                                           "is_processing": {"type": "boolean"}}}}
+NATIVE_EMBEDDINGS: Schema = {"type": "array", "items": {
+    "type": "object", "required": ["index", "embedding"],
+    "properties": {"index": {"type": "integer"}, "embedding": {"type": "array"}}}}
 
 
 def _object(obj: str | list[str], choice: Schema) -> Schema:
     return {"type": "object", "required": ["id", "object", "created", "model", "choices"],
             "properties": {"id": {"type": "string"}, "object": {"enum": [obj] if isinstance(obj, str) else obj},
                            "created": {"type": "integer"}, "model": {"type": "string"},
-                           "choices": {"type": "array", "items": choice}, "usage": USAGE}}
+                           "choices": {"type": "array", "items": choice}, "usage": USAGE,
+                           "system_fingerprint": {"type": "string"}, "timings": TIMINGS}}
 
 
 COMPLETION = _object("text_completion", {
@@ -214,7 +278,8 @@ def _request_body(schema: Schema, limits: Limits) -> dict[str, Any]:
 def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
     why = {400: "malformed body, wrong type or range, unimplemented or (--unknown-fields reject) unknown field "
                 "(param names it)",
-           401: "wrong or missing API key (--api-key)", 404: "no such model or route",
+           401: "wrong or missing API key (--api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY')",
+           404: "no such model or route",
            413: "body larger than --max-request-bytes", 429: "queue full (Retry-After)",
            500: "a bug of this server", 503: "shutting down, or the engine stopped (code says which)"}
     return {s: _json(why[s], ERROR) for s in statuses}
@@ -228,6 +293,11 @@ def _generation_route(summary: str, request: Schema, answer: Schema, limits: Lim
                                                      "properties": {"data": {"type": "string"}}}}
     return {"summary": summary, "openapi_extra": _request_body(request, limits),
             "responses": {200: ok, **_errors(400, 401, 413, 429, 500, 503)}}
+
+
+def _native_route(summary: str, request: Schema, answer: Schema, limits: Limits) -> dict[str, Any]:
+    return {"summary": summary, "openapi_extra": _request_body(request, limits),
+            "responses": {200: {**_json(summary, answer), **_ok_headers(limits)}, **_errors(400, 401, 413, 500, 503)}}
 
 
 def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
@@ -246,6 +316,24 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
         "model": {"summary": "One model", "responses": {200: _json("the model", MODEL), **_errors(401, 404, 503)}},
         "health": {"summary": "Liveness and load", "responses": {
             200: _json("serving", HEALTH), 503: _json("shutting down, or the engine stopped (reason)", HEALTH)}},
+        "native_completion": {
+            **_generation_route("llama-server's completion (also at /completions): content, tokens, stop_type, "
+                                "timings; a stream ends without [DONE]", _native_completion_request(limits),
+                                _NATIVE_COMPLETION, limits)},
+        "native_embeddings": {"summary": "llama-server's embeddings (also at /embedding): one pooled vector per "
+                                         "input, in a list", "openapi_extra": _request_body(EMBEDDING_REQUEST, limits),
+                              "responses": {200: {**_json("one vector per input", NATIVE_EMBEDDINGS),
+                                                  **_ok_headers(limits)}, **_errors(400, 401, 413, 500, 503)}},
+        "tokenize": _native_route("llama-server's tokenizer (no BOS and special tokens parsed unless asked)",
+                                  TOKENIZE_REQUEST, TOKENIZE, limits),
+        "detokenize": _native_route("Token ids to text", DETOKENIZE_REQUEST, DETOKENIZE, limits),
+        "apply_template": _native_route("The prompt the chat template renders for a chat request's messages",
+                                        APPLY_TEMPLATE_REQUEST, PROMPT, limits),
+        "props": {"summary": "llama-server's server properties", "responses": {
+            200: _json("the default generation settings, slots, model path, chat template", PROPS),
+            **_errors(401, 503)}},
+        "slots": {"summary": "The slots and whether each is generating (fail_on_no_slot=1: 503 when none is free)",
+                  "responses": {200: _json("one entry per slot", SLOTS), **_errors(400, 401, 503)}},
         "metrics": {"summary": "Prometheus metrics", "responses": {
             200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}},
     }

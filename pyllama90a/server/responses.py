@@ -13,6 +13,7 @@ from typing import Any
 from ..core import TokenLogprob, ToolCallOutput
 from ..core.tool_output import ToolCallDeltas
 from ..engine import Chunk
+from .timings import RequestTimer
 
 
 def _text(piece: bytes) -> str:
@@ -27,20 +28,29 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 class Shape:
     """The response objects of one request (n choices): the fields all of them carry, the usage of all."""
     chunk_object = ""  # the "object" of streamed chunks
+    done_marker = True  # a stream ends with `data: [DONE]` (OpenAI's; llama-server's /completion sends none)
 
-    def __init__(self, ident: str, model: str, n: int) -> None:
+    def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
+                 timer: RequestTimer | None = None) -> None:
         self.ident, self.model, self.created, self.n = ident, model, int(time.time()), n
+        self.fingerprint = fingerprint  # system_fingerprint: the server's version and settings
+        self.timer = timer or RequestTimer()
         self.parts: list[list[Chunk]] = [[] for _ in range(n)]  # whole answers: each choice's chunks
         self.last: list[Chunk | None] = [None] * n               # each choice's last chunk, once it finished
 
     def _base(self, obj: str | None = None) -> dict[str, Any]:
-        return {"id": self.ident, "object": obj or self.chunk_object, "created": self.created, "model": self.model}
+        return {"id": self.ident, "object": obj or self.chunk_object, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
+
+    def _seen(self, choice: int, chunk: Chunk) -> None:
+        self.timer.saw(bool(chunk.tokens))
+        if chunk.finish_reason is not None:
+            self.last[choice] = chunk
 
     def add(self, choice: int, chunk: Chunk) -> None:
         """A chunk of a whole (non-streamed) answer."""
+        self._seen(choice, chunk)
         self.parts[choice].append(chunk)
-        if chunk.finish_reason is not None:
-            self.last[choice] = chunk
 
     @property
     def finished(self) -> bool:
@@ -50,6 +60,15 @@ class Shape:
         """The prompt once (every choice continues the same prompt), the completions of all choices."""
         done = [c.usage for c in self.last if c is not None and c.usage is not None]
         return usage(done[0].prompt_tokens if done else 0, sum(u.completion_tokens for u in done))
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server's timings of the whole request (server/timings.py)."""
+        counts = self.usage()
+        return self.timer.timings(counts["prompt_tokens"], counts["completion_tokens"])
+
+    def _timings_if_finished(self) -> dict[str, Any]:
+        """{"timings": ...} for the stream event that finishes the request's last choice, else {}."""
+        return {"timings": self.timings()} if self.finished else {}
 
     def usage_only(self) -> dict[str, Any]:
         return {**self._base(), "choices": [], "usage": self.usage()}
@@ -71,8 +90,8 @@ class CompletionShape(Shape):
     """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
     chunk_object = "text_completion"
 
-    def __init__(self, ident: str, model: str, n: int) -> None:
-        super().__init__(ident, model, n)
+    def __init__(self, ident: str, model: str, n: int, **settings: Any) -> None:
+        super().__init__(ident, model, n, **settings)
         self._offsets = [0] * n
 
     @staticmethod
@@ -91,15 +110,14 @@ class CompletionShape(Shape):
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`."""
-        if chunk.finish_reason is not None:
-            self.last[choice] = chunk
+        self._seen(choice, chunk)
         if not (chunk.text or chunk.logprobs or chunk.finish_reason):
             return []
         logprobs = None
         if chunk.logprobs:
             logprobs, self._offsets[choice] = self._logprobs(list(chunk.logprobs), self._offsets[choice])
         return [{**self._base(), "choices": [{"index": choice, "text": chunk.text, "finish_reason": chunk.finish_reason,
-                                              "logprobs": logprobs}]}]
+                                              "logprobs": logprobs}], **self._timings_if_finished()}]
 
     def whole(self) -> dict[str, Any]:
         choices = []
@@ -107,7 +125,7 @@ class CompletionShape(Shape):
             items = [item for c in parts for item in c.logprobs]
             choices.append({"index": i, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
                             "logprobs": self._logprobs(items, 0)[0] if items else None})
-        return {**self._base(), "choices": choices, "usage": self.usage()}
+        return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings()}
 
 
 class ChatShape(Shape):
@@ -115,8 +133,9 @@ class ChatShape(Shape):
     with tools, each choice's text read for calls."""
     chunk_object = "chat.completion.chunk"
 
-    def __init__(self, ident: str, model: str, n: int, output: ToolCallOutput | None = None) -> None:
-        super().__init__(ident, model, n)
+    def __init__(self, ident: str, model: str, n: int, output: ToolCallOutput | None = None,
+                 **settings: Any) -> None:
+        super().__init__(ident, model, n, **settings)
         self.output = output
         self._parsers: list[ToolCallDeltas | None] = [output.stream() if output is not None else None
                                                       for _ in range(n)]
@@ -134,11 +153,15 @@ class ChatShape(Shape):
                                              "logprobs": logprobs}]}
 
     def opening(self) -> list[dict[str, Any]]:
-        return [self._chunk(i, {"role": "assistant", "content": ""}) for i in range(self.n)]
+        # with tools the answer may be calls only: its content is null until text comes (as OpenAI and
+        # llama-server send it)
+        content = None if self.output is not None else ""
+        return [self._chunk(i, {"role": "assistant", "content": content}) for i in range(self.n)]
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
         with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
+        self._seen(choice, chunk)
         parser = self._parsers[choice]
         last = chunk.finish_reason is not None
         if parser is None:
@@ -150,9 +173,8 @@ class ChatShape(Shape):
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
         events = [self._chunk(choice, d, logprobs=logprobs if j == 0 else None) for j, d in enumerate(deltas)]
         if last:
-            self.last[choice] = chunk
             reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)  # type: ignore[arg-type]
-            events.append(self._chunk(choice, {}, reason))
+            events.append({**self._chunk(choice, {}, reason), **self._timings_if_finished()})
         return events
 
     def whole(self) -> dict[str, Any]:
@@ -167,4 +189,4 @@ class ChatShape(Shape):
                 message = parsed.message()
             choices.append({"index": i, "message": message, "finish_reason": reason,
                             "logprobs": self._logprobs(items) if items else None})
-        return {**self._base("chat.completion"), "choices": choices, "usage": self.usage()}
+        return {**self._base("chat.completion"), "choices": choices, "usage": self.usage(), "timings": self.timings()}

@@ -17,7 +17,7 @@ from typing import Any
 import uvicorn
 
 from .. import isolation
-from .app import ServerState
+from .state import ServerState
 
 # after the grace period: time for the last events to reach the clients before uvicorn cancels what is left
 FINAL_EVENTS_S = 5.0

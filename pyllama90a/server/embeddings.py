@@ -1,0 +1,69 @@
+"""The embeddings routes' work: /v1/embeddings and llama-server's list-shaped /embeddings, on a second
+context of the engine's weights, stopped early when the client goes away."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import threading
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from .api_requests import embedding_request
+from .generation import DISCONNECT_POLL_S, ignored_fields
+from .request_body import read_json
+from .state import ServerState
+
+
+class _Cancelled(Exception):
+    """The client of an embeddings request went away: the inputs left are not embedded."""
+
+
+EMBED_CHUNK = 8  # inputs embedded between two looks at whether the client is still there
+
+
+def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threading.Event) -> tuple[np.ndarray, int]:
+    """Embeddings come from a second context on the engine's loaded weights, made on first use (pooled, no KV
+    reuse); it runs beside the engine's context, and the weights stay loaded until both are closed. Inputs are
+    embedded a few at a time, so a request whose client left (`cancelled`) stops within one chunk instead of
+    holding the embedder (and every request behind it) for all of its inputs."""
+    with state.embed_lock:
+        if state.embedder is None:
+            engine = state.engine
+            state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
+                                                       n_threads=engine.n_threads)
+        n_tokens = sum(len(state.embedder.tokenize(t)) if isinstance(t, str) else len(t) for t in texts)
+        parts = []
+        for start in range(0, len(texts), EMBED_CHUNK):
+            if cancelled.is_set():
+                raise _Cancelled
+            parts.append(state.embedder.embed(texts[start:start + EMBED_CHUNK]))
+        return np.concatenate(parts), n_tokens
+
+
+
+async def embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
+    """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
+    req = embedding_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+    cancelled = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.inputs, cancelled))
+    while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
+        if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
+            cancelled.set()
+    if cancelled.is_set():
+        with contextlib.suppress(_Cancelled):
+            await work
+        return Response(status_code=499)
+    vectors, n_tokens = await work
+    headers = ignored_fields(request, req.ignored)
+    values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
+                         else vec.astype(float).tolist() for vec in vectors]
+    if native:  # (one pooled vector per input: llama-server's list of one per token is for pooling none)
+        return JSONResponse([{"index": i, "embedding": [v]} for i, v in enumerate(values)], headers=headers)
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
+    return JSONResponse({"object": "list", "data": data, "model": state.model_name,
+                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}, headers=headers)
+

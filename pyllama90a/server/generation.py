@@ -1,0 +1,155 @@
+"""The generation routes' work: a request's n generations queued on the engine, their chunks carried to the
+event loop and shaped (responses.py, native_responses.py) into a whole answer or server-sent events; a client
+that goes away frees its slots."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import replace
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..chat import PreparedChat, prepare_chat
+from ..engine import Chunk, Handle
+from .api_requests import IGNORED_HEADER, Generation, shown_names
+from .errors import APIError, answer
+from .responses import ChatShape, CompletionShape, Shape
+from .state import ServerState
+from .timings import RequestTimer
+
+log = logging.getLogger(__name__)
+
+
+def ignored_fields(request: Request, names: list[str]) -> dict[str, str]:
+    """The response headers that name a request's unknown fields (--unknown-fields warn), and its log line."""
+    if not names:
+        return {}
+    shown = shown_names(names)
+    log.warning("%s: unknown request field(s) ignored: %s", request.url.path, shown)
+    return {IGNORED_HEADER: shown}
+
+
+# how often a non-streaming request checks that its client is still connected while it waits for tokens
+DISCONNECT_POLL_S = 0.25
+
+
+def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
+            chat: bool) -> tuple[list[Handle], PreparedChat | None, list[int]]:
+    """Render a chat (template, tools), then queue the request's n generations; all or none are queued.
+    Returns their handles, the prepared chat and the prompt's tokens.
+    Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here). What it
+    raises is answered by the app's handler (server/errors.py)."""
+    engine = state.engine
+    # the n generations are queued one after another, before the engine thread moves any into a free slot, so
+    # more than the queue holds can never be queued at once, even on an idle server: a 429 ("retry shortly")
+    # would invite endless retries
+    if gen.n > engine.queue_size:
+        raise APIError(400, f"n={gen.n} is more than this server's queue of {engine.queue_size} places can hold "
+                            f"(--queue-size)", param="n")
+    prepared, request = None, gen.request
+    if chat:
+        assert gen.messages is not None  # (chat_request sets them)
+        prepared = prepare_chat(engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
+                                parallel_tool_calls=gen.parallel_tool_calls, constraint=request.constraint,
+                                template_kwargs=gen.template_kwargs)
+        request = replace(request, constraint=prepared.constraint)
+        prompt = prepared.tokens
+    else:
+        prompt = engine.tokenize_prompt(gen.prompt)
+    seed = request.sampling.seed
+    handles: list[Handle] = []
+    try:
+        for i, send in enumerate(deliver):
+            # choices differ by their seed (seed + i when the request gives one)
+            choice = request if seed is None else replace(
+                request, sampling=replace(request.sampling, seed=(seed + i) % 0xFFFFFFFF))
+            handles.append(engine.submit_request(prompt, choice, send))
+    except BaseException:
+        for handle in handles:
+            handle.cancel()
+        raise
+    return handles, prepared, prompt
+
+
+# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes) -> Shape
+ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
+
+
+async def generate(state: ServerState, request: Request, gen: Generation, *, chat: bool,
+                    shape_for: ShapeFor | None = None) -> Response:
+    """Queue a checked request and answer it whole or as server-sent events, in OpenAI's chat or completion
+    shape, or in `shape_for`'s (llama-server's /completion)."""
+    chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
+    mailbox = state.mailbox(asyncio.get_running_loop())
+    deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
+    timer = RequestTimer()
+    # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
+    handles, prepared, prompt = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
+
+    headers = ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
+    ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    common = {"fingerprint": state.fingerprint, "timer": timer}
+    shape = (shape_for(ident, prompt, common) if shape_for is not None
+             else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
+                            **common) if chat
+             else CompletionShape(ident, state.model_name, gen.n, **common))
+    if gen.stream:
+        return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, request.url.path),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+    try:
+        next_check = time.monotonic() + DISCONNECT_POLL_S
+        while not shape.finished:
+            try:
+                item = await asyncio.wait_for(chunks.get(), timeout=DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                item = None
+            if time.monotonic() >= next_check:
+                if await request.is_disconnected():  # nobody will read the answer: free the slots now
+                    return Response(status_code=499)
+                next_check = time.monotonic() + DISCONNECT_POLL_S
+            if item is None:
+                continue
+            choice, chunk = item
+            if chunk.error is not None:
+                raise chunk.error
+            shape.add(choice, chunk)
+    finally:
+        for handle in handles:
+            handle.cancel()  # a client gone before the end (or an error) frees the slots
+    state.note_timings(shape)
+    return JSONResponse(shape.whole(), headers=headers)
+
+
+async def _sse(state: ServerState, chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool,
+               path: str) -> AsyncIterator[str]:
+    """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
+    try:
+        for event in shape.opening():
+            yield _event(event)
+        while not shape.finished:
+            choice, chunk = await chunks.get()
+            if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
+                yield _event(answer(chunk.error, path).body())
+                break
+            for event in shape.events(choice, chunk):
+                yield _event(event)
+        else:
+            state.note_timings(shape)
+            if include_usage:
+                yield _event(shape.usage_only())
+        if shape.done_marker:
+            yield "data: [DONE]\n\n"
+    finally:
+        for handle in handles:
+            handle.cancel()
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+

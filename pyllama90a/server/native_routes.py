@@ -1,0 +1,124 @@
+"""llama-server's native routes, for clients written for it: POST /completion (and /completions, which
+llama-server serves the same way), /tokenize, /detokenize, /apply-template, /embeddings and /embedding (its
+list shape), GET /props and /slots. Requests are read by native_requests.py, answers shaped by
+native_responses.py; errors keep the OpenAI routes' contract (server/errors.py)."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..errors import ChatTemplateError
+from .embeddings import embeddings
+from .errors import APIError
+from .generation import generate, ignored_fields
+from .native_requests import (NativeCompletion, apply_template_request, detokenize_request,
+                              native_completion_request, tokenize_request)
+from .native_responses import NativeCompletionShape, generation_settings
+from .request_body import read_json
+from .state import ServerState
+
+COMPLETION_PATHS = ("/completion", "/completions")
+EMBEDDING_PATHS = ("/embeddings", "/embedding")
+PATHS = (*COMPLETION_PATHS, *EMBEDDING_PATHS, "/tokenize", "/detokenize", "/apply-template", "/props", "/slots")
+
+
+def default_settings(state: ServerState) -> dict[str, Any]:
+    """The generation settings of a /completion request that sets none (llama-server's /props shows them)."""
+    defaults = native_completion_request({"prompt": "-"}, state.limits, lambda text, bos: [])
+    return generation_settings(defaults.gen.request, n_ctx=state.engine.n_ctx_slot, model=state.model_name,
+                               stream=False)
+
+
+def _chat_template(state: ServerState) -> str:
+    """The Jinja template chats render with ("" when the model has none and llama.cpp's built-in one is used,
+    or when the GGUF's does not compile: a chat request then says why)."""
+    try:
+        template = state.engine.model.chat_template
+    except ChatTemplateError:
+        return ""
+    return template.source if template is not None else ""
+
+
+def _piece(piece: bytes) -> str | list[int]:
+    """A token's text, or its bytes where they are not whole UTF-8 (llama-server's with_pieces)."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece)
+
+
+def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
+    """Add the native routes to `app` (server/openapi_doc.py's `docs` describe them)."""
+    engine = state.engine
+    model = engine.model
+
+    async def completion(request: Request) -> Response:
+        body = await read_json(request, state.limits.max_request_bytes)
+        native: NativeCompletion = await asyncio.to_thread(
+            native_completion_request, body, state.limits,
+            lambda text, bos: model.tokenize(text, add_special=bos, parse_special=False))
+        settings = generation_settings(native.gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
+                                       stream=native.gen.stream)
+
+        def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
+            return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
+                                         detokenize=lambda tokens: model.detokenize(tokens, special=True),
+                                         return_tokens=native.return_tokens, **common)
+        return await generate(state, request, native.gen, chat=False, shape_for=shape_for)
+
+    app.add_api_route(COMPLETION_PATHS[0], completion, methods=["POST"], **docs["native_completion"])
+    app.add_api_route(COMPLETION_PATHS[1], completion, methods=["POST"], include_in_schema=False)
+
+    async def native_embeddings(request: Request) -> Response:
+        return await embeddings(state, request, native=True)
+
+    app.add_api_route(EMBEDDING_PATHS[0], native_embeddings, methods=["POST"], **docs["native_embeddings"])
+    app.add_api_route(EMBEDDING_PATHS[1], native_embeddings, methods=["POST"], include_in_schema=False)
+
+    @app.post("/tokenize", **docs["tokenize"])
+    async def tokenize(request: Request) -> JSONResponse:
+        req = tokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+
+        def work() -> list[Any]:
+            tokens = model.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
+            if not req.with_pieces:
+                return tokens
+            return [{"id": t, "piece": _piece(model.handle.token_piece(t, special=True))} for t in tokens]
+        return JSONResponse({"tokens": await asyncio.to_thread(work)}, headers=ignored_fields(request, req.ignored))
+
+    @app.post("/detokenize", **docs["detokenize"])
+    async def detokenize(request: Request) -> JSONResponse:
+        tokens, ignored = detokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+        text = await asyncio.to_thread(model.detokenize, tokens, True)
+        return JSONResponse({"content": text}, headers=ignored_fields(request, ignored))
+
+    @app.post("/apply-template", **docs["apply_template"])
+    async def apply_template(request: Request) -> JSONResponse:
+        req = apply_template_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+        prompt = await asyncio.to_thread(model.apply_chat_template, req.messages, tools=req.tools,
+                                         **req.template_kwargs)
+        return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, req.ignored))
+
+    @app.get("/props", **docs["props"])
+    async def props() -> dict[str, Any]:
+        return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
+                                                "speculative": False, "is_processing": False,
+                                                "params": default_settings(state)},
+                "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(model.path),
+                "chat_template": await asyncio.to_thread(_chat_template, state),
+                "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
+                "is_sleeping": False}
+
+    @app.get("/slots", **docs["slots"])
+    async def slots(request: Request) -> list[dict[str, Any]]:
+        fail_on_no_slot = request.query_params.get("fail_on_no_slot", "0")
+        if fail_on_no_slot not in ("0", "1"):
+            raise APIError(400, "'fail_on_no_slot' must be 0 or 1", param="fail_on_no_slot")
+        usage = engine.slot_usage()
+        if fail_on_no_slot == "1" and all(busy for busy, _ in usage):
+            raise APIError(503, "no slot is free", type="unavailable_error", code="no_slot_available")
+        return [{"id": i, "id_task": -1, "n_ctx": engine.n_ctx_slot, "speculative": False, "is_processing": busy,
+                 "n_cached": n_cached} for i, (busy, n_cached) in enumerate(usage)]

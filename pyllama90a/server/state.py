@@ -1,0 +1,82 @@
+"""What the routes share: the engine, the settings, the counts /metrics reports, and the mailbox that carries
+the engine thread's chunks to the event loop."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import __version__
+from ..engine import BatchEngine, Chunk
+from ..model import Model
+from .api_requests import Limits
+from .responses import Shape
+
+
+@dataclass
+class ServerState:
+    engine: BatchEngine
+    model_name: str
+    api_key: str | None = None
+    embedder: Model | None = None
+    limits: Limits = field(default_factory=Limits)
+    cors_origins: tuple[str, ...] = ()  # --cors-origins: "*", "localhost" or origins; none: no CORS headers
+    created: int = field(init=False, default_factory=lambda: int(time.time()))
+    draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
+
+    def __post_init__(self) -> None:
+        self.responses: Counter[tuple[str, int]] = Counter()
+        self.timed: Counter[str] = Counter()  # finished requests' timings, summed: for llama-server's metrics
+        self.embed_lock = threading.Lock()
+        # system_fingerprint: what answers, in this server's version and the engine's KV types (no native call
+        # per request: they are fixed)
+        self.fingerprint = f"pyllama90a-{__version__}-{self.engine.model.ctk}-{self.engine.model.ctv}"
+        self._mailbox: Mailbox | None = None
+
+
+    def note_timings(self, shape: Shape) -> None:
+        timings = shape.timings()
+        self.timed.update({"prompt": timings["prompt_ms"] / 1e3, "predicted": timings["predicted_ms"] / 1e3,
+                           "prompt_n": timings["prompt_n"], "predicted_n": timings["predicted_n"]})
+
+    def mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = Mailbox(loop)
+        return self._mailbox
+
+
+class Mailbox:
+    """Chunks from the engine thread to the event loop's queues, with one loop wake-up per batch of chunks
+    (a decode step makes one chunk per slot) instead of one per chunk."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: list[tuple[asyncio.Queue, tuple[int, Chunk]]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def sender(self, queue: asyncio.Queue, choice: int = 0) -> Callable[[Chunk], None]:
+        """The engine's on_chunk for choice `choice` of a request: its chunks reach `queue` as (choice, chunk)."""
+        def send(chunk: Chunk) -> None:  # engine thread
+            with self._lock:
+                self._pending.append((queue, (choice, chunk)))
+                if self._scheduled:
+                    return
+                self._scheduled = True
+            try:
+                self.loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed (shutting down): the engine cancels this request
+                with self._lock:
+                    self._scheduled = False
+                raise
+        return send
+
+    def _deliver(self) -> None:  # event loop
+        with self._lock:
+            pending, self._pending, self._scheduled = self._pending, [], False
+        for queue, item in pending:
+            queue.put_nowait(item)
+

@@ -1,0 +1,37 @@
+"""llama-server's `timings` object of a generation answer (prompt_n, prompt_ms, predicted_n, predicted_ms and
+their per-token and per-second rates), measured by the server from when the request is queued.
+
+prompt_ms runs from the request's queueing to its first token (so it includes any wait for a free slot), and
+predicted_ms from there to its last. prompt_n counts every prompt token: the engine does not report per request
+how many came from a slot's cache, so there is no cache_n (/metrics has the totals, decoded and cached).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def _rates(n: int, ms: float, name: str) -> dict[str, Any]:
+    return {f"{name}_n": n, f"{name}_ms": ms,
+            f"{name}_per_token_ms": ms / n if n else 0.0, f"{name}_per_second": 1e3 * n / ms if ms > 0 else 0.0}
+
+
+class RequestTimer:
+    """The times of one request's first token and last chunk, over all its choices."""
+
+    def __init__(self) -> None:
+        self.queued = time.perf_counter()
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def saw(self, has_token: bool) -> None:
+        now = time.perf_counter()
+        if self.first is None and has_token:
+            self.first = now
+        self.last = now
+
+    def timings(self, prompt_n: int, predicted_n: int) -> dict[str, Any]:
+        first = self.first if self.first is not None else self.last or self.queued
+        last = self.last or first
+        return {**_rates(prompt_n, (first - self.queued) * 1e3, "prompt"),
+                **_rates(predicted_n, (last - first) * 1e3, "predicted")}
