@@ -3,7 +3,9 @@ the text so far (with `final`, all of it), and a stream's deltas are the differe
 scans of its accumulated text (llama.cpp's approach), so a stream cannot disagree with a whole-text parse.
 
 Reading never raises on model output: text that is not a well-formed call of a listed function is content,
-from where it went wrong to the end."""
+from where it went wrong to the end. A call the text ends inside (cut off by max_tokens or a stop string; a
+constrained call can end no other way) is neither a call nor content: a partial "<tool_call>..." never reaches
+the content; its block's complete calls (Mistral's array) are kept."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,6 +46,10 @@ def scan(family: ModuleType | str, text: str, names: set[str] | None, final: boo
         items.append(text[pos:start])
         block = reader.read_block(text, start, names, final)
         if block.status == "malformed":
+            cut = reader.read_block(text, start, names, False) if final else block
+            if cut.status == "open":  # the text ends inside a call (max_tokens, a stop): no content either
+                items += [c for c in cut.calls if c.complete]
+                return Scan(items, False)
             items.append(text[start:])
             return Scan(items, True)
         items += block.calls

@@ -24,13 +24,13 @@ class ToolCallStream:
     A stream cannot take back what it has sent: when a call's arguments turn out malformed after its header
     went out (or the text ends inside them, e.g. at max_tokens), that call keeps the arguments sent so far,
     the rest of the text is content, and `malformed` is True; a whole-text parse of the same text returns it
-    all as content.
+    all as content (a cut-off call: neither content nor a call, see parse.py).
     """
 
     def __init__(self, family: str, new_id: Callable[[], str], names: set[str] | None = None) -> None:
         self._family, self._new_id, self.names = family, new_id, names
         self.text = ""
-        self.calls: list[dict] = []  # {"id", "name", "arguments"} sent so far
+        self.calls: list[dict] = []  # {"id", "name", "arguments", "complete"} sent so far
         self.malformed = False
         self._content = ""  # sent so far
         self._last: Scan = Scan([], False)  # the last scan that agreed with what was sent
@@ -38,11 +38,15 @@ class ToolCallStream:
 
     @property
     def has_tool_calls(self) -> bool:
-        return bool(self.calls)
+        """Whether a complete call was streamed."""
+        return any(c["complete"] for c in self.calls)
 
     def result(self) -> ParseResult:
-        """What has been streamed so far, as a ParseResult (complete after finish())."""
-        return ParseResult(self._content, [ParsedToolCall(c["id"], c["name"], c["arguments"]) for c in self.calls])
+        """What has been streamed so far, as a ParseResult (all of it after finish()): the content and the
+        complete calls (a call cut off or broken after its header went out is in the deltas only, so that
+        every call here has arguments that parse)."""
+        return ParseResult(self._content, [ParsedToolCall(c["id"], c["name"], c["arguments"]) for c in self.calls
+                                           if c["complete"]])
 
     def feed(self, chunk: str) -> list[dict]:
         """The deltas that `chunk` (the next piece of generated text) makes known."""
@@ -99,7 +103,7 @@ class ToolCallStream:
 
     def _send_call(self, index: int, call: PartialCall, out: list[dict]) -> None:
         if index == len(self.calls):
-            self.calls.append({"id": self._new_id(), "name": call.name, "arguments": ""})
+            self.calls.append({"id": self._new_id(), "name": call.name, "arguments": "", "complete": False})
             out.append({"tool_calls": [{"index": index, "id": self.calls[index]["id"], "type": "function",
                                         "function": {"name": call.name, "arguments": ""}}]})
         sent = self.calls[index]
@@ -107,6 +111,7 @@ class ToolCallStream:
             out.append({"tool_calls": [{"index": index, "function": {
                 "arguments": call.arguments[len(sent["arguments"]):]}}]})
             sent["arguments"] = call.arguments
+        sent["complete"] = call.complete
 
 
 def _merge(deltas: list[dict]) -> list[dict]:
