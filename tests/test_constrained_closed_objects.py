@@ -96,3 +96,18 @@ def test_the_walk_follows_keywords_not_property_names() -> None:
     assert "additionalProperties" not in out["anyOf"][1]  # a string schema: properties mean nothing there
     kept = closed_objects({"properties": {"a": {}}, "unevaluatedProperties": False})
     assert "additionalProperties" not in kept
+
+
+def test_an_array_ends_at_its_max_items_on_the_default_model(lm) -> None:
+    # without a bound this model lists "Le Marais" until max_tokens; the schema's maxItems is what ends it
+    sights = {"type": "object", "properties": {"city": {"type": "string"}, "sights": {
+        "type": "array", "items": {"type": "string"}, "maxItems": 3}}, "required": ["city", "sights"]}
+    reply = lm.chat([{"role": "user", "content": "List the main sights of Paris."}], json_schema=sights,
+                    temperature=0, max_tokens=96)
+    assert reply.finish_reason == "stop" and 1 <= len(json.loads(reply.text)["sights"]) <= 3, reply.text
+
+
+def test_unique_items_is_refused_with_what_to_do() -> None:
+    # llguidance cannot enforce uniqueItems (no context-free grammar can): refused, never silently dropped
+    with pytest.raises(ConstraintError, match=r"uniqueItems.*maxItems"):
+        c.json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True})
