@@ -232,7 +232,7 @@ def text_only_history(messages: Sequence[dict], tools: Sequence[dict] = ()) -> l
 # llama.cpp's check of a template's parallel tool calls (its caps.cpp), which llama-server takes the default of
 # parallel_tool_calls from: an assistant message with two calls, rendered; the second call's arguments must show
 _SECOND_CALL = "second-call-value"
-_PARALLEL_PROBE = [
+_PARALLEL_PROBE: list[dict[str, Any]] = [
     {"role": "user", "content": "User message"},
     {"role": "assistant", "content": "", "tool_calls": [
         {"id": f"call0000{i}", "type": "function", "function": {"name": "tool1", "arguments": {"arg": value}}}
