@@ -60,14 +60,17 @@ def builtin_prompt(handle: ModelHandle, messages: Sequence[dict], tools: Sequenc
 
 
 def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
-                 tool_choice: object = None, parallel_tool_calls: bool = True, constraint: Constraint | None = None,
+                 tool_choice: object = None, parallel_tool_calls: bool | None = None,
+                 constraint: Constraint | None = None,
                  template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
     """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
-    its ChatTemplateError, ConstraintError) naming what is wrong."""
+    its ChatTemplateError, ConstraintError) naming what is wrong. parallel_tool_calls None: what the template
+    can write back (ChatTemplate.supports_parallel_tool_calls; no for llama.cpp's built-in template), as
+    llama-server's default; without parallel calls a call ends the generation."""
     checked_tools = check_tools(tools)
     choice = check_tool_choice(tool_choice, checked_tools)
-    if not isinstance(parallel_tool_calls, bool):
-        raise InvalidArgumentError(f"parallel_tool_calls must be True or False, got {parallel_tool_calls!r}",
+    if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+        raise InvalidArgumentError(f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}",
                                    param="parallel_tool_calls")
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
         raise InvalidArgumentError(f"chat_template_kwargs must be a dict, got {type(template_kwargs).__name__}",
@@ -96,6 +99,8 @@ def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[
             text = template.render(checked_messages, tools=offered or None, **dict(template_kwargs or {}))
             tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
     if offered:
+        if parallel_tool_calls is None:
+            parallel_tool_calls = template is not None and template.supports_parallel_tool_calls
         with about("tools"):  # the tools' schemas become the call grammar
             calls = fmt.constraint(offered, choice, parallel_tool_calls)
             assert calls is not None  # (None only for tool_choice "none")

@@ -16,6 +16,7 @@ text as sent; `tool` messages keep tool_call_id, name and content.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -228,6 +229,24 @@ def text_only_history(messages: Sequence[dict], tools: Sequence[dict] = ()) -> l
 
 # -- the template ----------------------------------------------------------------------------------------
 
+# llama.cpp's check of a template's parallel tool calls (its caps.cpp), which llama-server takes the default of
+# parallel_tool_calls from: an assistant message with two calls, rendered; the second call's arguments must show
+_SECOND_CALL = "second-call-value"
+_PARALLEL_PROBE: list[dict[str, Any]] = [
+    {"role": "user", "content": "User message"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call0000{i}", "type": "function", "function": {"name": "tool1", "arguments": {"arg": value}}}
+        for i, value in enumerate(("first-call-value", _SECOND_CALL), 1)]},
+    {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+    {"role": "assistant", "content": "The tool response was 'tool response'"},
+    {"role": "user", "content": "User message"},
+]
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "tool1", "description": "Tool description",
+    "parameters": {"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
+                   "required": ["arg"]}}}]
+
+
 def special_tokens(model: Any) -> tuple[str, str]:
     """(bos_token, eos_token) of a Model, as text ("" where the vocabulary has none)."""
     vocab = model.handle
@@ -302,6 +321,19 @@ class ChatTemplate:
     def renders_tool_calls(self, source: str | None = None) -> bool:
         """Whether the template writes assistant tool_calls itself (in a syntax we parse)."""
         return "tool_calls" in (source or self.source) and not self.tool_call_format.system_prompt
+
+    @functools.cached_property
+    def supports_parallel_tool_calls(self) -> bool:
+        """Whether the template writes back more than one call of an assistant message (llama.cpp's check):
+        the default of parallel_tool_calls, as in llama-server. A template that does not render tool_calls
+        itself (the generic format, SmolLM2's) does not; one that fails on the check's history does not."""
+        if not self.renders_tool_calls(self._source_for(_PROBE_TOOLS)):
+            return False
+        try:
+            text = self.render(_PARALLEL_PROBE, tools=_PROBE_TOOLS, add_generation_prompt=False)
+        except ChatTemplateError:
+            return False
+        return _SECOND_CALL in text
 
     def render(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:

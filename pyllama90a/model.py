@@ -415,7 +415,7 @@ class Model:
              top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
              presence_penalty: float = 0.0, seed: int | None = None, stop: str | Sequence[str] | None = (),
              stream: bool = False, tools: Sequence[dict] | None = None, tool_choice: object = None,
-             parallel_tool_calls: bool = True, response_format: object = None, json_schema: object = None,
+             parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None) -> Completion | Iterator[Piece]:
         """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
@@ -427,6 +427,7 @@ class Model:
         a listed function whose arguments match its schema; with "auto" the model may answer in text, and a call
         it starts is constrained from its first marker on. The result's `tool_calls` holds the calls (ids,
         names, arguments as JSON text), `text` the content, and finish_reason is "tool_calls".
+        parallel_tool_calls: None (the default) takes what the chat template can write back, as llama-server.
         chat_template_kwargs: extra template variables (e.g. {"enable_thinking": False}).
         """
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,

@@ -46,20 +46,28 @@ WELL_FORMED = [
 ]
 
 MALFORMED = [
-    (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'),  # cut off
     (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": Paris}}\n</tool_call>'),  # bad JSON
     (HERMES, '<tool_call>\n{"name": "delete_everything", "arguments": {}}\n</tool_call>'),  # not a listed function
     (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": "city=Paris"}\n</tool_call>'),  # not an object
     (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {}, "extra": 1}\n</tool_call>'),
     (HERMES, '<tool_call>\n{"name": "get_weather", "name": "get_time", "arguments": {}}\n</tool_call>'),
     (HERMES, '<tool_call>\n[1, 2]\n</tool_call>'),
-    (HERMES, '<tool_call>'),
     (HERMES, 'Hello <tool_call> {"name": 5, "arguments": {}} </tool_call>'),
     (LLAMA3, '<|python_tag|>brave_search.call(query="weather")'),
     (LLAMA3, '{"name": "get_weather", "parameters": {"city": "Oslo"}, "arguments": {}}'),
     (MISTRAL, '[TOOL_CALLS]{"name": "ping", "arguments": {}}'),  # not an array
-    (MISTRAL, '[TOOL_CALLS][{"name": "ping", "arguments": {}}'),  # array not closed
     (MISTRAL, '[TOOL_CALLS][{"name": "ping", "arguments": {}} {"name": "ping", "arguments": {}}]'),
+]
+
+# text that ends inside a call (max_tokens, a stop string): (format, text, content, complete calls)
+CUT_OFF = [
+    (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', "", []),
+    (HERMES, '<tool_call>', "", []),
+    (HERMES, 'Sure.\n<tool_call>\n{"na', "Sure.", []),
+    (HERMES, '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "get_weather", '
+             '"arguments": {"ci', "", [("ping", {})]),
+    (MISTRAL, '[TOOL_CALLS][{"name": "ping", "arguments": {}}', "", [("ping", {})]),  # array not closed
+    (LLAMA3, 'Here: {"name": "get_time", "parameters": {"zone": "P', "Here:", []),
 ]
 
 
@@ -283,6 +291,26 @@ def test_well_formed_output_parses(fmt, text, content, calls) -> None:
 def test_malformed_output_is_content(fmt, text) -> None:
     result = fmt.parse(text, TOOLS)
     assert result.tool_calls == [] and result.content == text.strip()
+
+
+@pytest.mark.parametrize("fmt, text, content, calls", CUT_OFF, ids=_ids(CUT_OFF))
+def test_a_cut_off_call_is_neither_content_nor_a_call(fmt, text, content, calls) -> None:
+    result = fmt.parse(text, TOOLS)
+    assert result.content == content and _calls(result) == calls
+    for chunks in _chunkings(text):
+        deltas, st = _stream(fmt, text, chunks)
+        joined = reassemble(deltas)
+        assert joined.content == content, chunks  # (a call's header already sent cannot be taken back)
+        assert [(n, json.loads(a)) for n, a in ((c.name, c.arguments) for c in joined.tool_calls)
+                if _parses(a)] == calls
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def test_calls_before_a_malformed_block_are_kept() -> None:

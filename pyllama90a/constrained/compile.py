@@ -47,6 +47,9 @@ def _validate(grammar: str, what: str, schema_for_path: Any = None) -> None:
     is_error, messages = llguidance().LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
         detail = _clean(messages[0]) if messages else "invalid"
+        if detail.startswith("Unimplemented keys"):  # e.g. uniqueItems (pydantic's set[...]): not a CFG's
+            detail += (" (llguidance cannot enforce them, and a schema is never silently weakened: leave them "
+                       "out; maxItems bounds an array)")
         where = _schema_path(schema_for_path) if schema_for_path is not None else ""
         raise ConstraintError(f"{what}: {detail}{where}")
 

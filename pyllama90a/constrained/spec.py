@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import ConstraintError
 from ..toolcalls.pattern import CallPattern
 from . import limits as _limits
+from .closed_objects import closed_objects
 from .compile import JSON_DEFAULTS, _clean, compiled
 from .vocab import SPECIAL_PREFIX, Vocab, llguidance
 
@@ -147,8 +148,9 @@ def _literal(text: str, vocab: Vocab | None) -> str:
 # -- the constraints ------------------------------------------------------------------------------------------
 
 def json_schema(schema: object, *, name: str = "json_schema") -> Constraint:
-    """JSON valid under `schema` (a dict, JSON text, or a pydantic model class)."""
-    d = schema_dict(schema, name)
+    """JSON valid under `schema` (a dict, JSON text, or a pydantic model class); an object schema with
+    `properties` and no `additionalProperties` allows no other key (closed_objects.py)."""
+    d = closed_objects(schema_dict(schema, name))
     return Constraint("json_schema", d, _lark=_json_grammar(d, name))
 
 
@@ -176,6 +178,7 @@ def tool_calls(formats: Sequence[CallPattern], *, trigger: str | None = None, pa
                separator: str = "\n", name: str = "tools") -> Constraint:
     """A tool call: one of `formats` (literal prefix, JSON under the schema, literal suffix).
 
+    Each schema is read as json_schema() reads it (objects with `properties` closed by default).
     Without `trigger` the whole output is the call (tool_choice "required" or a named function). With
     `trigger` the constraint is lazy, as llama.cpp's "auto" tool calls: text is free until `trigger` appears,
     and from it on the output must be one of `formats`, each of whose prefixes starts with `trigger`. Output
@@ -199,7 +202,7 @@ def tool_calls(formats: Sequence[CallPattern], *, trigger: str | None = None, pa
         suffix = _text(f"{name}[{i}].suffix", f.suffix, empty_ok=True)
         if trigger is not None and not prefix.startswith(trigger):
             raise ConstraintError(f"{name}[{i}].prefix must start with the trigger {trigger!r}, got {prefix!r}")
-        schema = schema_dict(f.schema, f"{name}[{i}].schema")
+        schema = closed_objects(schema_dict(f.schema, f"{name}[{i}].schema"))
         _json_grammar(schema, f"{name}[{i}].schema")  # checks the schema, naming the format it is in
         checked.append((prefix, schema, suffix))
 

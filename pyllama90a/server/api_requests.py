@@ -169,7 +169,7 @@ class Generation:
     messages: Messages | None = None  # (chat)
     tools: Tools | None = None
     tool_choice: Any = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = None  # None: the chat template's capability (chat.prepare_chat)
     template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
     ignored: list[str] = field(default_factory=list)  # unknown fields, sorted (served: --unknown-fields warn)
 
@@ -303,7 +303,8 @@ def _tools(body: dict, gen: Generation) -> None:
     except InvalidArgumentError as e:
         raise _bad("tool_choice", str(e)) from None
     gen.tool_choice = {"type": "function", "function": {"name": choice.name}} if choice.name else choice.mode
-    gen.parallel_tool_calls = _boolean(body, "parallel_tool_calls", True)
+    gen.parallel_tool_calls = None if body.get("parallel_tool_calls") is None else \
+        _boolean(body, "parallel_tool_calls", True)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise _bad("chat_template_kwargs", "'chat_template_kwargs' must be an object of template variables")

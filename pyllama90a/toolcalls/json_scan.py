@@ -4,6 +4,7 @@ object is complete. Full validity is checked with json.loads once it is complete
 from __future__ import annotations
 
 import json
+from typing import Any
 
 WS = " \t\r\n"
 
@@ -14,15 +15,9 @@ def skip_ws(text: str, pos: int) -> int:
     return pos
 
 
-def scan_object(text: str, pos: int) -> ObjectScanner:
-    """The scanner run over text[pos:]: done, invalid, or waiting for more text."""
-    scanner = ObjectScanner()
-    scanner.feed(text[pos:])
-    return scanner
-
-
 class ObjectScanner:
-    """See the module's doc; `buf` holds what it was fed (text[pos:] of scan_object)."""
+    """See the module's doc; `buf` holds what it was fed (the text from the object's start), `memo` what a
+    reader made of the complete object (read once)."""
 
     def __init__(self) -> None:
         self.buf = ""
@@ -39,6 +34,7 @@ class ObjectScanner:
         self.order: list[str] = []
         self.n_members = 0
         self.end = 0
+        self.memo: Any = None
 
     @property
     def done(self) -> bool:

@@ -1,13 +1,15 @@
 """`ToolCallStream`: generated text chunks in, OpenAI's streaming deltas out, as the difference between
-successive scans (parse.py) of the text so far."""
+successive scans (parse.py) of the text so far. Each scan starts where the last one settled (after the last
+finished call block, at the open one's start, or at text held back) and goes on with the open block's object
+scanners, so a feed reads its own text once, however long the answer grows."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ..errors import InvalidArgumentError
-from .formats import PartialCall
+from .formats import PartialCall, Scanners
 from .json_scan import WS
-from .parse import Item, Scan, scan
+from .parse import Scan, scan
 from .results import ParsedToolCall, ParseResult
 from .tools import type_name
 
@@ -24,25 +26,36 @@ class ToolCallStream:
     A stream cannot take back what it has sent: when a call's arguments turn out malformed after its header
     went out (or the text ends inside them, e.g. at max_tokens), that call keeps the arguments sent so far,
     the rest of the text is content, and `malformed` is True; a whole-text parse of the same text returns it
-    all as content.
+    all as content (a cut-off call: neither content nor a call, see parse.py).
     """
 
     def __init__(self, family: str, new_id: Callable[[], str], names: set[str] | None = None) -> None:
         self._family, self._new_id, self.names = family, new_id, names
-        self.text = ""
-        self.calls: list[dict] = []  # {"id", "name", "arguments"} sent so far
+        self.calls: list[dict] = []  # {"id", "name", "arguments", "complete", "upto"} sent so far
         self.malformed = False
-        self._content = ""  # sent so far
-        self._last: Scan = Scan([], False)  # the last scan that agreed with what was sent
         self._finished = False
+        # what a feed reads: the text from where the last scan settled (its start is text position `_base`),
+        # and the open block's object scanners; what lies before is sent for good
+        self._tail = ""
+        self._base = 0
+        self._scanners: Scanners = {}
+        self._tail_raw = 0    # content characters of the tail already taken
+        self._tail_calls = 0  # index in self.calls of the tail's first call
+        self._raw = False     # a block went wrong: from it on, all text is content
+        self._content: list[str] = []  # sent
+        self._pending = ""    # whitespace at the end of the content, held until what follows it shows
 
     @property
     def has_tool_calls(self) -> bool:
-        return bool(self.calls)
+        """Whether a complete call was streamed."""
+        return any(c["complete"] for c in self.calls)
 
     def result(self) -> ParseResult:
-        """What has been streamed so far, as a ParseResult (complete after finish())."""
-        return ParseResult(self._content, [ParsedToolCall(c["id"], c["name"], c["arguments"]) for c in self.calls])
+        """What has been streamed so far, as a ParseResult (all of it after finish()): the content and the
+        complete calls (a call cut off or broken after its header went out is in the deltas only, so that
+        every call here has arguments that parse)."""
+        return ParseResult("".join(self._content), [ParsedToolCall(c["id"], c["name"], c["arguments"])
+                                                     for c in self.calls if c["complete"]])
 
     def feed(self, chunk: str) -> list[dict]:
         """The deltas that `chunk` (the next piece of generated text) makes known."""
@@ -50,7 +63,11 @@ class ToolCallStream:
             raise InvalidArgumentError("feed() after finish()")
         if not isinstance(chunk, str):
             raise InvalidArgumentError(f"chunk must be a str, got {type_name(chunk)}")
-        self.text += chunk
+        if self._raw:
+            out: list[dict] = []
+            self._take_content(chunk, out)
+            return out
+        self._tail += chunk
         return self._update(final=False)
 
     def finish(self) -> list[dict]:
@@ -58,48 +75,63 @@ class ToolCallStream:
         if self._finished:
             return []
         self._finished = True
-        return self._update(final=True)
+        return [] if self._raw else self._update(final=True)
 
     def _update(self, final: bool) -> list[dict]:
-        if not self.malformed:
-            now = scan(self._family, self.text, self.names, final)
-            if self._agrees(now.calls):
-                self._last = now
-            else:  # what went out stays; the text after it is content
-                self.malformed = True
-        items = self._last.items
-        if self.malformed:
-            calls = self._last.calls
-            items = [self._last.content + self.text[calls[-1].upto if calls else 0:]]
-        return _merge(self._send(items))
+        now = scan(self._family, self._tail, self.names, final, 0, self._scanners)
+        out: list[dict] = []
+        if not self._agrees(now.calls):  # what went out stays; the text after the last call is content
+            self.malformed = self._raw = True
+            self._take_content(self._tail[self.calls[-1]["upto"] - self._base:], out)
+            return _merge(out)
+        taken = 0
+        index = self._tail_calls
+        for item in now.items:
+            if isinstance(item, str):
+                if taken + len(item) > self._tail_raw:
+                    self._take_content(item[max(0, self._tail_raw - taken):], out)
+                taken += len(item)
+            else:
+                self._send_call(index, item, out)
+                index += 1
+        self._tail_raw = max(self._tail_raw, taken)
+        if now.malformed:
+            self._raw = True  # (the block's text, and all after it, is content for good)
+        else:
+            self._settle(now)
+        return _merge(out)
+
+    def _settle(self, now: Scan) -> None:
+        """Drop the tail's text before `now.settled`: no later scan reads it again."""
+        done = now.items[:now.n_settled]
+        self._tail_raw -= sum(len(i) for i in done if isinstance(i, str))
+        self._tail_calls += sum(1 for i in done if not isinstance(i, str))
+        cut = now.settled
+        if cut:
+            self._tail = self._tail[cut:]
+            self._base += cut
+            self._scanners = {k - cut: v for k, v in self._scanners.items() if k >= cut}
 
     def _agrees(self, calls: list[PartialCall]) -> bool:
-        return len(calls) >= len(self.calls) and all(
-            c.name == sent["name"] and c.arguments.startswith(sent["arguments"]) for c, sent in zip(calls, self.calls))
+        sent = self.calls[self._tail_calls:]
+        return len(calls) >= len(sent) and all(
+            c.name == s["name"] and c.arguments.startswith(s["arguments"]) for c, s in zip(calls, sent))
 
-    def _send(self, items: list[Item]) -> list[dict]:
-        out: list[dict] = []
-        content = ""
-        index = 0
-        for item in items:
-            if isinstance(item, str):
-                content += item
-                continue
-            self._send_content(content, out)
-            self._send_call(index, item, out)
-            index += 1
-        self._send_content(content, out)
-        return out
-
-    def _send_content(self, content: str, out: list[dict]) -> None:
-        shown = content.strip(WS)  # (whitespace at the end waits for what follows it)
-        if len(shown) > len(self._content):
-            out.append({"content": shown[len(self._content):]})
-            self._content = shown
+    def _take_content(self, raw: str, out: list[dict]) -> None:
+        """Send content text as it comes: stripped as a whole-text parse strips it (leading whitespace never,
+        trailing whitespace once more content follows)."""
+        text = self._pending + raw
+        if not self._content:
+            text = text.lstrip(WS)
+        shown = text.rstrip(WS)
+        self._pending = text[len(shown):]
+        if shown:
+            out.append({"content": shown})
+            self._content.append(shown)
 
     def _send_call(self, index: int, call: PartialCall, out: list[dict]) -> None:
         if index == len(self.calls):
-            self.calls.append({"id": self._new_id(), "name": call.name, "arguments": ""})
+            self.calls.append({"id": self._new_id(), "name": call.name, "arguments": "", "complete": False})
             out.append({"tool_calls": [{"index": index, "id": self.calls[index]["id"], "type": "function",
                                         "function": {"name": call.name, "arguments": ""}}]})
         sent = self.calls[index]
@@ -107,6 +139,8 @@ class ToolCallStream:
             out.append({"tool_calls": [{"index": index, "function": {
                 "arguments": call.arguments[len(sent["arguments"]):]}}]})
             sent["arguments"] = call.arguments
+        sent["complete"] = call.complete
+        sent["upto"] = self._base + call.upto
 
 
 def _merge(deltas: list[dict]) -> list[dict]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import hermes, llama3, mistral
-from .call_object import Block, PartialCall
+from .call_object import Block, PartialCall, Scanners
 
 FAMILIES: dict[str, ModuleType] = {"hermes": hermes, "llama3": llama3, "mistral": mistral}
 
-__all__ = ["FAMILIES", "Block", "PartialCall"]
+__all__ = ["FAMILIES", "Block", "PartialCall", "Scanners"]

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..json_scan import ObjectScanner, scan_object, skip_ws
+from ..json_scan import ObjectScanner, skip_ws
+
+Scanners = dict[int, ObjectScanner]  # a stream's scanners of the objects it reads, by their position in the text
 
 ARG_KEYS = ("arguments", "parameters")  # Llama 3 writes "parameters"; either is read in every format
 
@@ -33,10 +35,17 @@ class Block:
     end: int = 0
 
 
-def read_call(text: str, pos: int, names: set[str] | None, final: bool) -> Block:
+def read_call(text: str, pos: int, names: set[str] | None, final: bool, scanners: Scanners | None = None) -> Block:
     """The call object at `pos`: "done" (one complete call, `end` after the object), "open" (partial: the call
-    shows once its name is known, listed, and its arguments object has begun) or "malformed"."""
-    scanner = scan_object(text, pos)
+    shows once its name is known, listed, and its arguments object has begun) or "malformed". With
+    `scanners`, the scanner of an earlier read at `pos` goes on from where it stopped."""
+    scanner = scanners.get(pos) if scanners is not None else None
+    if scanner is None:
+        scanner = ObjectScanner()
+        if scanners is not None:
+            scanners[pos] = scanner
+    if not (scanner.done or scanner.invalid):
+        scanner.feed(text[pos + len(scanner.buf):])
     if scanner.invalid:
         return Block("malformed")
     if not scanner.done:
@@ -44,7 +53,9 @@ def read_call(text: str, pos: int, names: set[str] | None, final: bool) -> Block
             return Block("malformed")
         partial = _partial_call(scanner, pos, names)
         return Block("open", [partial] if partial is not None else [])
-    complete = _complete_call(scanner, names)
+    if scanner.memo is None:
+        scanner.memo = (_complete_call(scanner, names),)
+    complete: tuple[str, str] | None = scanner.memo[0]
     if complete is None:
         return Block("malformed")
     return Block("done", [PartialCall(*complete, upto=pos + scanner.end, complete=True)], pos + scanner.end)

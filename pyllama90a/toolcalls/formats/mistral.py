@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..json_scan import skip_ws
-from .call_object import Block, PartialCall, marker_search, read_call
+from .call_object import Block, PartialCall, Scanners, marker_search, read_call
 
 TRIGGER = "[TOOL_CALLS]"
 
@@ -10,7 +10,8 @@ TRIGGER = "[TOOL_CALLS]"
 find_start, partial_start = marker_search(TRIGGER)
 
 
-def read_block(text: str, start: int, names: set[str] | None, final: bool) -> Block:
+def read_block(text: str, start: int, names: set[str] | None, final: bool,
+               scanners: Scanners | None = None) -> Block:
     more = Block("malformed" if final else "open")
     pos = skip_ws(text, start + len(TRIGGER))
     if pos >= len(text):
@@ -23,7 +24,7 @@ def read_block(text: str, start: int, names: set[str] | None, final: bool) -> Bl
         pos = skip_ws(text, pos)
         if pos >= len(text):
             return Block(more.status, calls)
-        item = read_call(text, pos, names, final)
+        item = read_call(text, pos, names, final, scanners)
         calls += item.calls
         if item.status != "done":
             return Block(item.status, calls)
