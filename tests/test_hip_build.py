@@ -49,7 +49,11 @@ def test_our_hip_sources_compile_for_gfx90a_with_rocm_6() -> None:
         assert unit["compiled"] and not unit["problems"], unit
         if unit["all_kernels"].get("count"):
             assert unit["all_kernels"]["wavefront_sizes"] == [64]
-            assert unit["our_kernels"].get("spills", 0) == 0, unit
+            # issue 24: no scratch spills (upstream's worst kernels have them). SGPR spills go to VGPR lanes
+            # (v_writelane), not memory: the fused decode kernel's 26 arguments leave a few (268 over its 123
+            # instances with clang 21), which the code-object report lists against upstream's
+            ours = unit["our_kernels"]
+            assert ours.get("max_scratch_bytes", 0) == 0 and ours.get("vgpr_spills", 0) == 0, unit
 
 
 def test_the_gfx90a_wheel_runs_the_default_model_on_the_cpu_without_an_amd_gpu(model_path: Path) -> None:

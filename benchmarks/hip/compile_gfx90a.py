@@ -310,6 +310,7 @@ def summarize(kernels: list[dict]) -> dict:
         "max_vgpr": max(ints("vgpr_count")), "max_agpr": max(ints("agpr_count")),
         "max_sgpr": max(ints("sgpr_count")),
         "spills": sum(ints("vgpr_spill_count")) + sum(ints("sgpr_spill_count")),
+        "vgpr_spills": sum(ints("vgpr_spill_count")), "sgpr_spills": sum(ints("sgpr_spill_count")),
         "max_scratch_bytes": max(ints("private_segment_fixed_size")),
         "max_lds_bytes": max(ints("group_segment_fixed_size")),
     }
