@@ -8,10 +8,9 @@ the fraction of that bound each mode reaches.
 from __future__ import annotations
 
 import os
-import time
 
-from ._ffi import ffi, lib
 from .gguf_header import read_header
+from .native.ggml import copy_bandwidth as copy_bandwidth  # measured on the backend device, in the binding floor
 
 _TOKEN_EMBEDDING = "token_embd.weight"
 _OUTPUT = "output.weight"  # absent: the output layer reuses the token embedding, read whole
@@ -30,52 +29,3 @@ def weight_bytes_per_token(path: str | os.PathLike) -> int:
 def decode_bytes(weight_bytes: int, kv_bytes_per_cell: float, depth: int) -> int:
     """Bytes a one-token decode step reads on top of `depth` cached tokens (and its own)."""
     return int(weight_bytes + kv_bytes_per_cell * (depth + 1))
-
-
-def _device(gpu: bool):
-    kind = lib.GGML_BACKEND_DEVICE_TYPE_GPU if gpu else lib.GGML_BACKEND_DEVICE_TYPE_CPU
-    dev = lib.ggml_backend_dev_by_type(kind)
-    if dev == ffi.NULL:
-        raise RuntimeError(f"ggml has no {'GPU' if gpu else 'CPU'} device")
-    return dev
-
-
-def copy_bandwidth(gpu: bool, n_bytes: int = 512 * 2**20, reps: int = 5, n_threads: int | None = None) -> float:
-    """Bytes per second (read + write) of ggml's contiguous copy (CONT of an F32 tensor) on the first GPU or the
-    CPU: a device-to-device copy on CUDA/HIP, a threaded memcpy on the CPU. The best of `reps`."""
-    n = n_bytes // 4
-    ctx = lib.ggml_init({"mem_size": 4 * 2**20, "mem_buffer": ffi.NULL, "no_alloc": True})
-    if ctx == ffi.NULL:
-        raise RuntimeError("ggml_init failed")
-    buffer = backend = ffi.NULL
-    try:
-        src = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n, 1, 1, 1)
-        dst = lib.ggml_cont(ctx, src)  # a CONT node even of a contiguous tensor: one copy
-        graph = lib.ggml_new_graph(ctx)
-        lib.ggml_build_forward_expand(graph, dst)
-        dev = _device(gpu)
-        buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(ctx, lib.ggml_backend_dev_buffer_type(dev))
-        if buffer == ffi.NULL:
-            raise RuntimeError(f"could not allocate {2 * n_bytes} bytes for the copy bandwidth")
-        backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
-        if backend == ffi.NULL:
-            raise RuntimeError("could not start the backend for the copy bandwidth")
-        if not gpu and n_threads:
-            from .native.ggml import cpu_proc
-
-            set_n_threads = cpu_proc("ggml_backend_set_n_threads", "ggml_backend_set_n_threads_t")
-            if set_n_threads is not None:
-                set_n_threads(backend, n_threads)
-        times = []
-        for _ in range(reps + 1):
-            t0 = time.perf_counter()
-            if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
-                raise RuntimeError("the copy bandwidth graph failed")
-            times.append(time.perf_counter() - t0)
-        return 2 * lib.ggml_nbytes(src) / min(times[1:])  # the first run pages the buffers in
-    finally:
-        if backend != ffi.NULL:
-            lib.ggml_backend_free(backend)
-        if buffer != ffi.NULL:
-            lib.ggml_backend_buffer_free(buffer)
-        lib.ggml_free(ctx)

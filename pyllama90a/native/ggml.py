@@ -1,7 +1,8 @@
-"""ggml-level facts: a KV type's ggml number and row size, the backend devices, the CPU backend (its features, the
-variant a portable build loaded, a graph computed on it), llama.cpp's system info."""
+"""ggml-level facts: a KV type's ggml number and row size, the backend devices and a copy bandwidth on one, the
+CPU backend (its features, the variant a portable build loaded, a graph computed on it), llama.cpp's system info."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,3 +128,50 @@ def type_info(type_id: int) -> TypeInfo | None:
     traits = lib.ggml_get_type_traits(type_id)
     return TypeInfo(ffi.string(traits.type_name).decode(), traits.blck_size, lib.ggml_type_size(type_id),
                     traits.to_float != ffi.NULL)
+
+
+def _device(gpu: bool):
+    kind = lib.GGML_BACKEND_DEVICE_TYPE_GPU if gpu else lib.GGML_BACKEND_DEVICE_TYPE_CPU
+    dev = lib.ggml_backend_dev_by_type(kind)
+    if dev == ffi.NULL:
+        raise RuntimeError(f"ggml has no {'GPU' if gpu else 'CPU'} device")
+    return dev
+
+
+def copy_bandwidth(gpu: bool, n_bytes: int = 512 * 2**20, reps: int = 5, n_threads: int | None = None) -> float:
+    """Bytes per second (read + write) of ggml's contiguous copy (CONT of an F32 tensor) on the first GPU or the
+    CPU: a device-to-device copy on CUDA/HIP, a threaded memcpy on the CPU. The best of `reps`."""
+    n = n_bytes // 4
+    ctx = lib.ggml_init({"mem_size": 4 * 2**20, "mem_buffer": ffi.NULL, "no_alloc": True})
+    if ctx == ffi.NULL:
+        raise RuntimeError("ggml_init failed")
+    buffer = backend = ffi.NULL
+    try:
+        src = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n, 1, 1, 1)
+        dst = lib.ggml_cont(ctx, src)  # a CONT node even of a contiguous tensor: one copy
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, dst)
+        dev = _device(gpu)
+        buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(ctx, lib.ggml_backend_dev_buffer_type(dev))
+        if buffer == ffi.NULL:
+            raise RuntimeError(f"could not allocate {2 * n_bytes} bytes for the copy bandwidth")
+        backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
+        if backend == ffi.NULL:
+            raise RuntimeError("could not start the backend for the copy bandwidth")
+        if not gpu and n_threads:
+            set_n_threads = cpu_proc("ggml_backend_set_n_threads", "ggml_backend_set_n_threads_t")
+            if set_n_threads is not None:
+                set_n_threads(backend, n_threads)
+        times = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
+                raise RuntimeError("the copy bandwidth graph failed")
+            times.append(time.perf_counter() - t0)
+        return 2 * lib.ggml_nbytes(src) / min(times[1:])  # the first run pages the buffers in
+    finally:
+        if backend != ffi.NULL:
+            lib.ggml_backend_free(backend)
+        if buffer != ffi.NULL:
+            lib.ggml_backend_buffer_free(buffer)
+        lib.ggml_free(ctx)
