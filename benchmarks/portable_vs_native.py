@@ -21,14 +21,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_ARGS = ["--depths", "4096", "--modes", "fa-off:f16/f16", "fa-off:q4_0/q4_0", "--reps", "2", "--threads", "2",
+BENCH_ARGS = ["--depths", "4096", "--modes", "fa-off:f16/f16", "fa-off:q4_0/q4_0", "--reps", "2",
               "--no-overhead", "--no-plot"]
 
 
-def run_bench(site: Path, out: Path) -> dict:
+def run_bench(site: Path, out: Path, threads: int) -> dict:
     # the checkout's Python code, the build's compiled part (pyllama90a/__init__.py finds it through PYTHONPATH)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    subprocess.run([sys.executable, "-m", "pyllama90a.bench", *BENCH_ARGS, "--out", str(out)], cwd=ROOT, env=env,
+    subprocess.run([sys.executable, "-m", "pyllama90a.bench", *BENCH_ARGS, "--threads", str(threads), "--out", str(out)], cwd=ROOT, env=env,
                    check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "bench.json").read_text())
 
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--native", type=Path, required=True)
     p.add_argument("--portable", type=Path, required=True)
     p.add_argument("--rounds", type=int, default=4)
+    # 1 on a machine that other work shares: a lone thread is slowed in proportion, two threads wait at every
+    # barrier for whichever of them was descheduled
+    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     rounds: list[dict[str, dict[str, float]]] = []
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         # ABBA: the build that runs first in a round alternates, so that an order effect (a machine faster or
         # slower in the first run after a pause) does not land on one build
         for build in (("native", "portable") if r % 2 == 0 else ("portable", "native")):
-            result = run_bench(getattr(args, build), args.out / f"round{r + 1}-{build}")
+            result = run_bench(getattr(args, build), args.out / f"round{r + 1}-{build}", args.threads)
             this[build] = figures(result)
             if build == "portable":
                 machine = result.get("machine", machine)
@@ -64,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = list(rounds[0]["native"])
     lines = [f"# Portable vs native build, CPU (`benchmarks/portable_vs_native.py --rounds {args.rounds}`)", "",
              f"Machine (portable run): {machine}", "",
-             "Bench per run: `python -m pyllama90a.bench " + " ".join(BENCH_ARGS) + "` (default model).", "",
+             "Bench per run: `python -m pyllama90a.bench " + " ".join(BENCH_ARGS)
+             + f" --threads {args.threads}` (default model).", "",
              "| figure | native tok/s (median) | portable tok/s (median) | portable / native per round | median |",
              "|---|---:|---:|---|---:|"]
     summary = {}
