@@ -3,6 +3,7 @@ CPU backend (its features, the variant a portable build loaded, a graph computed
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,16 +45,38 @@ def system_info() -> str:
     return ffi.string(lib.llama_print_system_info()).decode().strip()
 
 
-def _cpu_device():
-    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+def _device(gpu: bool = False):
+    """ggml's first GPU device, or its CPU device."""
+    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_GPU if gpu else lib.GGML_BACKEND_DEVICE_TYPE_CPU)
     if dev == ffi.NULL:
-        raise RuntimeError("ggml has no CPU backend loaded")
+        raise RuntimeError(f"ggml has no {'GPU' if gpu else 'CPU'} backend loaded")
     return dev
+
+
+@contextmanager
+def _backend(dev, n_threads: int | None):
+    """A started backend of `dev` (n_threads applies to the CPU's), freed on exit."""
+    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
+    if backend == ffi.NULL:
+        raise RuntimeError(f"could not start ggml's {ffi.string(lib.ggml_backend_dev_name(dev)).decode()} backend")
+    try:
+        set_n_threads = cpu_proc("ggml_backend_set_n_threads", "ggml_backend_set_n_threads_t") if n_threads else None
+        if set_n_threads is not None and lib.ggml_backend_dev_type(dev) == lib.GGML_BACKEND_DEVICE_TYPE_CPU:
+            set_n_threads(backend, n_threads)
+        yield backend
+    finally:
+        lib.ggml_backend_free(backend)
+
+
+def _compute(backend, graph) -> None:
+    status = lib.ggml_backend_graph_compute(backend, graph)
+    if status != lib.GGML_STATUS_SUCCESS:
+        raise RuntimeError(f"ggml_backend_graph_compute failed (status {status})")
 
 
 def cpu_proc(name: str, ctype: str):
     """A function of the CPU backend by name (its module is loaded at run time in a portable build), or None."""
-    address = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(_cpu_device()), name.encode())
+    address = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(_device()), name.encode())
     return None if address == ffi.NULL else ffi.cast(ctype, address)
 
 
@@ -63,7 +86,7 @@ def cpu_build_features() -> dict[str, str]:
     found: dict[str, str] = {}
     if get_features is None:
         return found
-    feature = get_features(lib.ggml_backend_dev_backend_reg(_cpu_device()))
+    feature = get_features(lib.ggml_backend_dev_backend_reg(_device()))
     while feature.name != ffi.NULL:
         found[ffi.string(feature.name).decode()] = ffi.string(feature.value).decode()
         feature += 1
@@ -84,18 +107,8 @@ def loaded_cpu_backend() -> str:
 
 def compute_on_cpu(graph, n_threads: int) -> None:
     """Compute a ggml graph (tensors in host memory) on the CPU backend with n_threads threads."""
-    backend = lib.ggml_backend_dev_init(_cpu_device(), ffi.NULL)
-    if backend == ffi.NULL:
-        raise RuntimeError("could not start ggml's CPU backend")
-    try:
-        set_n_threads = cpu_proc("ggml_backend_set_n_threads", "ggml_backend_set_n_threads_t")
-        if set_n_threads is not None:
-            set_n_threads(backend, n_threads)
-        status = lib.ggml_backend_graph_compute(backend, graph)
-        if status != lib.GGML_STATUS_SUCCESS:
-            raise RuntimeError(f"ggml_backend_graph_compute failed (status {status})")
-    finally:
-        lib.ggml_backend_free(backend)
+    with _backend(_device(), n_threads) as backend:
+        _compute(backend, graph)
 
 
 def cpu_extra_buffer_types() -> dict[str, object]:
@@ -105,7 +118,7 @@ def cpu_extra_buffer_types() -> dict[str, object]:
     found: dict[str, object] = {}
     if get_extra is None:
         return found
-    buft = get_extra(_cpu_device())
+    buft = get_extra(_device())
     while buft[0] != ffi.NULL:
         found[ffi.string(lib.ggml_backend_buft_name(buft[0])).decode()] = buft[0]
         buft += 1
@@ -130,14 +143,6 @@ def type_info(type_id: int) -> TypeInfo | None:
                     traits.to_float != ffi.NULL)
 
 
-def _device(gpu: bool):
-    kind = lib.GGML_BACKEND_DEVICE_TYPE_GPU if gpu else lib.GGML_BACKEND_DEVICE_TYPE_CPU
-    dev = lib.ggml_backend_dev_by_type(kind)
-    if dev == ffi.NULL:
-        raise RuntimeError(f"ggml has no {'GPU' if gpu else 'CPU'} device")
-    return dev
-
-
 def copy_bandwidth(gpu: bool, n_bytes: int = 512 * 2**20, reps: int = 5, n_threads: int | None = None) -> float:
     """Bytes per second (read + write) of ggml's contiguous copy (CONT of an F32 tensor) on the first GPU or the
     CPU: a device-to-device copy on CUDA/HIP, a threaded memcpy on the CPU. The best of `reps`."""
@@ -145,7 +150,7 @@ def copy_bandwidth(gpu: bool, n_bytes: int = 512 * 2**20, reps: int = 5, n_threa
     ctx = lib.ggml_init({"mem_size": 4 * 2**20, "mem_buffer": ffi.NULL, "no_alloc": True})
     if ctx == ffi.NULL:
         raise RuntimeError("ggml_init failed")
-    buffer = backend = ffi.NULL
+    buffer = ffi.NULL
     try:
         src = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, n, 1, 1, 1)
         dst = lib.ggml_cont(ctx, src)  # a CONT node even of a contiguous tensor: one copy
@@ -155,23 +160,14 @@ def copy_bandwidth(gpu: bool, n_bytes: int = 512 * 2**20, reps: int = 5, n_threa
         buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(ctx, lib.ggml_backend_dev_buffer_type(dev))
         if buffer == ffi.NULL:
             raise RuntimeError(f"could not allocate {2 * n_bytes} bytes for the copy bandwidth")
-        backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
-        if backend == ffi.NULL:
-            raise RuntimeError("could not start the backend for the copy bandwidth")
-        if not gpu and n_threads:
-            set_n_threads = cpu_proc("ggml_backend_set_n_threads", "ggml_backend_set_n_threads_t")
-            if set_n_threads is not None:
-                set_n_threads(backend, n_threads)
         times = []
-        for _ in range(reps + 1):
-            t0 = time.perf_counter()
-            if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
-                raise RuntimeError("the copy bandwidth graph failed")
-            times.append(time.perf_counter() - t0)
+        with _backend(dev, n_threads) as backend:
+            for _ in range(reps + 1):
+                t0 = time.perf_counter()
+                _compute(backend, graph)
+                times.append(time.perf_counter() - t0)
         return 2 * lib.ggml_nbytes(src) / min(times[1:])  # the first run pages the buffers in
     finally:
-        if backend != ffi.NULL:
-            lib.ggml_backend_free(backend)
         if buffer != ffi.NULL:
             lib.ggml_backend_buffer_free(buffer)
         lib.ggml_free(ctx)
