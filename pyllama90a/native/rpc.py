@@ -11,6 +11,7 @@ names a refused connection or a protocol mismatch only in its log.
 """
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ def protocol_version() -> tuple[int, int, int]:
     return lib.RPC_PROTO_MAJOR_VERSION, lib.RPC_PROTO_MINOR_VERSION, lib.RPC_PROTO_PATCH_VERSION
 
 
+@functools.cache  # asked after every decode of a model with workers (check_workers): look it up once
 def _proc(name: str, ctype: str):
     reg = lib.ggml_backend_reg_by_name(b"RPC")
     address = ffi.NULL if reg == ffi.NULL else lib.ggml_backend_reg_get_proc_address(reg, name.encode())
