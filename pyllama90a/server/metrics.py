@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..engine import BatchEngine
+    from ..engine import BatchEngine, EngineStats
 
 PREFIX = "pyllama90a_"
 LLAMA_SERVER_PREFIX = "llamacpp:"
@@ -23,11 +23,10 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def _llama_server_families(lines: list[str], engine: BatchEngine, seconds: Mapping[str, float]) -> None:
+def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mapping[str, float]) -> None:
     """llama-server's metrics that this server can count truly (no decode-call counts: the engine keeps none).
     Its prompt tokens are the decoded ones; the seconds are the server's timings of finished requests (a
-    request's prompt time includes its wait for a slot)."""
-    stats = engine.stats()
+    request's prompt time includes its wait for a slot). `stats`: the scrape's one reading of the engine."""
     prompt_s, predicted_s = seconds.get("prompt", 0.0), seconds.get("predicted", 0.0)
     timed_prompt, timed_predicted = seconds.get("prompt_n", 0), seconds.get("predicted_n", 0)
     for name, kind, text, value in (
@@ -79,5 +78,5 @@ def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int]
     _family(lines, "kv_cache_info", "gauge", "KV cache configuration (value is always 1).",
             [(f'{{type_k="{kv.type_k}",type_v="{kv.type_v}",n_ctx="{kv.n_ctx}",n_ctx_slot="{engine.n_ctx_slot}",'
               f'flash_attn="{attention.flash_attn}"}}', 1)])
-    _llama_server_families(lines, engine, seconds or {})
+    _llama_server_families(lines, stats, seconds or {})
     return "\n".join(lines) + "\n"

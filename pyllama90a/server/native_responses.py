@@ -10,16 +10,12 @@ from typing import Any
 
 from ..core import GenerationRequest, TokenLogprob
 from ..engine import Chunk
-from .responses import Shape
-
-
-def _piece(piece: bytes) -> str:
-    return piece.decode("utf-8", "replace")
+from .responses import Shape, _text  # one decoding of a token piece for both answer formats
 
 
 def completion_probabilities(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
-    return [{"id": i.token, "token": _piece(i.piece), "bytes": list(i.piece), "logprob": i.logprob,
-             "top_logprobs": [{"id": t, "token": _piece(p), "bytes": list(p), "logprob": lp} for t, p, lp in i.top]}
+    return [{"id": i.token, "token": _text(i.piece), "bytes": list(i.piece), "logprob": i.logprob,
+             "top_logprobs": [{"id": t, "token": _text(p), "bytes": list(p), "logprob": lp} for t, p, lp in i.top]}
             for i in items]
 
 

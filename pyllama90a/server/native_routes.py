@@ -53,6 +53,7 @@ def _piece(piece: bytes) -> str | list[int]:
 def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
     """Add the native routes to `app` (server/openapi_doc.py's `docs` describe them)."""
     engine = state.engine
+    settings = default_settings(state)  # depends only on the server's limits, slot size and model name
     model = engine.model
 
     async def completion(request: Request) -> Response:
@@ -106,7 +107,7 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
     async def props() -> dict[str, Any]:
         return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
                                                 "speculative": False, "is_processing": False,
-                                                "params": default_settings(state)},
+                                                "params": settings},
                 "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(model.path),
                 "chat_template": await asyncio.to_thread(_chat_template, state),
                 "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
