@@ -6,9 +6,7 @@ back)."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import re
 import signal
 import socket
 import struct
@@ -26,6 +24,8 @@ from pyllama90a.native.ggml import ggml_type
 from pyllama90a.placement import Placement
 from pyllama90a.tools.server_process import free_port
 from pyllama90a.tools.worker_process import WorkerProcess
+
+from native_lines import buffer_mib, native_info_lines
 
 SETTINGS = {"ctk": "q4_0", "ctv": "q4_0", "n_ctx": 512, "n_threads": 1}
 PROMPT = "The three primary colors are"
@@ -47,33 +47,6 @@ def local_tokens(model_path):
     for flash_attn in ("off", "on"):
         with pl.Model(model_path, flash_attn=flash_attn, **SETTINGS) as m:
             found[flash_attn] = m.generate(PROMPT, max_tokens=N_TOKENS, temperature=0).tokens
-    return found
-
-
-@contextlib.contextmanager
-def native_info_lines():
-    """llama.cpp's INFO lines (load reports: devices, buffer sizes) logged inside the block."""
-    lines: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("pyllama90a.native")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-def buffer_mib(lines: list[str], kind: str) -> dict[str, float]:
-    """{buffer name: MiB} of llama.cpp's "<name> <kind> buffer size = X MiB" lines (kind "model" or "KV")."""
-    found = {}
-    for line in lines:
-        m = re.search(rf"(\S+) {kind} buffer size =\s*([\d.]+) MiB", line)
-        if m:
-            found[m.group(1)] = found.get(m.group(1), 0.0) + float(m.group(2))
     return found
 
 

@@ -1,6 +1,10 @@
 """The server over an RPC worker: --rpc (and PYLLAMA90A_RPC) reach the engine, and the greedy completion equals
-one process's; the placement flags parse as the Model takes them."""
+one process's; a lost worker is reported and the server serves again once it is back; the placement flags
+parse as the Model takes them."""
 from __future__ import annotations
+
+import re
+import time
 
 import httpx
 import pytest
@@ -38,3 +42,48 @@ def test_the_server_over_a_worker_answers_as_one_process(model_path):
     assert received > 50 * 2**20  # the layers went to the worker (the default model: about 90 MiB of weights)
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["text"] == want
+
+
+def _complete(server: ServerProcess) -> httpx.Response:
+    return httpx.post(server.base_url + "/v1/completions", timeout=120,
+                      json={"model": "m", "prompt": PROMPT, "max_tokens": 12, "temperature": 0})
+
+
+def _metric(server: ServerProcess, name: str) -> float:
+    text = httpx.get(server.base_url + "/metrics", timeout=30).text
+    found = re.search(rf"^pyllama90a_{name} (\S+)$", text, re.MULTILINE)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def test_a_lost_worker_is_reported_and_the_server_serves_again_once_it_is_back(model_path):
+    worker = WorkerProcess().start()
+    try:
+        with ServerProcess(["--model", str(model_path), *KV, "--parallel", "1", "--n-ctx", "1024", "--threads", "1",
+                            "--model-name", "m", "--rpc", worker.endpoint]) as server:
+            first = _complete(server)
+            assert first.status_code == 200, first.text
+            worker.stop()  # killed while the server is idle: the loss shows at the next request
+
+            lost = _complete(server)
+            assert lost.status_code in (500, 503), lost.text
+            assert f"RPC worker {worker.endpoint}" in lost.json()["error"]["message"]
+            health = httpx.get(server.base_url + "/health", timeout=30)
+            assert health.status_code == 503 and health.json()["lost_workers"] == [worker.endpoint]
+            assert _metric(server, "rpc_workers_lost") == 1
+            refused = _complete(server)  # refused up front while the worker is away
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "rpc_worker_lost"
+            assert server.proc.poll() is None
+
+            worker.start()  # back on the same port: the server loads the model again
+            deadline = time.monotonic() + 120
+            while httpx.get(server.base_url + "/health", timeout=30).status_code != 200:
+                assert time.monotonic() < deadline, "the server did not serve again"
+                time.sleep(0.5)
+            again = _complete(server)
+            assert again.status_code == 200, again.text
+            assert again.json()["choices"][0]["text"] == first.json()["choices"][0]["text"]
+            assert (_metric(server, "rpc_workers_lost"), _metric(server, "rpc_worker_losses_total"),
+                    _metric(server, "rpc_reloads_total")) == (0, 1, 1)
+    finally:
+        worker.stop()

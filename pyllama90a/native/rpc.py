@@ -3,7 +3,8 @@ devices as a worker (pyllama90a.worker).
 
 ggml-rpc is a backend module like the others; its functions are reached through its registry's proc addresses.
 Patch 0014 makes a worker that cannot be reached, or that goes away, fail the calls instead of ending this
-process, and adds ggml_backend_rpc_connection_state, which tells which worker a failure came from.
+process, and adds ggml_backend_rpc_connection, the number of this process's connection to a worker (negative once
+it is lost), which tells a model which of its workers is gone.
 
 Before ggml connects to a worker, `probe` says hello itself, with a timeout: ggml's own connect has none (a
 worker busy with another client, or something else listening on the port, would hang the load forever) and
@@ -26,8 +27,6 @@ PROBE_TIMEOUT_S = 10.0
 _RPC_CMD_HELLO = 14
 _CONN_CAPS_SIZE = 24
 _HELLO_REPLY_SIZE = 4 + _CONN_CAPS_SIZE
-# ggml_backend_rpc_connection_state
-NO_CONNECTION, CONNECTED, LOST = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,11 @@ def _proc(name: str, ctype: str):
     return ffi.cast(ctype, address)
 
 
-def connection_state(endpoint: Endpoint) -> int:
-    """NO_CONNECTION, CONNECTED or LOST: this process's connection to the worker at `endpoint`."""
-    state = _proc("ggml_backend_rpc_connection_state", "int (*)(const char *)")
-    return int(state(str(endpoint).encode()))
+def connection(endpoint: Endpoint) -> int:
+    """The number of this process's current connection to the worker at `endpoint` (numbered from 1) while it
+    works; minus that number once it is lost; 0 when there is none."""
+    current = _proc("ggml_backend_rpc_connection", "int64_t (*)(const char *)")
+    return int(current(str(endpoint).encode()))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -104,7 +104,7 @@ def probe(endpoint: Endpoint, timeout: float | None = None) -> tuple[int, int, i
 def worker_devices(endpoint: Endpoint) -> list:
     """The ggml devices (ggml_backend_dev_t) of the worker at `endpoint`, connecting to it unless this process
     already is; ModelLoadError when it cannot be reached or refuses."""
-    if connection_state(endpoint) != CONNECTED:  # probing over a live connection would wait for ourselves
+    if connection(endpoint) <= 0:  # probing over a live connection would wait for ourselves
         probe(endpoint)
     add_server = _proc("ggml_backend_rpc_add_server", "ggml_backend_reg_t (*)(const char *)")
     with NativeCall() as call:

@@ -196,18 +196,22 @@ def main(argv: list[str] | None = None) -> int:
         args.n_ctx = n_ctx
     try:
         template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
-        engine = BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
-                             parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
-                             n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
-                             split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
-                             rpc=args.rpc or ())
+
+        def make_engine() -> BatchEngine:  # at start-up, and again when lost RPC workers are back
+            return BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
+                               parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
+                               n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
+                               split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
+                               rpc=args.rpc or ())
+
+        engine = make_engine()
     except (LlamaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     name = args.model_name or Path(engine.model.path).name
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
-                                      args.unknown_fields))
+                                      args.unknown_fields), reopen=make_engine if args.rpc else None)
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
@@ -224,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
     finally:
-        engine.close()
+        state.workers.close()
+        state.engine.close()  # (the one loaded again, if workers came back)
         isolation.shutdown()
         if state.embedder is not None:
             state.embedder.close()

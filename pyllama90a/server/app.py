@@ -58,17 +58,21 @@ def create_app(state: ServerState) -> FastAPI:
         stats = state.engine.stats()
         body: dict[str, Any] = {"status": "ok", "slots_busy": stats.busy_slots,
                                 "slots_idle": stats.parallel - stats.busy_slots, "queue_depth": stats.queue_depth}
+        lost = state.workers.lost_workers()
         if not state.engine.running:
             failure = state.engine.failure
             body.update(status="error", reason=f"the engine thread stopped on {failure!r}" if failure is not None
                         else "the engine is closed")
+        elif lost:
+            body.update(status="error", reason=f"lost the connection to RPC worker {', '.join(lost)}: the model is "
+                        "loaded again as soon as it answers", lost_workers=list(lost))
         elif state.draining:
             body.update(status="shutting_down", reason="the server is shutting down")
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse, **docs["metrics"])
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(state.engine, state.responses, state.timed),
+        return PlainTextResponse(render_metrics(state.engine, state.responses, state.timed, state.workers),
                                  media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", **docs["models"])

@@ -44,6 +44,7 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
     Returns their handles, the prepared chat and the prompt's tokens.
     Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here). What it
     raises is answered by the app's handler (server/errors.py)."""
+    state.workers.refuse_if_lost()
     engine = state.engine
     # the n generations are queued one after another, before the engine thread moves any into a free slot, so
     # more than the queue holds can never be queued at once, even on an idle server: a 429 ("retry shortly")

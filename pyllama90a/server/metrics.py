@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..engine import BatchEngine, EngineStats
+    from .worker_recovery import WorkerRecovery
 
 PREFIX = "pyllama90a_"
 LLAMA_SERVER_PREFIX = "llamacpp:"
@@ -47,10 +48,10 @@ def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mappin
 
 
 def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int],
-                   seconds: Mapping[str, float] | None = None) -> str:
+                   seconds: Mapping[str, float] | None = None, workers: WorkerRecovery | None = None) -> str:
     """The engine's counters and configuration, the HTTP responses counted by (route, status code), and
     llama-server's families; `seconds`: the summed timings of finished requests (prompt, predicted seconds and
-    the token counts they timed)."""
+    the token counts they timed); `workers`: the RPC workers' losses and the reloads after them."""
     stats = engine.stats()
     kv = engine.model.kv_cache
     attention = engine.model.attention
@@ -78,5 +79,11 @@ def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int]
     _family(lines, "kv_cache_info", "gauge", "KV cache configuration (value is always 1).",
             [(f'{{type_k="{kv.type_k}",type_v="{kv.type_v}",n_ctx="{kv.n_ctx}",n_ctx_slot="{engine.n_ctx_slot}",'
               f'flash_attn="{attention.flash_attn}"}}', 1)])
+    if workers is not None:
+        _family(lines, "rpc_workers_lost", "gauge", "RPC workers whose connection is lost now (generation refused).",
+                [("", len(workers.lost_workers()))])
+        _family(lines, "rpc_worker_losses_total", "counter", "Losses of RPC workers seen.", [("", workers.losses)])
+        _family(lines, "rpc_reloads_total", "counter", "Model loads again after lost RPC workers came back.",
+                [("", workers.reloads)])
     _llama_server_families(lines, stats, seconds or {})
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@ the engine thread's chunks to the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -11,9 +12,11 @@ from typing import Callable
 
 from .. import __version__
 from ..engine import BatchEngine, Chunk
+from ..errors import LlamaError
 from ..model import Model
 from .api_requests import Limits
 from .responses import Shape
+from .worker_recovery import WorkerRecovery
 
 
 @dataclass
@@ -24,6 +27,8 @@ class ServerState:
     embedder: Model | None = None
     limits: Limits = field(default_factory=Limits)
     cors_origins: tuple[str, ...] = ()  # --cors-origins: "*", "localhost" or origins; none: no CORS headers
+    # a new engine made as at start-up: what loads the model again once lost RPC workers are back (None: never)
+    reopen: Callable[[], BatchEngine] | None = None
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
@@ -35,6 +40,18 @@ class ServerState:
         # per request: they are fixed)
         self.fingerprint = f"pyllama90a-{__version__}-{self.engine.model.ctk}-{self.engine.model.ctv}"
         self._mailbox: Mailbox | None = None
+        self.workers = WorkerRecovery(lambda: self.engine, self.replace_engine, self.reopen)
+
+    def replace_engine(self, engine: BatchEngine) -> None:
+        """Serve from `engine` (the model loaded again) and close the old one, and the embedder on its weights
+        (made again on first use)."""
+        old, self.engine = self.engine, engine
+        with self.embed_lock:
+            embedder, self.embedder = self.embedder, None
+        with contextlib.suppress(LlamaError):
+            old.close()
+        if embedder is not None:
+            embedder.close()
 
 
     def note_timings(self, shape: Shape) -> None:
