@@ -27,6 +27,7 @@ from .bench_report import machine_name, write_results
 from .errors import InvalidArgumentError
 from .attention_paths import AttentionPaths
 from .kv_types import check_kv_type
+from .memory_plan import plan_memory
 from .model import Completion, Model
 from .native.ggml import devices
 from .roofline import copy_bandwidth, decode_bytes, weight_bytes_per_token
@@ -192,19 +193,24 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
 
 
 def memory_report(model_path: Path, modes: list[Mode], n_ctx: int, baseline: str, n_gpu_layers: int) -> str:
-    """KV and compute-buffer bytes per mode at `n_ctx` (contexts are created one at a time, nothing runs)."""
+    """KV and compute-buffer bytes per mode at `n_ctx`, from plan_memory: llama.cpp simulates the allocations of
+    each mode's context (no weights are read, nothing is allocated), as a load would reserve them."""
     rows = []
     for mode in modes:
         mode.apply_environment()
-        with Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
-                   n_batch=512, n_ubatch=512, n_gpu_layers=n_gpu_layers, attention_paths=mode.attention_paths) as m:
-            rows.append((str(mode), m.kv_cache.total_bytes, m.compute_buffer_bytes))
+        cache = plan_memory(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_ctx,
+                            n_batch=512, n_ubatch=512, n_gpu_layers=n_gpu_layers,
+                            attention_paths=mode.attention_paths).cache
+        rows.append((str(mode), cache.total_bytes, cache.compute_bytes))
     base = next(r for r in rows if r[0] == baseline)
-    lines = [f"Machine: {machine_name()}  ", f"Model: `{model_path.name}`, n_ctx {n_ctx}, n_ubatch 512", "",
-             "| mode | KV MiB | vs baseline | compute buffer MiB | vs baseline |", "|---|---:|---:|---:|---:|"]
+    lines = [f"Machine: {machine_name()}  ", f"Model: `{model_path.name}`, n_ctx {n_ctx}, n_ubatch 512 "
+             "(plan_memory: allocations simulated by llama.cpp)", "",
+             "| mode | KV MiB | vs baseline | compute buffer MiB | vs baseline | KV + compute MiB | vs baseline |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, kv, compute in rows:
         lines.append(f"| {name} | {kv / 2**20:.1f} | {kv / base[1]:.3f}x | {compute / 2**20:.1f} | "
-                     f"{compute / base[2]:.3f}x |")
+                     f"{compute / base[2]:.3f}x | {(kv + compute) / 2**20:.1f} | "
+                     f"{(kv + compute) / (base[1] + base[2]):.3f}x |")
     return "\n".join(lines) + "\n"
 
 

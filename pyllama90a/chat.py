@@ -22,7 +22,7 @@ from .errors import InvalidArgumentError, about
 from .native import ModelHandle
 from .toolcalls import GENERIC, check_tool_choice, check_tools
 
-__all__ = ["FALLBACK_TEMPLATE", "ChatModel", "PreparedChat", "finish_reason", "prepare_chat"]
+__all__ = ["FALLBACK_TEMPLATE", "ChatModel", "PreparedChat", "finish_reason", "prepare_chat", "render_chat"]
 
 
 class ChatModel(Protocol):
@@ -59,6 +59,22 @@ def builtin_prompt(handle: ModelHandle, messages: Sequence[dict], tools: Sequenc
     return handle.builtin_chat_template(text_only_history(normalize_messages(messages), tools), FALLBACK_TEMPLATE)
 
 
+def render_chat(model: ChatModel, messages: Sequence[dict], tools: Sequence[dict] = (),
+                add_generation_prompt: bool = True, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The prompt text of `messages` (and `tools`): the model's Jinja template, or llama.cpp's built-in
+    FALLBACK_TEMPLATE for a file without one (which takes no template variables and always ends ready for the
+    assistant's turn)."""
+    template = model.chat_template
+    if template is not None:
+        return template.render(messages, tools=list(tools) or None, add_generation_prompt=add_generation_prompt,
+                               **dict(template_kwargs or {}))
+    if template_kwargs or not add_generation_prompt:
+        raise InvalidArgumentError(f"{model.path.name} has no Jinja chat template: llama.cpp's built-in "
+                                   f"{FALLBACK_TEMPLATE} takes no template variables (chat_template_kwargs) and no "
+                                   f"add_generation_prompt=False", param="chat_template_kwargs")
+    return builtin_prompt(model.handle, messages, tools)
+
+
 def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
                  tool_choice: object = None, parallel_tool_calls: bool | None = None,
                  constraint: Constraint | None = None,
@@ -86,18 +102,9 @@ def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[
     # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
     # the messages
     with about("messages"):
-        if template is None:
-            if template_kwargs:
-                raise InvalidArgumentError(f"chat_template_kwargs need a Jinja chat template; {model.path.name} "
-                                           f"has none (llama.cpp's built-in {FALLBACK_TEMPLATE} is used)",
-                                           param="chat_template_kwargs")
-            fmt = GENERIC
-            text = builtin_prompt(model.handle, checked_messages, offered)
-            tokens = model.tokenize(text, add_special=True, parse_special=True)
-        else:
-            fmt = template.tool_call_format
-            text = template.render(checked_messages, tools=offered or None, **dict(template_kwargs or {}))
-            tokens = model.tokenize(text, add_special=not template.has_bos(text), parse_special=True)
+        text = render_chat(model, checked_messages, offered, template_kwargs=template_kwargs)
+        tokens = model.tokenize(text, add_special=template is None or not template.has_bos(text), parse_special=True)
+    fmt = GENERIC if template is None else template.tool_call_format
     if offered:
         if parallel_tool_calls is None:
             parallel_tool_calls = template is not None and template.supports_parallel_tool_calls

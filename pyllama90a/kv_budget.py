@@ -1,13 +1,15 @@
 """KV cache sizes from the GGUF header alone, before loading anything big.
 
-`kv_bytes(path, n_ctx, ctk, ctv)` equals what a loaded `Model(path, n_ctx=..., ctk=..., ctv=...).kv_cache`
-reports for models with one full-attention KV cache (llama and its relatives); `max_n_ctx` is its inverse
-for a byte budget. Models with sliding-window or recurrent layers are refused rather than guessed.
+`kv_bytes(path, n_ctx, ctk, ctv)` equals the K and V bytes that a loaded `Model(path, n_ctx=..., ctk=..., ctv=...)
+.kv_cache` reports for models with one full-attention KV cache (llama and its relatives). `max_n_ctx` answers
+"how much context fits in N bytes" with the compute buffers counted too (plan_memory). Models with sliding-window
+or recurrent layers are refused rather than guessed.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import InvalidArgumentError, ModelFormatError, positive_int
 from .gguf_header import read_header
@@ -56,10 +58,27 @@ def kv_bytes(path: str | os.PathLike, n_ctx: int, ctk: str = "f16", ctv: str = "
     return KVBytes(cells, k * cells, v * cells)
 
 
-def max_n_ctx(path: str | os.PathLike, budget_bytes: int, ctk: str = "f16", ctv: str = "f16") -> int:
-    """The largest n_ctx (a multiple of 256) whose K and V fit in `budget_bytes`; 0 if none does."""
+def max_n_ctx(path: str | os.PathLike, budget_bytes: int, ctk: str = "f16", ctv: str = "f16", **settings: Any) -> int:
+    """The largest n_ctx (a multiple of 256) whose K, V and compute buffers fit in `budget_bytes`: the compute
+    buffers of the attention path that `settings` (Model's other arguments: flash_attn, n_ubatch, n_gpu_layers,
+    ...) choose, from plan_memory's simulated loads. 0 if none fits."""
+    from .memory_plan import plan_memory
+    from .native.context import MAX_N_CTX
+
     ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
         raise InvalidArgumentError(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
+    if "n_ctx" in settings:
+        raise InvalidArgumentError("max_n_ctx finds n_ctx: give the other settings only", param="n_ctx")
     k, v = _per_cell_bytes(path, ctk, ctv)
-    return budget_bytes // (k + v) // KV_CELL_PADDING * KV_CELL_PADDING
+
+    def fits(units: int) -> bool:  # n_ctx = units * KV_CELL_PADDING
+        plan = plan_memory(path, n_ctx=units * KV_CELL_PADDING, ctk=ctk, ctv=ctv, **settings)
+        return plan.cache.memory_bytes <= budget_bytes
+
+    # K and V alone bound it from above; the memory grows with n_ctx, so the largest fitting one is bisected
+    lo, hi = 0, min(budget_bytes // (k + v), MAX_N_CTX) // KV_CELL_PADDING
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo * KV_CELL_PADDING

@@ -6,44 +6,31 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .attention_paths import AttentionPaths
-from .attention_policy import AttentionChoice, choose, decide
-from .chat import builtin_prompt, prepare_chat
+from .attention_policy import AttentionChoice
+from .chat import prepare_chat, render_chat
 from .chat_template import ChatTemplate
 from .context_settings import ContextSettings
+from .embedding import embed_inputs, embedding_inputs
 from .constrained import constraint_from
 from .core import GenerationRequest, GenerationSequence, keep_cached_prefix
 from .core.outputs import Completion, Piece, Timings, Usage
 from .core.tool_output import ToolCallOutput
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError,
-                     StateFileError, flag, fs_path, int_in_range, token_ids, utf8)
-from .gguf_header import read_header
-from .model_file import ModelFile, check_header, pooling_for
+                     flag, fs_path, int_in_range, token_ids, utf8)
+from .memory_plan import KVCacheInfo, kv_cache_info
+from .model_file import ModelFile, check_header
+from .model_open import checked_file, context_params, load_weights, open_context
 from .native import Batch, ContextHandle, ContextParams, ModelHandle
-from .output_checks import require_finite
 from .placement import Placement
 from .sampling import SamplingParams
-from .state_file import StateIdentity, model_fingerprint, read_state_file, write_state_file
-from .tensor_roles import check_tensors
-
-@dataclass(frozen=True)
-class KVCacheInfo:
-    type_k: str
-    type_v: str
-    n_ctx: int
-    k_bytes: int
-    v_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.k_bytes + self.v_bytes
-
+from .state_file import StateIdentity, restore_state, write_state_file
 
 class Model:
     """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.
@@ -78,14 +65,8 @@ class Model:
         raw_path = fs_path("path", path)
         self.path = Path(os.fsdecode(raw_path))
         params = self._settle(context_settings)
-        int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
-        header = read_header(self.path)
-        check_tensors(header, str(self.path))  # types per role: what would crash the first decode
-        # the state files' identity, taken now from the file llama.cpp loads next
-        file = ModelFile(self.path, header, model_fingerprint(raw_path, header.data_offset), n_gpu_layers)
-        check_header(file, params)
-        self._open(file, ModelHandle(raw_path, n_gpu_layers=n_gpu_layers, placement=placement), params,
-                   context_settings.attention_paths)
+        file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
+        self._open(file, load_weights(raw_path, n_gpu_layers, placement), params, context_settings.attention_paths)
 
     def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
@@ -110,9 +91,7 @@ class Model:
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
         s = settings
-        params = ContextParams(n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, n_seq_max=s.n_seq_max,
-                               n_threads=_default_threads() if s.n_threads is None else s.n_threads,
-                               type_k=s.ctk, type_v=s.ctv, flash_attn=s.flash_attn)
+        params = context_params(s)
         self.ctk, self.ctv, self.flash_attn = params.type_k, params.type_v, params.flash_attn
         self._sampling_seed = s.seed
         if s.seed is not None:
@@ -127,19 +106,9 @@ class Model:
 
     def _open(self, file: ModelFile, handle: ModelHandle, params: ContextParams,
               attention_paths: AttentionPaths | None) -> None:
-        """Make the context: flash_attn "auto" resolved by the attention policy, pooling for embeddings, the
-        attention paths set before anything is decoded."""
-        paths = AttentionPaths.checked(attention_paths, none_ok=True)
         self._file = file
-        if handle.workers and file.n_gpu_layers != 0:  # attention runs on a worker, of a kind not known here
-            self._attention = decide(params.flash_attn, params.type_k, params.type_v, "gpu",
-                                     "RPC workers " + ", ".join(map(str, handle.workers)))
-        else:
-            self._attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers)
-        pooling = pooling_for(file.header) if self.embedding else "model"
-        context = ContextHandle(handle, replace(params, flash_attn=self._attention.flash_attn, pooling=pooling),
-                                attention_paths=paths.bits)
-        self._attention_paths = paths
+        context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
+                                                                      attention_paths)
         self._handle, self._context = handle, context
 
     # -- lifetime ----------------------------------------------------------------------------------
@@ -234,10 +203,10 @@ class Model:
 
     @property
     def kv_cache(self) -> KVCacheInfo:
-        """KV types, context size and the exact bytes of the K and V tensors (fixed when the context is made)."""
+        """KV types, context size, the exact bytes of the K and V tensors and of the compute buffers reserved for
+        the worst-case graphs (fixed when the context is made or its attention paths are set)."""
         with self._reading_context() as context:
-            k, v = context.kv_cache_bytes()
-            return KVCacheInfo(self.ctk, self.ctv, context.n_ctx, k, v)
+            return kv_cache_info(context)
 
     @property
     def attention_paths(self) -> AttentionPaths:
@@ -455,13 +424,7 @@ class Model:
     def apply_chat_template(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
                             add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
-        template = self.chat_template
-        if template is None:
-            if not add_generation_prompt or template_kwargs:
-                raise InvalidArgumentError(f"{self.path.name} has no chat template: llama.cpp's built-in ChatML "
-                                           "takes no add_generation_prompt=False or template variables")
-            return builtin_prompt(self.handle, messages, tools or ())
-        return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
+        return render_chat(self, messages, tools or (), add_generation_prompt, template_kwargs)
 
     def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,
                output: ToolCallOutput | None) -> Completion | Iterator[Piece]:
@@ -524,36 +487,11 @@ class Model:
         each a str or a list of token ids (embedded as they are)."""
         if not self.embedding:
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
-        single = isinstance(text, str)
-        texts: list = [text] if isinstance(text, str) else list(text) if isinstance(text, (list, tuple)) else []
-        if not texts or not all(isinstance(t, (str, list, tuple)) and t for t in texts):
-            raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str or "
-                                       "token-id lists")
-        for i, t in enumerate(texts):
-            if isinstance(t, str):
-                utf8("text" if single else f"text[{i}]", t)
-            else:
-                token_ids(t, self.handle.n_vocab)
+        inputs = embedding_inputs(text, self.handle.n_vocab)
         with self._using_context("embed") as context:
-            out = np.empty((len(texts), context.model.n_embd), dtype=np.float32)
-            context.set_embeddings(True)
-            try:
-                for i, t in enumerate(texts):
-                    tokens = self.tokenize(t) if isinstance(t, str) else list(t)
-                    if len(tokens) > context.max_decode_tokens:
-                        raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most "
-                                                   f"{context.max_decode_tokens} (one decode)")
-                    context.clear()
-                    self._kv_tokens = []
-                    self._decode(context, tokens)
-                    out[i] = context.pooled_embedding(0)
-                    require_finite(out[i], f"the embedding of text {i}")
-            finally:
-                context.set_embeddings(False)
-                context.clear()
-                self._kv_tokens = []
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out[0] if single else out
+            self._kv_tokens = []  # (whatever happens: each input starts from an empty cache, and none stays)
+            out = embed_inputs(context, inputs, self.tokenize)
+        return out[0] if isinstance(text, str) else out
 
     # -- state -----------------------------------------------------------------------------------------
 
@@ -571,23 +509,7 @@ class Model:
         A missing, corrupt or mismatched file raises StateFileError and leaves the cache as it was."""
         raw_path = fs_path("path", path)
         with self._using_context("load a state") as context:
-            tokens, payload = read_state_file(raw_path, self._state_identity(context), self.n_ctx_seq,
-                                              context.model.n_vocab)
-            previous = context.state_bytes()  # llama.cpp may have changed the cache by the time it refuses
-            try:
-                context.set_state(payload)
-            except LlamaError as refusal:
-                try:
-                    context.set_state(previous)
-                except LlamaError:  # pragma: no cover - never seen
-                    context.clear()
-                    self._kv_tokens = []
-                    raise StateFileError(f"llama.cpp refused the state in {os.fsdecode(raw_path)} and the previous "
-                                         f"cache could not be restored: the cache is now empty",
-                                         refusal.native_log) from None
-                raise StateFileError(f"llama.cpp refused the state in {os.fsdecode(raw_path)} (saved with another "
-                                     f"flash_attn setting?); the previous cache is kept", refusal.native_log) from None
-            self._kv_tokens = tokens
+            restore_state(context, raw_path, self._state_identity(context), self.n_ctx_seq, self._kv_tokens)
 
     def _state_identity(self, context: ContextHandle) -> StateIdentity:
         return StateIdentity(self._file.sha256, self.ctk, self.ctv, context.n_ctx, context.n_seq_max)
@@ -595,13 +517,3 @@ class Model:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"n_ctx={self.n_ctx}"
         return f"Model({str(self.path)!r}, ctk={self.ctk!r}, ctv={self.ctv!r}, flash_attn={self.flash_attn!r}, {state})"
-
-
-
-def _default_threads() -> int:
-    try:
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except ImportError:  # pragma: no cover
-        return os.cpu_count() or 1

@@ -21,10 +21,13 @@ import stat
 import struct
 import tempfile
 from dataclasses import dataclass
-from typing import BinaryIO, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Sequence
 
-from .errors import StateFileError
+from .errors import LlamaError, StateFileError
 from .gguf_header import open_regular_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .native import ContextHandle
 
 MAGIC = b"PL90STAT"
 FORMAT_VERSION = 2  # 2: the model identity covers samples of the weights
@@ -146,6 +149,28 @@ def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_voc
     if not all(0 <= t < n_vocab for t in tokens):
         raise StateFileError(f"{name}: holds token ids outside this model's vocabulary [0, {n_vocab})")
     return tokens, payload
+
+
+def restore_state(context: ContextHandle, path: bytes, expected: StateIdentity, max_tokens: int,
+                  cached: list[int]) -> None:
+    """Give `context` the state in the file at `path` (read_state_file's checks first). `cached`, the tokens in
+    the cache, is kept true whatever happens: the file's tokens, or unchanged when llama.cpp refuses the payload
+    and the previous cache is put back (StateFileError says so)."""
+    tokens, payload = read_state_file(path, expected, max_tokens, context.model.n_vocab)
+    previous = context.state_bytes()  # llama.cpp may have changed the cache by the time it refuses
+    try:
+        context.set_state(payload)
+    except LlamaError as refusal:
+        try:
+            context.set_state(previous)
+        except LlamaError:  # pragma: no cover - never seen
+            context.clear()
+            cached.clear()
+            raise StateFileError(f"llama.cpp refused the state in {os.fsdecode(path)} and the previous cache could "
+                                 f"not be restored: the cache is now empty", refusal.native_log) from None
+        raise StateFileError(f"llama.cpp refused the state in {os.fsdecode(path)} (saved with another flash_attn "
+                             f"setting?); the previous cache is kept", refusal.native_log) from None
+    cached[:] = tokens
 
 
 def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) -> None:

@@ -20,7 +20,7 @@ import signal
 import sys
 
 from .errors import InvalidArgumentError
-from .model import _default_threads
+from .model_open import default_threads
 from .native.devices import device_name, serving_devices
 from .native.rpc import protocol_version, serve
 from .placement import parse_endpoint
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         host = ipaddress.IPv4Address(args.host)  # ggml's server binds an IPv4 address, not a name
     except ValueError:
         parser.error(f"--host must be an IPv4 address (ggml-rpc binds no names), got {args.host!r}")
-    threads = args.threads if args.threads is not None else _default_threads()
+    threads = args.threads if args.threads is not None else default_threads()
     if threads < 1:
         parser.error(f"--threads must be at least 1, got {threads}")
     if not host.is_loopback:

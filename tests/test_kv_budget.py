@@ -1,4 +1,4 @@
-"""kv_bytes / max_n_ctx from the GGUF header equal what llama.cpp allocates."""
+"""kv_bytes from the GGUF header equals what llama.cpp allocates (max_n_ctx: test_memory_plan.py)."""
 from __future__ import annotations
 
 import pytest
@@ -27,15 +27,6 @@ def test_kv_bytes_for_head_dim_128() -> None:
 def test_q4_0_is_0_28x_f16(model_path) -> None:
     assert pl.kv_bytes(model_path, 65536, "q4_0", "q4_0").total_bytes * 64 == \
         pl.kv_bytes(model_path, 65536).total_bytes * 18
-
-
-@pytest.mark.parametrize("kv", ["f16", "q4_0"])
-def test_max_n_ctx_is_the_inverse(model_path, kv: str) -> None:
-    budget = 100 * 2**20
-    n = pl.max_n_ctx(model_path, budget, kv, kv)
-    assert n > 0 and n % 256 == 0
-    assert pl.kv_bytes(model_path, n, kv, kv).total_bytes <= budget < pl.kv_bytes(model_path, n + 256, kv, kv).total_bytes
-    assert pl.max_n_ctx(model_path, 0, kv, kv) == 0
 
 
 def test_bad_arguments(model_path, tmp_path) -> None:

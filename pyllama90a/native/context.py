@@ -128,6 +128,7 @@ class ContextHandle:
         self._finalizer = weakref.finalize(self, _free_context, ptr, model)
         self._ptr = ptr
         self._model: ModelHandle | None = model
+        self._simulated = model.simulated
         self._n_vocab, self._n_embd = model.n_vocab, model.n_embd
         self._memory = lib.llama_get_memory(ptr)
         self.n_ctx: int = lib.llama_n_ctx(ptr)  # after llama.cpp's padding
@@ -139,6 +140,9 @@ class ContextHandle:
         self._mode_bits = lib.LLAMA_PYL_ATTN_HYBRID if params.flash_attn == "hybrid" else 0
         default = int(lib.llama_pyl_attn_default_params().paths)
         bits = default if attention_paths is None else attention_paths
+        # bytes of the compute buffers reserved for the worst-case graphs, kept so that reading them needs no
+        # native call (allowed while another thread decodes)
+        self.reserved_compute_bytes: int = lib.llama_compute_buffer_bytes(ptr)
         if self._mode_bits or bits != default:  # a context starts with the default paths reserved for
             try:
                 self.set_attention_paths(bits)
@@ -217,6 +221,8 @@ class ContextHandle:
         return self.n_batch if self.causal_attn else min(self.n_batch, self.n_ubatch)
 
     def _check_batch_size(self, n_tokens: int) -> None:
+        if self._simulated:  # its buffers do not exist: llama.cpp would write through null pointers
+            raise LlamaError("this context was made on a simulated model (plan_memory): it cannot decode")
         # llama.cpp asserts (aborting the process) on a batch over n_batch, or over n_ubatch with non-causal
         # attention; an empty one it refuses. A batch within both limits (every decode step) needs no native call.
         if 0 < n_tokens <= min(self.n_batch, self.n_ubatch):
@@ -317,6 +323,7 @@ class ContextHandle:
         with NativeCall() as call:
             ok = lib.llama_pyl_set_attn_params(self._live(), params)
         call.check(bool(ok), ContextError, "llama.cpp could not reserve the compute buffers for these attention paths")
+        self.reserved_compute_bytes = lib.llama_compute_buffer_bytes(self._live())
 
     def attention_paths(self) -> int:
         """The context's llama_pyl_attn_path bits (the per-phase bit of a hybrid context aside: it is the mode)."""

@@ -32,16 +32,20 @@ class ModelHandle:
     """
 
     def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1, weight_repack: bool = True,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None, simulate: bool = False) -> None:
         """weight_repack: weights on the CPU may go to its extra buffer types (AMX tiles, repacked layouts for
         faster mat-muls), as llama.cpp does by default; False keeps them in plain CPU buffers. placement: the
-        devices the offloaded layers go to (None: llama.cpp's defaults)."""
+        devices the offloaded layers go to (None: llama.cpp's defaults). simulate: load the metadata only and
+        simulate every allocation, this handle's and its contexts' (their sizes are true; nothing can decode)."""
         raw_path = fs_path("path", path)
         int_in_range("n_gpu_layers", n_gpu_layers, -1, INT32_MAX)  # -1: all layers
         self.path = Path(os.fsdecode(raw_path))
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_extra_bufts = flag("weight_repack", weight_repack)
+        params.no_alloc = self.simulated = flag("simulate", simulate)
+        if simulate:  # (as llama.cpp's own memory fit does: nothing is mapped, the file's data is never read)
+            params.load_mode = lib.LLAMA_LOAD_MODE_NONE
         self.workers: tuple[rpc.Endpoint, ...] = placement.rpc if placement is not None else ()
         keep = _place(params, placement)  # (the arrays params points to, alive through the load)
         self.devices: tuple[str, ...] = keep.labels
@@ -50,6 +54,8 @@ class ModelHandle:
         if ptr == ffi.NULL:  # (the reason is looked up only on failure)
             call.fail(ModelLoadError, f"llama.cpp could not load {self.path}{_load_reason(call.lines)}")
         weakref.finalize(self, lib.llama_model_free, ptr)
+        # the connections the weights went over: a worker is lost to this model once its connection is another
+        self._connections = {w: rpc.connection(w) for w in self.workers}
         lost = ", ".join(map(str, self.lost_workers()))
         if lost:  # a worker went away while the weights were sent
             call.fail(ModelLoadError, f"lost the connection to RPC worker {lost} while loading {self.path}")
@@ -58,13 +64,15 @@ class ModelHandle:
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
         self.n_embd: int = lib.llama_model_n_embd(ptr)
         self.n_ctx_train: int = lib.llama_model_n_ctx_train(ptr)
+        self.weights_bytes: int = lib.llama_model_size(ptr)  # of all its tensors, wherever they are
         bos, eos = lib.llama_vocab_bos(self._vocab), lib.llama_vocab_eos(self._vocab)
         self.bos: int | None = bos if 0 <= bos < self.n_vocab else None  # None: the vocabulary has none
         self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
 
     def lost_workers(self) -> tuple[rpc.Endpoint, ...]:
         """The workers of this model whose connection was lost (its layers there are gone)."""
-        return tuple(w for w in self.workers if rpc.connection_state(w) == rpc.LOST)
+        # (a worker this model holds no connection to, 0, has none of its layers: nothing to lose)
+        return tuple(w for w, own in self._connections.items() if own < 0 or (own > 0 and rpc.connection(w) != own))
 
     def check_workers(self, ctx, call: NativeCall) -> None:  # ctx: a llama_context* on this model
         """After a decode on `ctx`: DecodeError (with `call`'s lines) when a worker holding some of this model's

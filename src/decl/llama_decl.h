@@ -24,6 +24,8 @@ typedef bool (*llama_progress_callback)(float progress, void * user_data);
 
 enum llama_split_mode { LLAMA_SPLIT_MODE_NONE, LLAMA_SPLIT_MODE_LAYER, LLAMA_SPLIT_MODE_ROW, ... };
 
+enum llama_load_mode { LLAMA_LOAD_MODE_AUTO = -1, LLAMA_LOAD_MODE_NONE = 0, ... };
+
 struct llama_model_params {
     ggml_backend_dev_t * devices;  /* NULL-terminated; NULL: llama.cpp picks the local GPUs */
     int32_t n_gpu_layers;
@@ -34,6 +36,8 @@ struct llama_model_params {
     void * progress_callback_user_data;
     bool vocab_only;
     bool use_extra_bufts;  /* the CPU's extra buffer types for weights: AMX, repacked layouts */
+    bool no_alloc;         /* metadata only: every allocation (weights, KV, compute buffers) is simulated */
+    enum llama_load_mode load_mode;  /* NONE with no_alloc: a mapped file would give host buffers, which it asserts on */
     ...;
 };
 

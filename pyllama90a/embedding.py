@@ -1,0 +1,48 @@
+"""Embeddings on a context made with embedding=True: the inputs checked, one decode per input from an empty
+cache, the pooled vector checked finite and L2-normalised."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .errors import ContextOverflowError, InvalidArgumentError, token_ids, utf8
+from .native import ContextHandle
+from .output_checks import require_finite
+
+
+def embedding_inputs(text: str | Sequence[str | Sequence[int]], n_vocab: int) -> list[str | list[int]]:
+    """The inputs of Model.embed as a list, each a non-empty str (valid UTF-8) or a list of valid token ids."""
+    single = isinstance(text, str)
+    texts: list = [text] if single else list(text) if isinstance(text, (list, tuple)) else []
+    if not texts or not all(isinstance(t, (str, list, tuple)) and t for t in texts):
+        raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str or "
+                                   "token-id lists")
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            utf8("text" if single else f"text[{i}]", t)
+        else:
+            texts[i] = token_ids(t, n_vocab)
+    return texts
+
+
+def embed_inputs(context: ContextHandle, inputs: list[str | list[int]],
+                 tokenize: Callable[[str], list[int]]) -> np.ndarray:
+    """(len(inputs), n_embd) L2-normalised vectors; the cache is empty afterwards."""
+    out = np.empty((len(inputs), context.model.n_embd), dtype=np.float32)
+    context.set_embeddings(True)
+    try:
+        for i, t in enumerate(inputs):
+            tokens = tokenize(t) if isinstance(t, str) else t
+            if len(tokens) > context.max_decode_tokens:
+                raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most "
+                                           f"{context.max_decode_tokens} (one decode)")
+            context.clear()
+            context.decode_tokens(tokens)
+            out[i] = context.pooled_embedding(0)
+            require_finite(out[i], f"the embedding of text {i}")
+    finally:
+        context.set_embeddings(False)
+        context.clear()
+    out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    return out
