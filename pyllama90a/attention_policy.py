@@ -8,9 +8,10 @@
 | CPU                | f16/bf16/f32 V                  | llama.cpp decides   | upstream behaviour                                      |
 | CUDA               | f16/f16, bf16/bf16, q8_0/q8_0   | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
-| CUDA               | q4_0/q4_0 (measured; q8_0/q8_0  | hybrid              | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
-|                    | hybrid not yet)                 |                     | FA-on's at 0/8K/32K, decode 1.04x / 1.18x FA-on's at    |
-|                    |                                 |                     | 8K / 32K (0.94x at depth 0), FA's compute buffer        |
+| CUDA               | q4_0/q4_0 (measured; q8_0/q8_0  | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
+|                    | hybrid not yet)                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
+|                    |                                 |                     | h200-8b-hd128-fused-v3: fused decode 0.94x / 1.14x /    |
+|                    |                                 |                     | 1.41x FA-on's at 0/8K/32K, >= the non-flash decode      |
 | CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types; FA-off   |
 |                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
 | HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 logger = logging.getLogger("pyllama90a")
@@ -32,6 +34,7 @@ class AttentionChoice:
     flash_attn: str  # what the context is made with: "on", "off", "hybrid", or "auto" (llama.cpp decides)
     backend: str     # the device attention runs on, e.g. "CPU" or "CUDA0 (NVIDIA H200)"
     reason: str
+    fused_decode: bool = False  # "auto" also takes the fused decode kernel (when no attention_paths are given)
 
 
 def device_kind(name: str, description: str) -> str:
@@ -54,7 +57,11 @@ def attention_device(n_gpu_layers: int) -> tuple[str, str]:
     return "cpu", "CPU"
 
 
-def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int) -> AttentionChoice:
+def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int, workers: Sequence[object] = ()) -> AttentionChoice:
+    """The choice for a model with n_gpu_layers offloaded; with RPC `workers` ("host:port") those layers run on a
+    worker, of a kind not known here."""
+    if workers and n_gpu_layers != 0:
+        return decide(requested, ctk, ctv, "gpu", "RPC workers " + ", ".join(map(str, workers)))
     kind, label = attention_device(n_gpu_layers)
     return decide(requested, ctk, ctv, kind, label)
 
@@ -71,8 +78,9 @@ def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> Attenti
             choice = AttentionChoice("auto", label, "CPU with unquantized V: llama.cpp decides")
     elif kind == "cuda":
         if (ctk, ctv) in CUDA_HYBRID_PAIRS:
-            choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the quantized non-flash "
-                                                      "decode (faster at depth), FA's compute buffer (H200)")
+            choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the fused quantized "
+                                                      "decode (1.41x FA-on's at 32K), FA's compute buffer (H200)",
+                                     fused_decode=True)
         elif (ctk, ctv) in CUDA_FA_PAIRS:
             choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
         else:

@@ -25,6 +25,11 @@ def test_cuda_row_fa_on_or_hybrid_only_for_the_pairs_its_fa_kernels_have() -> No
     assert {pair for pair, choice in got.items() if choice.flash_attn == "on"} == CUDA_FA_PAIRS - CUDA_HYBRID_PAIRS
     assert {choice.flash_attn for pair, choice in got.items() if pair not in CUDA_FA_PAIRS} == {"off"}
     assert {choice.backend for choice in got.values()} == {"CUDA0 (NVIDIA H200)"}
+    # the fused decode kernel comes with hybrid (measured there, benchmarks/results/h200-8b-hd128-fused-v3), and
+    # nowhere else: a requested mode or another backend keeps the default paths
+    assert {pair for pair, choice in got.items() if choice.fused_decode} == CUDA_HYBRID_PAIRS
+    assert not decide("hybrid", "q4_0", "q4_0", "cuda", "CUDA0").fused_decode
+    assert not any(decide("auto", "q4_0", "q4_0", kind, "x").fused_decode for kind in ("cpu", "gfx90a", "hip", "gpu"))
 
 
 def test_cuda_row_names_the_pair_it_turns_fa_off_for() -> None:
