@@ -19,7 +19,7 @@ from .chat_template import ChatTemplate
 from .context_settings import ContextSettings
 from .embedding import embed_inputs, embedding_inputs
 from .constrained import constraint_from
-from .core import GenerationRequest, GenerationSequence, keep_cached_prefix
+from .core import GenerationRequest, GenerationSequence, completion_of, keep_cached_prefix
 from .core.outputs import Completion, Piece, Timings, Usage
 from .core.tool_output import ToolCallOutput
 from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError,
@@ -437,16 +437,7 @@ class Model:
         pieces = self._run(tokens, sequence)
         if stream:
             return pieces if output is None else output.split(pieces)
-        last = None
-        for last in pieces:
-            pass
-        assert last is not None and last.completion is not None
-        done = last.completion
-        if output is None:
-            return done
-        parsed, reason = output.whole(done.text, done.finish_reason)
-        return Completion(parsed.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
-                          tuple(parsed.tool_calls))
+        return completion_of(pieces, output)
 
     def _run(self, prompt: list[int], sequence: GenerationSequence) -> Iterator[Piece]:
         with self._using_context("start a generation") as context:

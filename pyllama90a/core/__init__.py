@@ -6,7 +6,7 @@ from __future__ import annotations
 from .cache import common_prefix, keep_cached_prefix
 from .request import MAX_TOP_LOGPROBS, GenerationRequest, check_stops
 from .sequence import GenerationSequence, Step, TokenLogprob
-from .tool_output import ToolCallOutput
+from .tool_output import ToolCallOutput, completion_of
 
 __all__ = ["MAX_TOP_LOGPROBS", "GenerationRequest", "GenerationSequence", "Step", "TokenLogprob",
-           "ToolCallOutput", "check_stops", "common_prefix", "keep_cached_prefix"]
+           "ToolCallOutput", "check_stops", "common_prefix", "completion_of", "keep_cached_prefix"]

@@ -56,6 +56,20 @@ class ToolCallOutput:
                 close()  # an early close of this stream ends the generation (frees the Model) at once
 
 
+def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Completion:
+    """A generation run to its end: its last piece's Completion, a chat's tool calls read from the text."""
+    last = None
+    for last in pieces:
+        pass
+    assert last is not None and last.completion is not None
+    done = last.completion
+    if output is None:
+        return done
+    parsed, reason = output.whole(done.text, done.finish_reason)
+    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
+                      tuple(parsed.tool_calls))
+
+
 class ToolCallDeltas:
     """One streamed answer's text as OpenAI's deltas (see toolcalls.ToolCallStream)."""
 
