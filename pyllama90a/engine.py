@@ -20,8 +20,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
+from . import engine_async
 from .chat import prepare_chat
 from .constrained import Constraint
 from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
@@ -188,6 +189,15 @@ class BatchEngine:
                     return
         finally:
             handle.cancel()
+
+    def astream(self, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Chunk]:
+        """submit() as an async iterator of Chunks; cancelling the task or closing the iterator cancels the request
+        (engine_async.py)."""
+        return engine_async.astream(self, prompt, **kwargs)
+
+    async def acomplete(self, prompt: str | Sequence[int], **kwargs: object) -> engine_async.EngineCompletion:
+        """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
+        return await engine_async.acomplete(self, prompt, **kwargs)
 
     @property
     def failure(self) -> BaseException | None:

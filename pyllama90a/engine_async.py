@@ -1,0 +1,66 @@
+"""asyncio over a BatchEngine: `async for chunk in engine.astream(prompt, ...)` and `await engine.acomplete(...)`.
+
+The engine thread hands each chunk to the caller's event loop (call_soon_threadsafe); submitting, which tokenizes
+the prompt and builds a constraint's grammar, runs in a worker thread, so the loop never waits on either. A task
+cancelled while it waits, or an async iterator closed early, cancels its request: the slot is free at the
+engine's next step, for the next request.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .core.outputs import Usage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import BatchEngine, Chunk
+
+
+@dataclass(frozen=True)
+class EngineCompletion:
+    """A request run to its end: its text and tokens, why it ended ("stop" or "length") and its usage."""
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    usage: Usage
+
+
+async def astream(engine: BatchEngine, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Chunk]:
+    """submit()'s chunks as they come (kwargs: submit's); an error chunk raises its error."""
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[Chunk] = asyncio.Queue()
+
+    def deliver(chunk: Chunk) -> None:  # engine thread
+        loop.call_soon_threadsafe(chunks.put_nowait, chunk)  # (a closed loop raises; the engine then cancels)
+
+    submitting = asyncio.ensure_future(asyncio.to_thread(engine.submit, prompt, deliver, **kwargs))  # type: ignore[arg-type]
+    try:
+        handle = await asyncio.shield(submitting)
+    except asyncio.CancelledError:  # cancelled while the worker thread submits: cancel the request it queues
+        submitting.add_done_callback(lambda done: done.exception() is None and done.result().cancel())
+        raise
+    try:
+        while True:
+            chunk = await chunks.get()
+            if chunk.error is not None:
+                raise chunk.error
+            yield chunk
+            if chunk.finish_reason is not None:
+                return
+    finally:
+        handle.cancel()  # (after the last chunk it does nothing)
+
+
+async def acomplete(engine: BatchEngine, prompt: str | Sequence[int], **kwargs: object) -> EngineCompletion:
+    """The whole result of a request (kwargs: submit's)."""
+    text: list[str] = []
+    tokens: list[int] = []
+    async for chunk in astream(engine, prompt, **kwargs):
+        text.append(chunk.text)
+        tokens.extend(chunk.tokens)
+        if chunk.finish_reason is not None:
+            assert chunk.usage is not None  # (the last chunk of a request that did not fail carries it)
+            return EngineCompletion("".join(text), tokens, chunk.finish_reason, chunk.usage)
+    raise AssertionError("the engine ended a request without a last chunk")  # pragma: no cover
