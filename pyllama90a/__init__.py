@@ -33,13 +33,13 @@ from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError,
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .core.outputs import Completion, Piece, Timings, Usage
-from .memory_plan import KVCacheInfo, MemoryPlan, plan_memory
+from .memory_plan import KVCacheInfo, MemoryPlan, MemoryPlanner, plan_memory
 from .model import Model
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Model", "BatchEngine", "Chunk", "AttentionPaths", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "MemoryPlan", "plan_memory", "KV_TYPES", "QUANTIZED_KV_TYPES",
+    "Model", "BatchEngine", "Chunk", "AttentionPaths", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "MemoryPlan", "MemoryPlanner", "plan_memory", "KV_TYPES", "QUANTIZED_KV_TYPES",
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
     "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",

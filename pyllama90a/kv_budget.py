@@ -8,6 +8,7 @@ or recurrent layers are refused rather than guessed.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ def max_n_ctx(path: str | os.PathLike, budget_bytes: int, ctk: str = "f16", ctv:
     """The largest n_ctx (a multiple of 256) whose K, V and compute buffers fit in `budget_bytes`: the compute
     buffers of the attention path that `settings` (Model's other arguments: flash_attn, n_ubatch, n_gpu_layers,
     ...) choose, from plan_memory's simulated loads. 0 if none fits."""
-    from .memory_plan import plan_memory
+    from .memory_plan import MemoryPlanner
     from .native.context import MAX_N_CTX
 
     ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
@@ -70,11 +71,15 @@ def max_n_ctx(path: str | os.PathLike, budget_bytes: int, ctk: str = "f16", ctv:
         raise InvalidArgumentError(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
     if "n_ctx" in settings:
         raise InvalidArgumentError("max_n_ctx finds n_ctx: give the other settings only", param="n_ctx")
+    if budget_bytes == 0:
+        return 0
     k, v = _per_cell_bytes(path, ctk, ctv)
+    planner = MemoryPlanner(path, ctk=ctk, ctv=ctv, **settings)
 
     def fits(units: int) -> bool:  # n_ctx = units * KV_CELL_PADDING
-        plan = plan_memory(path, n_ctx=units * KV_CELL_PADDING, ctk=ctk, ctv=ctv, **settings)
-        return plan.cache.memory_bytes <= budget_bytes
+        with warnings.catch_warnings():  # (a trial past the trained context is no choice of the caller's)
+            warnings.simplefilter("ignore")
+            return planner.plan(units * KV_CELL_PADDING).cache.memory_bytes <= budget_bytes
 
     # K and V alone bound it from above; the memory grows with n_ctx, so the largest fitting one is bisected
     lo, hi = 0, min(budget_bytes // (k + v), MAX_N_CTX) // KV_CELL_PADDING

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from .attention_policy import AttentionChoice
 from .context_settings import ContextSettings
-from .errors import fs_path
+from .errors import InvalidArgumentError, fs_path
+from .model_file import check_header
 from .model_open import checked_file, context_params, load_weights, open_context
 from .native import ContextHandle
 from .placement import Placement
@@ -53,27 +54,43 @@ class MemoryPlan:
         return self.weights_bytes + self.cache.memory_bytes
 
 
-def plan_memory(path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
-                tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
-                **settings: Any) -> MemoryPlan:
+class MemoryPlanner:
+    """Plans of one model file and placement at any n_ctx (Model's other arguments fixed): the file is checked and
+    its metadata loaded once, then each plan makes and frees one simulated context."""
+
+    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
+                 tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
+                 **settings: Any) -> None:
+        if "n_ctx" in settings:
+            raise InvalidArgumentError("a MemoryPlanner plans every n_ctx: give it to plan()", param="n_ctx")
+        placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
+        if path is None:
+            from .default_model import default_model
+
+            path = default_model()
+        raw_path = fs_path("path", path)
+        self._settings = settings
+        params = context_params(ContextSettings(**settings))  # the settings checked before llama.cpp reads the file
+        self._file = checked_file(raw_path, n_gpu_layers, params)
+        self._handle = load_weights(raw_path, n_gpu_layers, placement, simulate=True)
+
+    def plan(self, n_ctx: int) -> MemoryPlan:
+        settings = ContextSettings(n_ctx=n_ctx, **self._settings)
+        params = context_params(settings)
+        check_header(self._file, params)
+        context, attention, _ = open_context(self._file, self._handle, params, settings.embedding,
+                                             settings.attention_paths)
+        try:
+            return MemoryPlan(kv_cache_info(context), self._handle.weights_bytes, attention)
+        finally:
+            context.close()
+
+
+def plan_memory(path: str | os.PathLike | None = None, *, n_ctx: int = ContextSettings.n_ctx,
+                **arguments: Any) -> MemoryPlan:
     """The memory `Model(path, ...)` with the same arguments would take, checked and chosen as Model does, with
     nothing allocated (a fraction of a second)."""
-    context_settings = ContextSettings(**settings)
-    placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
-    if path is None:
-        from .default_model import default_model
-
-        path = default_model()
-    raw_path = fs_path("path", path)
-    params = context_params(context_settings)
-    file = checked_file(raw_path, n_gpu_layers, params)
-    handle = load_weights(raw_path, n_gpu_layers, placement, simulate=True)
-    context, attention, _ = open_context(file, handle, params, context_settings.embedding,
-                                         context_settings.attention_paths)
-    try:
-        return MemoryPlan(kv_cache_info(context), handle.weights_bytes, attention)
-    finally:
-        context.close()
+    return MemoryPlanner(path, **arguments).plan(n_ctx)
 
 
 def kv_cache_info(context: ContextHandle) -> KVCacheInfo:
