@@ -83,6 +83,10 @@ def test_a_lost_worker_is_reported_and_the_server_serves_again_once_it_is_back(m
             again = _complete(server)
             assert again.status_code == 200, again.text
             assert again.json()["choices"][0]["text"] == first.json()["choices"][0]["text"]
+            native = httpx.post(server.base_url + "/completion", timeout=120,
+                                json={"prompt": PROMPT, "n_predict": 12, "temperature": 0})
+            assert native.status_code == 200, native.text  # the native routes serve from the new engine too
+            assert native.json()["content"] == first.json()["choices"][0]["text"]
             assert (_metric(server, "rpc_workers_lost"), _metric(server, "rpc_worker_losses_total"),
                     _metric(server, "rpc_reloads_total")) == (0, 1, 1)
     finally:

@@ -52,11 +52,12 @@ def _piece(piece: bytes) -> str | list[int]:
 
 def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
     """Add the native routes to `app` (server/openapi_doc.py's `docs` describe them)."""
-    engine = state.engine
     settings = default_settings(state)  # depends only on the server's limits, slot size and model name
-    model = engine.model
+    # each route reads state.engine when it runs: a server whose RPC workers came back serves from a new engine
 
     async def completion(request: Request) -> Response:
+        engine = state.engine
+        model = engine.model
         body = await read_json(request, state.limits.max_request_bytes)
         native: NativeCompletion = await asyncio.to_thread(
             native_completion_request, body, state.limits,
@@ -81,6 +82,7 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
 
     @app.post("/tokenize", **docs["tokenize"])
     async def tokenize(request: Request) -> JSONResponse:
+        model = state.engine.model
         req = tokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
 
         def work() -> list[Any]:
@@ -92,12 +94,14 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
 
     @app.post("/detokenize", **docs["detokenize"])
     async def detokenize(request: Request) -> JSONResponse:
+        model = state.engine.model
         tokens, ignored = detokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         text = await asyncio.to_thread(model.detokenize, tokens, True)
         return JSONResponse({"content": text}, headers=ignored_fields(request, ignored))
 
     @app.post("/apply-template", **docs["apply_template"])
     async def apply_template(request: Request) -> JSONResponse:
+        model = state.engine.model
         req = apply_template_request(await read_json(request, state.limits.max_request_bytes), state.limits)
         prompt = await asyncio.to_thread(model.apply_chat_template, req.messages, tools=req.tools,
                                          **req.template_kwargs)
@@ -105,6 +109,8 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
 
     @app.get("/props", **docs["props"])
     async def props() -> dict[str, Any]:
+        engine = state.engine
+        model = engine.model
         return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
                                                 "speculative": False, "is_processing": False,
                                                 "params": settings},
@@ -115,6 +121,7 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
 
     @app.get("/slots", **docs["slots"])
     async def slots(request: Request) -> list[dict[str, Any]]:
+        engine = state.engine
         fail_on_no_slot = request.query_params.get("fail_on_no_slot", "0")
         if fail_on_no_slot not in ("0", "1"):
             raise APIError(400, "'fail_on_no_slot' must be 0 or 1", param="fail_on_no_slot")
