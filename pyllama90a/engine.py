@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+from concurrent.futures import Future
 import logging
 import os
 import queue
@@ -22,15 +23,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
-from . import engine_async
+from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
 from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
-from .errors import (ClosedError, ConstraintError, ContextOverflowError, DecodeError, EngineStoppedError,
-                     NonFiniteOutputError, QueueFullError, positive_int)
+from .errors import (BusyError, ClosedError, ConstraintError, ContextOverflowError, DecodeError, EngineStoppedError,
+                     NonFiniteOutputError, QueueFullError, fs_path, int_in_range, positive_int)
 from .core.outputs import Usage
 from .model import Model
 from .native import Batch
+from .state_file import StateIdentity
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,7 @@ class BatchEngine:
         self._freed = False
         self._failure: BaseException | None = None
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
+        self._tasks: list[tuple[Callable[[], Any], Future]] = []  # run by the engine thread between two steps
         self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
@@ -198,6 +201,59 @@ class BatchEngine:
     async def acomplete(self, prompt: str | Sequence[int], **kwargs: object) -> engine_async.EngineCompletion:
         """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
         return await engine_async.acomplete(self, prompt, **kwargs)
+
+    # -- slots' KV cells in files (slot_state.py) ----------------------------------------------------------------
+
+    def save_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
+        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state)."""
+        raw = fs_path("path", path)
+
+        def save() -> tuple[int, int]:
+            s = self._idle_slot(slot, "save")
+            return len(s.cached), slot_state.save_slot(self._context, s.seq, s.cached, raw, self._slot_identity())
+        return self._between_steps(save)
+
+    def restore_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
+        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot):
+        (tokens restored, bytes read). A bad file is a StateFileError, and the slot keeps its cells."""
+        raw = fs_path("path", path)
+
+        def restore() -> tuple[int, int]:
+            s = self._idle_slot(slot, "restore")
+            tokens, n_bytes = slot_state.restore_slot(self._context, s.seq, raw, self._slot_identity())
+            s.cached[:] = tokens
+            return len(tokens), n_bytes
+        return self._between_steps(restore)
+
+    def erase_slot(self, slot: int) -> int:
+        """Empty an idle slot's KV cells; how many tokens it held."""
+        def erase() -> int:
+            s = self._idle_slot(slot, "erase")
+            n = len(s.cached)
+            self._context.clear_sequence(s.seq)
+            s.cached.clear()
+            return n
+        return self._between_steps(erase)
+
+    def _slot_identity(self) -> StateIdentity:
+        return slot_state.slot_identity(self.model.fingerprint, self.model.ctk, self.model.ctv, self.n_ctx_slot)
+
+    def _idle_slot(self, slot: int, action: str) -> _Slot:  # engine thread
+        int_in_range("slot", slot, 0, self.parallel - 1)
+        if self._slots[slot].job is not None:
+            raise BusyError(f"cannot {action} slot {slot}: it is generating")
+        return self._slots[slot]
+
+    def _between_steps(self, task: Callable[[], Any]) -> Any:
+        """Run `task` on the engine thread between two decode steps (it owns the context) and return its result."""
+        if threading.current_thread() is self._thread:  # (an on_chunk callback) it would wait for itself
+            raise BusyError("slot files cannot be used from the engine thread (on_chunk)")
+        done: Future = Future()
+        with self._cv:
+            self._check_running()
+            self._tasks.append((task, done))
+            self._cv.notify()
+        return done.result()
 
     @property
     def failure(self) -> BaseException | None:
@@ -292,7 +348,10 @@ class BatchEngine:
         finally:
             with self._cv:
                 self._stopping = True  # submit() refuses from now on instead of queueing work nobody serves
+                tasks, self._tasks = self._tasks, []
                 jobs = [*self._waiting, *(s.job for s in self._slots if s.job is not None)]
+            for _, done in tasks:
+                done.set_exception(error)
                 if self._admitting is not None and self._admitting not in jobs:
                     jobs.append(self._admitting)
                 self._waiting.clear()
@@ -310,10 +369,18 @@ class BatchEngine:
     def _step(self) -> bool:
         """Admit waiting requests, decode one batch, sample. False when the engine stops."""
         with self._cv:
-            while not self._stopping and not self._waiting and all(s.job is None for s in self._slots):
+            while (not self._stopping and not self._waiting and not self._tasks
+                   and all(s.job is None for s in self._slots)):
                 self._cv.wait()
             if self._stopping:
                 return False
+            tasks, self._tasks = self._tasks, []
+        for task, done in tasks:
+            try:
+                done.set_result(task())
+            except Exception as e:  # noqa: BLE001 - the caller's error, raised in its thread
+                done.set_exception(e)
+        with self._cv:
             for slot in self._slots:
                 if slot.job is not None and slot.job.cancelled:
                     self._counts["completion_tokens"] += len(slot.job.generated)

@@ -503,7 +503,12 @@ class Model:
             restore_state(context, raw_path, self._state_identity(context), self.n_ctx_seq, self._kv_tokens)
 
     def _state_identity(self, context: ContextHandle) -> StateIdentity:
-        return StateIdentity(self._file.sha256, self.ctk, self.ctv, context.n_ctx, context.n_seq_max)
+        return StateIdentity(self.fingerprint, self.ctk, self.ctv, context.n_ctx, context.n_seq_max)
+
+    @property
+    def fingerprint(self) -> bytes:
+        """The sha256 of the model file's GGUF header and weight samples: whose state a state file holds."""
+        return self._file.sha256
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"n_ctx={self.n_ctx}"

@@ -32,10 +32,12 @@ STATUSES: Counter[int] = Counter()
 
 
 @pytest.fixture(scope="module")
-def api_server(model_path):
-    # max_tokens at most 4: the generated requests stay cheap, so the examples go to input variety
+def api_server(model_path, tmp_path_factory):
+    # max_tokens at most 4: the generated requests stay cheap, so the examples go to input variety; a slot folder,
+    # so the slot actions answer (without one they are a 501 by design)
     with ServerProcess(["--model", str(model_path), "--parallel", "2", "--n-ctx", "2048", "--threads", "2",
-                        "--max-tokens-default", "4", "--max-tokens-limit", "4"]) as srv:
+                        "--max-tokens-default", "4", "--max-tokens-limit", "4",
+                        "--slot-save-path", str(tmp_path_factory.mktemp("slot-files"))]) as srv:
         yield srv
 
 

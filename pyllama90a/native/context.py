@@ -307,6 +307,26 @@ class ContextHandle:
             read = lib.llama_state_set_data(ctx, ffi.from_buffer(data), len(data))
         call.check(read == len(data), LlamaError, "llama.cpp refused the state")
 
+    def sequence_state_bytes(self, seq: int) -> memoryview:
+        """llama.cpp's state of sequence `seq` alone (its KV cells), for set_sequence_state."""
+        ctx = self._live()
+        self._check_sequence(seq)
+        size = lib.llama_state_seq_get_size(ctx, seq)
+        buf = ffi.new("uint8_t[]", size)
+        with NativeCall() as call:
+            copied = lib.llama_state_seq_get_data(ctx, buf, size, seq) if size else 0
+        call.check(size > 0 and copied == size, LlamaError, f"llama.cpp could not copy sequence {seq}'s state")
+        return memoryview(ffi.buffer(buf))
+
+    def set_sequence_state(self, seq: int, data: bytes | memoryview) -> None:
+        """Give sequence `seq` the cells of `data` (sequence_state_bytes of a context like this one, any
+        sequence). LlamaError when llama.cpp refuses it (the sequence is then empty)."""
+        ctx = self._live()
+        self._check_sequence(seq)
+        with NativeCall() as call:
+            read = lib.llama_state_seq_set_data(ctx, ffi.from_buffer(data), len(data), seq)
+        call.check(read == len(data), LlamaError, f"llama.cpp refused the state for sequence {seq}")
+
     # -- sizes -----------------------------------------------------------------------------------------------
 
     def kv_cache_bytes(self) -> tuple[int, int]:

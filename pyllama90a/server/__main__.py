@@ -89,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="requests that may wait for a slot; more get 429 (default 64)")
     p.add_argument("--chat-template-file", default=_env("chat-template-file", None),
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
+    p.add_argument("--slot-save-path", default=_env("slot-save-path", None),
+                   help="a folder for slot files (POST /slots/{id}?action=save|restore|erase); none: those are 501")
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None),
@@ -143,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--header-timeout must be above 0 and at most 3600 seconds, got {args.header_timeout}")
     if not 0 <= args.shutdown_grace <= 3600:  # also refuses nan
         p.error(f"--shutdown-grace must be between 0 and 3600 seconds, got {args.shutdown_grace}")
+    if args.slot_save_path is not None and not os.path.isdir(args.slot_save_path):
+        p.error(f"--slot-save-path {args.slot_save_path!r} is not a folder")
     try:
         apply_isolation_flags(args)
         args.cors_origins = cors_origins(args.cors_origins)
@@ -211,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.model_name or Path(engine.model.path).name
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
-                                      args.unknown_fields), reopen=make_engine if args.rpc else None)
+                                      args.unknown_fields), reopen=make_engine if args.rpc else None,
+                        slot_save_path=args.slot_save_path)
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "

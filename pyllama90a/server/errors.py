@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (ChatTemplateError, ClosedError, ContextOverflowError, EngineStoppedError,
-                      InvalidArgumentError, LlamaError, QueueFullError, UnsupportedChatTemplateError)
+from ..errors import (BusyError, ChatTemplateError, ClosedError, ContextOverflowError, EngineStoppedError,
+                      InvalidArgumentError, LlamaError, QueueFullError, StateFileError, UnsupportedChatTemplateError)
 
 
 class APIError(Exception):
@@ -62,6 +62,8 @@ ANSWERS: dict[type[BaseException], Answer] = {
                            headers={"Retry-After": "1"}),
     EngineStoppedError: Answer(503, "server_error", "engine_stopped", message="the server cannot generate: {}"),
     ClosedError: Answer(503, "server_error", "server_shutting_down", message="the server is shutting down"),
+    BusyError: Answer(409, code="slot_busy"),  # a slot file action on a generating slot
+    StateFileError: Answer(400, code="bad_state_file", param=lambda exc, inputs: "filename"),
     ContextOverflowError: Answer(400, code="context_length_exceeded", param=lambda exc, inputs: inputs.prompt),
     UnsupportedChatTemplateError: Answer(400, code="chat_template_unsupported", param=lambda exc, inputs: "messages"),
     ChatTemplateError: Answer(400, code="chat_template_error", param=lambda exc, inputs: "messages"),

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import ChatTemplateError
+from . import slot_files
 from .embeddings import embeddings
 from .errors import APIError
 from .generation import generate, ignored_fields
@@ -118,6 +119,10 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
                 "chat_template": await asyncio.to_thread(_chat_template, state),
                 "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
                 "is_sleeping": False}
+
+    @app.post("/slots/{id_slot}", **docs["slot_action"])
+    async def slot_action(request: Request, id_slot: str) -> JSONResponse:
+        return await slot_files.slot_action(state, request, id_slot)
 
     @app.get("/slots", **docs["slots"])
     async def slots(request: Request) -> list[dict[str, Any]]:

@@ -195,6 +195,10 @@ DETOKENIZE_REQUEST: Schema = {"type": "object", "required": ["tokens"], "propert
     "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}
 DETOKENIZE: Schema = {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}
 PROMPT: Schema = {"type": "object", "required": ["prompt"], "properties": {"prompt": {"type": "string"}}}
+SLOT_ACTION: Schema = {"type": "object", "required": ["id_slot"], "properties": {
+    "id_slot": {"type": "integer"}, "filename": {"type": "string"}, "n_saved": {"type": "integer"},
+    "n_written": {"type": "integer"}, "n_restored": {"type": "integer"}, "n_read": {"type": "integer"},
+    "n_erased": {"type": "integer"}, "timings": {"type": "object"}}}
 PROPS: Schema = {"type": "object", "required": ["default_generation_settings", "total_slots", "model_path",
                                                 "chat_template"],
                  "properties": {"default_generation_settings": {"type": "object"}, "total_slots": {"type": "integer"},
@@ -281,7 +285,9 @@ def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
            401: "wrong or missing API key (--api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY')",
            404: "no such model or route",
            413: "body larger than --max-request-bytes", 429: "queue full (Retry-After)",
-           500: "a bug of this server", 503: "shutting down, or the engine stopped (code says which)"}
+           409: "the slot is generating (code slot_busy)",
+           500: "a bug of this server", 501: "not enabled on this server (slot files: --slot-save-path)",
+           503: "shutting down, or the engine stopped (code says which)"}
     return {s: _json(why[s], ERROR) for s in statuses}
 
 
@@ -332,6 +338,13 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
         "props": {"summary": "llama-server's server properties", "responses": {
             200: _json("the default generation settings, slots, model path, chat template", PROPS),
             **_errors(401, 503)}},
+        "slot_action": {
+            "summary": "llama-server's slot files: ?action=save|restore (body {filename}, a plain name in "
+                       "--slot-save-path) or erase; the slot must be idle",
+            "openapi_extra": {"requestBody": {"required": False, "content": {"application/json": {
+                "schema": {"type": "object", "properties": {"filename": {"type": "string"}}}}}}},
+            "responses": {200: _json("what was saved, restored or erased", SLOT_ACTION),
+                          **_errors(400, 401, 409, 413, 501, 503)}},
         "slots": {"summary": "The slots and whether each is generating (fail_on_no_slot=1: 503 when none is free)",
                   "responses": {200: _json("one entry per slot", SLOTS), **_errors(400, 401, 503)}},
         "metrics": {"summary": "Prometheus metrics", "responses": {

@@ -1,0 +1,61 @@
+"""llama-server's POST /slots/{id}?action=save|restore|erase: a slot's KV cells in a file of --slot-save-path and
+back (BatchEngine.save_slot / restore_slot / erase_slot, slot_state.py's format and checks).
+
+save and restore take {"filename": NAME}: a plain file name in that folder (letters, digits, '.', '_', '-', not
+starting with '.'), never a path. Without --slot-save-path the route answers 501, as llama-server does.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from .errors import APIError
+from .request_body import read_json
+from .state import ServerState
+
+ACTIONS = ("save", "restore", "erase")
+_FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+def _filename(body: Any) -> str:
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object with a filename")
+    name = body.get("filename")
+    if not isinstance(name, str) or not _FILENAME.fullmatch(name):
+        raise APIError(400, "filename must be a plain file name of --slot-save-path (letters, digits, '.', '_', "
+                            "'-', at most 128, not starting with '.')", param="filename")
+    return name
+
+
+async def slot_action(state: ServerState, request: Request, id_slot: str) -> JSONResponse:
+    folder = state.slot_save_path
+    if folder is None:
+        raise APIError(501, "slot files need the server started with --slot-save-path DIR", type="not_supported_error",
+                       code="not_supported")
+    action = request.query_params.get("action")
+    if action not in ACTIONS:
+        raise APIError(400, f"action must be one of {', '.join(ACTIONS)}", param="action")
+    engine = state.engine
+    if not id_slot.isdigit() or int(id_slot) >= engine.parallel:
+        raise APIError(400, f"id_slot must be 0 to {engine.parallel - 1}", param="id_slot")
+    slot = int(id_slot)
+    if action == "erase":
+        return JSONResponse({"id_slot": slot, "n_erased": await asyncio.to_thread(engine.erase_slot, slot)})
+    name = _filename(await read_json(request, state.limits.max_request_bytes))
+    path = Path(folder) / name
+    start = time.perf_counter()
+    if action == "save":
+        n_tokens, n_bytes = await asyncio.to_thread(engine.save_slot, slot, path)
+        ms = (time.perf_counter() - start) * 1e3
+        return JSONResponse({"id_slot": slot, "filename": name, "n_saved": n_tokens, "n_written": n_bytes,
+                             "timings": {"save_ms": ms}})
+    n_tokens, n_bytes = await asyncio.to_thread(engine.restore_slot, slot, path)
+    ms = (time.perf_counter() - start) * 1e3
+    return JSONResponse({"id_slot": slot, "filename": name, "n_restored": n_tokens, "n_read": n_bytes,
+                         "timings": {"restore_ms": ms}})
