@@ -8,14 +8,17 @@ engine's next step, for the next request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .core.outputs import Usage
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import BatchEngine, Chunk
+
+class Engine(Protocol):
+    """What this module needs of a BatchEngine (engine.py imports this module: no import back)."""
+
+    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Any], None], **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,12 @@ class EngineCompletion:
     usage: Usage
 
 
-async def astream(engine: BatchEngine, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Chunk]:
-    """submit()'s chunks as they come (kwargs: submit's); an error chunk raises its error."""
+async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Any]:
+    """submit()'s chunks (engine.Chunk) as they come (kwargs: submit's); an error chunk raises its error."""
     loop = asyncio.get_running_loop()
-    chunks: asyncio.Queue[Chunk] = asyncio.Queue()
+    chunks: asyncio.Queue[Any] = asyncio.Queue()
 
-    def deliver(chunk: Chunk) -> None:  # engine thread
+    def deliver(chunk: Any) -> None:  # engine thread
         loop.call_soon_threadsafe(chunks.put_nowait, chunk)  # (a closed loop raises; the engine then cancels)
 
     submitting = asyncio.ensure_future(asyncio.to_thread(engine.submit, prompt, deliver, **kwargs))  # type: ignore[arg-type]
@@ -53,7 +56,7 @@ async def astream(engine: BatchEngine, prompt: str | Sequence[int], **kwargs: ob
         handle.cancel()  # (after the last chunk it does nothing)
 
 
-async def acomplete(engine: BatchEngine, prompt: str | Sequence[int], **kwargs: object) -> EngineCompletion:
+async def acomplete(engine: Engine, prompt: str | Sequence[int], **kwargs: object) -> EngineCompletion:
     """The whole result of a request (kwargs: submit's)."""
     text: list[str] = []
     tokens: list[int] = []
