@@ -185,10 +185,9 @@ class BatchEngine:
         try:
             while True:
                 chunk = chunks.get()
-                if chunk.error is not None:
-                    raise chunk.error
+                last = engine_async.last_chunk(chunk)
                 yield chunk
-                if chunk.finish_reason is not None:
+                if last:
                     return
         finally:
             handle.cancel()

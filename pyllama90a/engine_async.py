@@ -47,13 +47,19 @@ async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: object)
     try:
         while True:
             chunk = await chunks.get()
-            if chunk.error is not None:
-                raise chunk.error
+            last = last_chunk(chunk)
             yield chunk
-            if chunk.finish_reason is not None:
+            if last:
                 return
     finally:
         handle.cancel()  # (after the last chunk it does nothing)
+
+
+def last_chunk(chunk: Any) -> bool:
+    """Whether `chunk` is its request's last; an error chunk raises its error (stream's and astream's rule)."""
+    if chunk.error is not None:
+        raise chunk.error
+    return chunk.finish_reason is not None
 
 
 async def acomplete(engine: Engine, prompt: str | Sequence[int], **kwargs: object) -> EngineCompletion:
