@@ -9,14 +9,15 @@ non-flash path sizes with n_ctx x n_ubatch scores per head, is counted as a real
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .attention_policy import AttentionChoice
 from .context_settings import ContextSettings
-from .errors import InvalidArgumentError, fs_path
+from .errors import InvalidArgumentError
 from .model_file import check_header
-from .model_open import checked_file, context_params, load_weights, open_context
+from .model_open import checked_file, context_params, load_weights, model_path, open_context
 from .native import ContextHandle
 from .placement import Placement
 
@@ -64,14 +65,12 @@ class MemoryPlanner:
         if "n_ctx" in settings:
             raise InvalidArgumentError("a MemoryPlanner plans every n_ctx: give it to plan()", param="n_ctx")
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
-        if path is None:
-            from .default_model import default_model
-
-            path = default_model()
-        raw_path = fs_path("path", path)
+        raw_path = model_path(path)
         self._settings = settings
         params = context_params(ContextSettings(**settings))  # the settings checked before llama.cpp reads the file
-        self._file = checked_file(raw_path, n_gpu_layers, params)
+        with warnings.catch_warnings():  # (about the default n_ctx; each plan warns about its own)
+            warnings.simplefilter("ignore")
+            self._file = checked_file(raw_path, n_gpu_layers, params)
         self._handle = load_weights(raw_path, n_gpu_layers, placement, simulate=True)
 
     def plan(self, n_ctx: int) -> MemoryPlan:

@@ -26,7 +26,7 @@ from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, In
                      flag, fs_path, int_in_range, token_ids, utf8)
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .model_file import ModelFile, check_header
-from .model_open import checked_file, context_params, load_weights, open_context
+from .model_open import checked_file, context_params, load_weights, model_path, open_context
 from .native import Batch, ContextHandle, ContextParams, ModelHandle
 from .placement import Placement
 from .sampling import SamplingParams
@@ -58,11 +58,7 @@ class Model:
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         self._handle: ModelHandle | None = None  # both None once closed
         self._context: ContextHandle | None = None
-        if path is None:
-            from .default_model import default_model
-
-            path = default_model()
-        raw_path = fs_path("path", path)
+        raw_path = model_path(path)
         self.path = Path(os.fsdecode(raw_path))
         params = self._settle(context_settings)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)

@@ -10,7 +10,7 @@ from pathlib import Path
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
 from .context_settings import ContextSettings
-from .errors import INT32_MAX, int_in_range
+from .errors import INT32_MAX, fs_path, int_in_range
 from .gguf_header import read_header
 from .model_file import ModelFile, check_header, pooling_for
 from .native import ContextHandle, ContextParams, ModelHandle
@@ -27,6 +27,15 @@ def default_threads() -> int:
         return psutil.cpu_count(logical=False) or os.cpu_count() or 1
     except ImportError:  # pragma: no cover
         return os.cpu_count() or 1
+
+
+def model_path(path: str | os.PathLike | None) -> bytes:
+    """The file a Model opens, checked as a path: `path`, or the default model (fetched once) for None."""
+    if path is None:
+        from .default_model import default_model
+
+        path = default_model()
+    return fs_path("path", path)
 
 
 def context_params(settings: ContextSettings) -> ContextParams:

@@ -141,14 +141,16 @@ class ContextHandle:
         default = int(lib.llama_pyl_attn_default_params().paths)
         bits = default if attention_paths is None else attention_paths
         # bytes of the compute buffers reserved for the worst-case graphs, kept so that reading them needs no
-        # native call (allowed while another thread decodes)
-        self.reserved_compute_bytes: int = lib.llama_compute_buffer_bytes(ptr)
+        # native call (allowed while another thread decodes); set_attention_paths re-reads them
+        self.reserved_compute_bytes: int = 0
         if self._mode_bits or bits != default:  # a context starts with the default paths reserved for
             try:
                 self.set_attention_paths(bits)
             except BaseException:
                 self.close()
                 raise
+        else:
+            self.reserved_compute_bytes = lib.llama_compute_buffer_bytes(ptr)
 
     # -- lifetime ----------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from ..errors import ClosedError, LlamaError
 from . import native_routes
+from .worker_recovery import lost_reason
 from .api_requests import IGNORED_HEADER, chat_request, completion_request
 from .embeddings import embeddings as serve_embeddings
 from .errors import APIError, answer
@@ -64,8 +65,7 @@ def create_app(state: ServerState) -> FastAPI:
             body.update(status="error", reason=f"the engine thread stopped on {failure!r}" if failure is not None
                         else "the engine is closed")
         elif lost:
-            body.update(status="error", reason=f"lost the connection to RPC worker {', '.join(lost)}: the model is "
-                        "loaded again as soon as it answers", lost_workers=list(lost))
+            body.update(status="error", reason=lost_reason(lost), lost_workers=list(lost))
         elif state.draining:
             body.update(status="shutting_down", reason="the server is shutting down")
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)

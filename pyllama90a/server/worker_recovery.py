@@ -24,6 +24,11 @@ log = logging.getLogger("pyllama90a.server")
 PROBE_INTERVAL_S = 1.0  # between two rounds of HELLOs to the lost workers
 
 
+def lost_reason(lost: tuple[str, ...]) -> str:
+    """What /health and a refused request say while workers are lost."""
+    return f"lost the connection to RPC worker {', '.join(lost)}: the model is loaded again as soon as it answers"
+
+
 class WorkerRecovery:
     """`lost_workers()` is the one question the routes ask; it starts the recovery on first sight of a loss."""
 
@@ -59,8 +64,7 @@ class WorkerRecovery:
         """For a generation request: a 503 while a worker is lost (the engine cannot decode)."""
         lost = self.lost_workers()
         if lost:
-            raise APIError(503, f"lost the connection to RPC worker {', '.join(lost)}; the model is loaded again "
-                                f"as soon as it answers", type="server_error", code="rpc_worker_lost",
+            raise APIError(503, lost_reason(lost), type="server_error", code="rpc_worker_lost",
                            headers={"Retry-After": str(int(PROBE_INTERVAL_S) + 1)})
 
     def close(self) -> None:
