@@ -22,15 +22,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_ARGS = ["--depths", "4096", "--modes", "fa-off:f16/f16", "fa-off:q4_0/q4_0", "--reps", "2",
-              "--no-overhead", "--no-plot"]
+BENCH_ARGS = ["--depths", "4096", "--modes", "fa-off:f16/f16", "fa-off:q4_0/q4_0", "--no-overhead", "--no-plot"]
 
 
-def start_bench(site: Path, out: Path, threads: int, cpu: int | None = None) -> subprocess.Popen:
+def start_bench(site: Path, out: Path, threads: int, length: list[str], cpu: int | None = None) -> subprocess.Popen:
     # the checkout's Python code, the build's compiled part (pyllama90a/__init__.py finds it through PYTHONPATH)
     env = {**os.environ, "PYTHONPATH": str(site)}
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    return subprocess.Popen([*pin, sys.executable, "-m", "pyllama90a.bench", *BENCH_ARGS, "--threads", str(threads),
+    return subprocess.Popen([*pin, sys.executable, "-m", "pyllama90a.bench", *BENCH_ARGS, *length, "--threads", str(threads),
                              "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
 
 
@@ -59,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     # both builds at the same time, one thread each on a CPU of its own, the CPUs swapped every round: a machine
     # whose speed drifts over minutes (a shared VM) then slows both alike, which alternating runs cannot ensure
     p.add_argument("--concurrent", action="store_true")
+    # a decode figure of tg32 x 2 lasts under 2 s; longer ones average over the VM's short stalls
+    p.add_argument("--tg", type=int, default=32)
+    p.add_argument("--reps", type=int, default=2)
     p.add_argument("--summarize", action="store_true", help="only summarize the rounds already in --out")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if args.concurrent:
         args.threads = 1
+    length = ["--tg", str(args.tg), "--reps", str(args.reps)]
     rounds: list[dict[str, dict[str, float]]] = []
     machine = ""
     for r in range(args.rounds):
@@ -74,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.summarize:
             results = {b: json.loads((args.out / f"round{r + 1}-{b}" / "bench.json").read_text()) for b in order}
         elif args.concurrent:  # order[i] runs on CPU i
-            procs = {b: start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", 1, cpu) for cpu, b in enumerate(order)}
+            procs = {b: start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", 1, length, cpu) for cpu, b in enumerate(order)}
             results = {b: finish_bench(procs[b], args.out / f"round{r + 1}-{b}") for b in order}
         else:
             results = {}
             for b in order:
-                results[b] = finish_bench(start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", args.threads),
+                results[b] = finish_bench(start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", args.threads, length),
                                           args.out / f"round{r + 1}-{b}")
         for build in order:
             this[build] = figures(results[build])
@@ -88,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {r + 1} {build}: {this[build]}", flush=True)
         rounds.append(this)
     keys = list(rounds[0]["native"])
-    how = " --concurrent" if args.concurrent else ""
+    how = (" --concurrent" if args.concurrent else "") + f" --tg {args.tg} --reps {args.reps}"
     lines = [f"# Portable vs native build, CPU (`benchmarks/portable_vs_native.py --rounds {args.rounds}{how}`)", "",
              f"Machine (portable run): {machine}", "",
-             "Bench per run: `python -m pyllama90a.bench " + " ".join(BENCH_ARGS)
+             "Bench per run: `python -m pyllama90a.bench " + " ".join(BENCH_ARGS + length)
              + f" --threads {args.threads}` (default model).", "",
              "| figure | native tok/s (median) | portable tok/s (median) | portable / native per round | median |"
              + (" per pair of rounds | median of pairs |" if args.concurrent else ""),
