@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from .errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
-_BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5}
+_BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
+         "fold_rotations": 1 << 6}
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class AttentionPaths:
     kv_cublas: bool = True      # CUDA/HIP prefill K^T Q over a quantized K: F16 copy + cuBLAS (patch 0007); off: MMQ
     ck_fa: bool = True          # gfx90a builds with CK: FLASH_ATTN_EXT through CK's fmha_fwd (patch 0009)
     fused_decode: bool = False  # flash_attn="hybrid" on CUDA/HIP: one-token decode in one fused kernel per layer
-                                # (patch 0013; opt-in: slower than the non-flash decode on the H200 so far)
+                                # (patch 0013; opt-in, and what flash_attn="auto" takes on CUDA)
+    fold_rotations: bool = True # with fused_decode over a rotated quantized cache: the kernels rotate q, the
+                                # output and the stored K/V rows, no rotation nodes in the decode graph (0015)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -11,7 +11,9 @@ from pathlib import Path
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.attention_paths import AttentionPaths
 from pyllama90a.kv_types import FLASH_ATTN_MODES
+from pyllama90a.native import ModelHandle
 from pyllama90a.native.ggml import ggml_type
+from pyllama90a.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,8 @@ class Node:
     ne: tuple[int, int, int, int]
     src_types: tuple[int, ...]
     mark: int = 0  # pyllama90a's mark (ggml-pyllama90a.h)
+    src_names: tuple[str, ...] = ()
+    buffer: str = ""  # the name of the buffer holding the node ("" for none yet)
 
 
 def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, paths: AttentionPaths | None = None,
@@ -32,23 +36,25 @@ def decode_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, pat
 
 
 def phase_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, paths: AttentionPaths | None = None,
-                n_gpu_layers: int = 0, n_ctx: int = 1024, flash_attn: str = "off") -> tuple[list[Node], list[Node]]:
+                n_gpu_layers: int = 0, n_ctx: int = 1024, flash_attn: str = "off",
+                rpc: list[str] | None = None) -> tuple[list[Node], list[Node]]:
     """The nodes of the prompt step (tokens[:-1] in one ubatch) and of the decode step (the last token);
-    flash_attn "on", "off" or "hybrid" (on, with patch 0012's per-phase bit)."""
+    flash_attn "on", "off" or "hybrid" (on, with patch 0012's per-phase bit). rpc: workers whose first device
+    takes the offloaded layers."""
     nodes: list[Node] = []
 
     @ffi.callback("bool(struct ggml_tensor *, bool, void *)")
     def on_node(t, ask, _user):
         if ask:
-            srcs = tuple(t.src[i].type for i in range(10) if t.src[i] != ffi.NULL)
+            srcs = [t.src[i] for i in range(10) if t.src[i] != ffi.NULL]
+            buffer = ffi.string(lib.ggml_backend_buffer_name(t.buffer)).decode() if t.buffer != ffi.NULL else ""
             nodes.append(Node(ffi.string(lib.ggml_op_desc(t)).decode(), ffi.string(t.name).decode(),
-                              tuple(t.ne), srcs, lib.ggml_pyl_get_mark(t)))
+                              tuple(t.ne), tuple(s.type for s in srcs), lib.ggml_pyl_get_mark(t),
+                              tuple(ffi.string(s.name).decode() for s in srcs), buffer))
         return False
 
-    mparams = lib.llama_model_default_params()
-    mparams.n_gpu_layers = n_gpu_layers
-    model = lib.llama_model_load_from_file(str(model_path).encode(), mparams)
-    assert model != ffi.NULL
+    placement = Placement.checked(rpc=rpc, split_mode="none", main_gpu=0) if rpc else None
+    model = ModelHandle(model_path, n_gpu_layers=n_gpu_layers, placement=placement)
     cparams = lib.llama_context_default_params()
     cparams.n_ctx = n_ctx
     cparams.n_batch = cparams.n_ubatch = max(len(tokens), 32)
@@ -56,7 +62,7 @@ def phase_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, path
     cparams.flash_attn_type = getattr(lib, FLASH_ATTN_MODES[flash_attn])
     cparams.n_threads = cparams.n_threads_batch = 2
     cparams.cb_eval = on_node
-    ctx = lib.llama_init_from_model(model, cparams)
+    ctx = lib.llama_init_from_model(model.ptr, cparams)
     try:
         assert ctx != ffi.NULL
         params = lib.llama_pyl_attn_default_params()
@@ -73,4 +79,3 @@ def phase_nodes(model_path: Path, tokens: list[int], *, ctk: str, ctv: str, path
     finally:
         if ctx != ffi.NULL:
             lib.llama_free(ctx)
-        lib.llama_model_free(model)

@@ -17,7 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = REPO / "benchmarks" / "hip" / "rocm_env.py"
-UNITS = ["out-prod.cu", "mmvq.cu", "convert.cu", "pyl-attn-decode.cu", "fmha_mapping.cpp", "ck_fa_hip.cpp"]
+UNITS = ["out-prod.cu", "mmvq.cu", "convert.cu", "pyl-attn-decode.cu", "pyl-set-rows-rot.cu", "fmha_mapping.cpp",
+         "ck_fa_hip.cpp"]
 
 pytestmark = pytest.mark.hip
 

@@ -154,6 +154,60 @@ def test_the_gpu_decodes_through_the_fused_kernel_and_not_without_it() -> None:
             assert not attention and "OUT_PROD" in _ops(decode)
 
 
+def _rotations(nodes) -> list:
+    """The Hadamard rotations of a rotated quantized cache: MUL_MATs by llama.cpp's rotation inputs (or by the
+    scheduler's copies of them on the GPU, named "CUDA0#attn_inp_k_rot#0")."""
+    return [n for n in nodes if n.op == "MUL_MAT" and any(name in src for src in n.src_names
+                                                          for name in ("attn_inp_k_rot", "attn_inp_v_rot"))]
+
+
+@on_gpu
+def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
+    """Patch 0015: over a rotated cache (q4_0, head dim 128) the fused decode graph has none of the four rotation
+    nodes per layer: its K and V stores rotate (ROTATE_ROWS, K's piece 128, V's 64, llama.cpp's sizes) and its
+    attention rotates q and the output (ROTATED). Prefill keeps upstream's rotation nodes, and so does the fused
+    decode with fold_rotations off."""
+    shape = SHAPES["hd128-gqa4"]
+    path = synthetic_model(shape, weight_type="f16")
+    prefill, decode = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
+                                  n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True))
+    assert len(_rotations(prefill)) == 4 * shape.n_layer
+    assert not _rotations(decode)
+    stores = [n for n in decode if n.op == "SET_ROWS"]
+    assert len(stores) == 2 * shape.n_layer and all(n.mark & lib.GGML_PYL_MARK_ROTATE_ROWS for n in stores)
+    attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
+    assert len(attention) == shape.n_layer
+    assert all(n.mark & lib.GGML_PYL_MARK_ROTATED and n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
+    assert {((n.mark >> 8) & 15, (n.mark >> 12) & 15) for n in attention} == {(7, 6)}  # pieces of 128 and 64
+    _, unfolded = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
+                              n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, fold_rotations=False))
+    assert len(_rotations(unfolded)) == 4 * shape.n_layer
+    assert not any(n.mark & (lib.GGML_PYL_MARK_ROTATED | lib.GGML_PYL_MARK_ROTATE_ROWS) for n in unfolded)
+
+
+@on_gpu
+@pytest.mark.parametrize("shape", ["hd64-gqa2", "hd128-kv8", "hd256-mha"])
+@pytest.mark.parametrize("kv", ["q4_0", "q5_1", "q8_0"])
+def test_cells_the_fused_decode_stores_are_read_as_the_caches_own(shape: str, kv: str, tmp_path: Path) -> None:
+    """With the rotations folded the fused decode stores its K and V rows itself. A store that skipped the rotation
+    would still decode consistently in the fused context (an unrotated q against an unrotated K gives the same
+    scores), so only a reader of the other kind can tell: the CPU's FA-off decode loads the cache after 40
+    fused steps over a 16-token prompt (most cells the fused path's) and must give the fused context's next
+    logits (the bound of the test above)."""
+    tokens = _tokens()
+    prompt, steps, last = tokens[:16], tokens[16:56], tokens[56:57]
+    with _model(shape, kv, "hybrid", n_ctx=512, paths=AttentionPaths(fused_decode=True)) as fused:
+        fused.eval(prompt)
+        step_logits(fused, steps)
+        fused.save_state(tmp_path / "fused.state")
+        got = step_logits(fused, last)
+    with _model(shape, kv, "off", n_ctx=512, n_gpu_layers=0) as cpu:
+        cpu.load_state(tmp_path / "fused.state")
+        want = step_logits(cpu, last)
+    spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
+    assert np.isfinite(got).all() and np.abs(got - want).max() <= 8e-3 * spread
+
+
 @on_gpu
 def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -> None:
     path = synthetic_model(SHAPES["hd128-gqa4"], weight_type="f16")

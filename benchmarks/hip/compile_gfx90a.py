@@ -101,6 +101,9 @@ UNITS = [
     Unit("pyl-attn-decode.cu", "0013", "k_pyl_attn_decode",
          (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
          "fused decode attention over a quantized K and V (split-KV chunks and their reduce)"),
+    # (not "^void ...<": a function as template argument leaves the name mangled in the code object report)
+    Unit("pyl-set-rows-rot.cu", "0015", "k_pyl_set_rows_rot", (r"k_pyl_set_rows_rot",), (),
+         "SET_ROWS into a quantized cache that rotates each piece of a row first (the fused decode's K/V stores)"),
     Unit("fmha_mapping.cpp", "CK FA glue (src/ck_fa)", "fmha_fwd", (), (),
          "the ggml -> CK fmha_fwd argument mapping, host code, compiled as HIP with GGML_USE_HIP",
          repo_path="src/ck_fa/fmha_mapping.cpp"),
