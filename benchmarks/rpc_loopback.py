@@ -3,33 +3,48 @@ prefill and decode tok/s, and the bytes per token that crossed the links, counte
 counters of the workers' connections, `ss -ti`). Each setting runs `--rounds` times, alternated.
 
     PYTHONPATH=<build with GGML_RPC> python benchmarks/rpc_loopback.py --out benchmarks/results/cpu-rpc-loopback
+
+With --device CUDA0 each worker serves that GPU of this host (--workers 0 1: local vs one worker), and
+--n-gpu-layers offloads that many layers to it, locally or through the worker (whose devices come first).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import shutil
 import statistics
 from pathlib import Path
 
 import pyllama90a as pl
-from pyllama90a.tools.worker_process import WorkerProcess
+from pyllama90a.tools.worker_process import WorkerProcess, loopback_bytes
 
 PROMPT_TOKENS, DECODE_TOKENS = 128, 64
 
 
-def run(model_path: Path, n_workers: int, threads: int, settings: dict) -> dict:
-    workers = [WorkerProcess(threads=threads).start() for _ in range(n_workers)]
+def link_bytes(workers: list[WorkerProcess]) -> int:
+    """Bytes the workers' links carried so far: their connections' TCP counters (`ss`), else, where `ss` is not
+    installed (the H200 machine), all loopback traffic (nothing else talks over it during the bench)."""
+    if shutil.which("ss"):
+        return sum(w.link_bytes() for w in workers)
+    return loopback_bytes()
+
+
+def run(model_path: Path, n_workers: int, threads: int, settings: dict, device: str | None) -> dict:
+    extra = ("--device", device) if device else ()
+    workers = [WorkerProcess(threads=threads, extra=extra).start() for _ in range(n_workers)]
+    placement = {"split_mode": "none", "main_gpu": 0} if device and n_workers else {}
     try:
-        with pl.Model(model_path, rpc=[w.endpoint for w in workers], n_threads=threads, **settings) as model:
+        with pl.Model(model_path, rpc=[w.endpoint for w in workers], n_threads=threads, **settings,
+                      **placement) as model:
             prompt = model.tokenize("Once upon a time, " * 40)[:PROMPT_TOKENS]
             model.generate(prompt[:8], max_tokens=2, temperature=0)  # warm-up (first graphs, allocations)
             model.truncate(0)
-            before = sum(w.link_bytes() for w in workers)
+            before = link_bytes(workers)
             prefill = model.generate(prompt, max_tokens=1, temperature=0).timings
-            middle = sum(w.link_bytes() for w in workers)
+            middle = link_bytes(workers)
             decode = model.generate(prompt, max_tokens=DECODE_TOKENS, temperature=0, stop=()).timings
-            after = sum(w.link_bytes() for w in workers)
+            after = link_bytes(workers)
     finally:
         for w in workers:
             w.stop()
@@ -57,15 +72,25 @@ def main() -> None:
     parser.add_argument("--ctk", default="q4_0")
     parser.add_argument("--ctv", default="q4_0")
     parser.add_argument("--flash-attn", default="off")
+    parser.add_argument("--synthetic", help="a random-weight shape of pyllama90a.synthetic instead of the default model")
+    parser.add_argument("--device", help="the device each worker serves (ggml's name, e.g. CUDA0); default its CPU")
+    parser.add_argument("--n-gpu-layers", type=int, default=-1)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    model_path = pl.default_model(pull=True)
-    settings = {"ctk": args.ctk, "ctv": args.ctv, "flash_attn": args.flash_attn, "n_ctx": 1024}
-    rows = [run(model_path, n, args.threads, settings) for _ in range(args.rounds) for n in (0, 1, 2)]
+    if args.synthetic:
+        from pyllama90a.synthetic import synthetic_model
+        model_path = synthetic_model(args.synthetic)
+    else:
+        model_path = pl.default_model(pull=True)
+    settings = {"ctk": args.ctk, "ctv": args.ctv, "flash_attn": args.flash_attn, "n_ctx": 1024,
+                "n_gpu_layers": args.n_gpu_layers}
+    rows = [run(model_path, n, args.threads, settings, args.device) for _ in range(args.rounds) for n in args.workers]
     summary = summarize(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rpc_loopback.json").write_text(json.dumps(
         {"machine": platform.processor() or platform.machine(), "settings": settings, "threads": args.threads,
+         "model": args.synthetic or "default", "worker_device": args.device or "CPU",
          "prompt_tokens": PROMPT_TOKENS, "rounds": rows, "median": summary}, indent=1))
     print("| workers | prefill tok/s | decode tok/s | prefill bytes/token | decode bytes/token |")
     print("|---|---|---|---|---|")
