@@ -53,15 +53,17 @@ def test_the_wheel_installed_in_a_fresh_venv_generates_paris(repaired_wheel, mod
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    # without PYTHONPATH: a build on it (a developer's) would make pip skip the wheel as "already satisfied",
+    # and the import below must find only the installed wheel
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     _run([str(python), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), str(repaired_wheel)],
-         timeout=1200)
+         timeout=1200, env=clean)
     script = ("import pyllama90a as pl, sys\n"
               "with pl.Model(sys.argv[1], ctk='q4_0', ctv='q4_0', flash_attn='off', n_ctx=512) as m:\n"
               "    print(pl.__file__)\n"
               "    print(m.generate('The capital of France is', max_tokens=8, temperature=0).text)\n")
     # run outside the checkout, so that only the installed wheel can be imported
-    out = _run([str(python), "-c", script, str(model_path)], timeout=300, cwd=tmp_path,
-               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    out = _run([str(python), "-c", script, str(model_path)], timeout=300, cwd=tmp_path, env=clean)
     where, text = out.stdout.strip().splitlines()[0], "\n".join(out.stdout.strip().splitlines()[1:])
     assert str(env_dir) in where, where
     assert "Paris" in text, text
