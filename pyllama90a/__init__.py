@@ -28,8 +28,8 @@ from .attention_policy import AttentionChoice
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk
 from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
-                     DecodeError, EngineStoppedError, InvalidArgumentError, LlamaError, ModelFormatError,
-                     ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
+                     DecodeError, EngineStoppedError, InfillUnsupportedError, InvalidArgumentError, LlamaError,
+                     ModelFormatError, ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .core.outputs import Completion, Piece, Timings, Usage
@@ -43,5 +43,5 @@ __all__ = [
     "default_model", "pull_default_model", "set_native_log_level",
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
     "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",
-    "ChatTemplateError", "ConstraintError", "NonFiniteOutputError",
+    "ChatTemplateError", "ConstraintError", "NonFiniteOutputError", "InfillUnsupportedError",
 ]

@@ -70,6 +70,11 @@ class ContextOverflowError(InvalidArgumentError):
     """The prompt (plus what is to be generated) does not fit the context."""
 
 
+class InfillUnsupportedError(InvalidArgumentError):
+    """The model cannot fill in the middle: its vocabulary lacks a FIM token an infill prompt needs (the message
+    names each missing one)."""
+
+
 class DecodeError(LlamaError):
     """llama_decode/llama_encode failed."""
 

@@ -5,7 +5,8 @@
     python -m pyllama90a.synthetic 8b-hd128 --weight-type q4_0 [--out PATH]
 
 The files are llama-architecture GGUFs with a SentencePiece-style ("llama") vocabulary of made-up,
-distinct tokens. The weights are noise of about std 0.02 (norms are 1.0), so activations stay sane and
+distinct tokens; fim=("pre", "suf", "mid", ...) ends it with fill-in-the-middle control tokens, named in the
+metadata (tokenizer.ggml.fim_*_token_id) as a coder model's are. The weights are noise of about std 0.02 (norms are 1.0), so activations stay sane and
 generation runs without NaN, but the text produced is meaningless: use them for speed and memory
 measurements and for checking that kernels run, never for quality.
 
@@ -26,11 +27,12 @@ import time
 import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Shape", "SHAPES", "WEIGHT_TYPES", "write_synthetic", "synthetic_model", "import_gguf"]
+__all__ = ["Shape", "SHAPES", "WEIGHT_TYPES", "FIM_TEXTS", "write_synthetic", "synthetic_model", "fim_token_ids",
+           "import_gguf"]
 
 WEIGHT_TYPES = ("f16", "q8_0", "q4_0")
 METHODS = ("fast", "quantize")
@@ -42,6 +44,9 @@ FORMAT_VERSION = 1  # part of the cache key: bump when the files written here ch
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 N_FIXED_TOKENS = 3 + 256
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_BYTE = 1, 2, 3, 6
+# fill-in-the-middle tokens a vocabulary may end with (fim=...), in this order: Qwen2.5-Coder's texts
+FIM_TEXTS = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>", "pad": "<|fim_pad|>",
+             "rep": "<|repo_name|>", "sep": "<|file_sep|>"}
 
 
 @dataclass(frozen=True)
@@ -145,12 +150,29 @@ def _filler_texts() -> Iterator[str]:
         yield from words
 
 
-def _vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+def _fim_kinds(fim: Sequence[str]) -> tuple[str, ...]:
+    """The FIM tokens asked for, in FIM_TEXTS' order (the file does not depend on the order given)."""
+    unknown = sorted(set(fim) - FIM_TEXTS.keys())
+    if isinstance(fim, str) or unknown:
+        raise ValueError(f"fim takes FIM token kinds among {', '.join(FIM_TEXTS)}, got {fim!r}")
+    return tuple(kind for kind in FIM_TEXTS if kind in fim)
+
+
+def fim_token_ids(n_vocab: int, fim: Sequence[str]) -> dict[str, int]:
+    """The ids of the FIM tokens of a vocabulary of n_vocab written with `fim`: its last ones."""
+    kinds = _fim_kinds(fim)
+    return {kind: n_vocab - len(kinds) + i for i, kind in enumerate(kinds)}
+
+
+def _vocab(n_vocab: int, fim: Sequence[str] = ()) -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types_ = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL] + [TOKEN_BYTE] * 256
+    fim_ids = fim_token_ids(n_vocab, fim)
+    if n_vocab - len(fim_ids) <= N_FIXED_TOKENS:
+        raise ValueError(f"n_vocab {n_vocab} has no room for {len(fim_ids)} FIM tokens and a normal one")
     fill = _filler_texts()
-    tokens += [next(fill) for _ in range(n_vocab - len(tokens))]
-    types_ += [TOKEN_NORMAL] * (n_vocab - len(types_))
+    tokens += [next(fill) for _ in range(n_vocab - len(tokens) - len(fim_ids))] + [FIM_TEXTS[k] for k in fim_ids]
+    types_ += [TOKEN_NORMAL] * (n_vocab - len(types_) - len(fim_ids)) + [TOKEN_CONTROL] * len(fim_ids)
     scores = [0.0] * N_FIXED_TOKENS + [-float(i) for i in range(n_vocab - N_FIXED_TOKENS)]
     return tokens, scores, types_
 
@@ -258,14 +280,16 @@ def file_size_estimate(shape: str | Shape, weight_type: str = "q4_0") -> int:
 
 
 def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_type: str = "q4_0",
-                    seed: int = 0, method: str = "fast") -> Path:
+                    seed: int = 0, method: str = "fast", fim: Sequence[str] = ()) -> Path:
     """Write a random-weight llama GGUF of `shape` (a SHAPES name or a Shape) to `path`.
 
-    2-D weights are `weight_type` (f16, q8_0 or q4_0), norms f32 ones. The file is written under a
+    2-D weights are `weight_type` (f16, q8_0 or q4_0), norms f32 ones. fim: the FIM tokens (FIM_TEXTS' kinds)
+    the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). The file is written under a
     temporary name next to `path` and renamed at the end, one tensor in memory at a time.
     """
     s = _resolve_shape(shape)
     _check_args(s, weight_type, method)
+    tokens, scores, token_types = _vocab(s.n_vocab, fim)  # (checks fim)
     gguf = import_gguf()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,7 +315,6 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         if weight_type != "f16":
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-        tokens, scores, token_types = _vocab(s.n_vocab)
         writer.add_tokenizer_model("llama")
         writer.add_token_list(tokens)
         writer.add_token_scores(scores)
@@ -301,6 +324,8 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         writer.add_unk_token_id(UNK_ID)
         writer.add_add_bos_token(True)
         writer.add_add_eos_token(False)
+        for kind, token in fim_token_ids(s.n_vocab, fim).items():
+            writer.add_uint32(f"tokenizer.ggml.fim_{kind}_token_id", token)
 
         plan = _tensor_plan(s)
         for name, np_shape in plan:
@@ -331,25 +356,28 @@ def _home() -> Path:
 
 
 def cached_path(shape: str | Shape, *, weight_type: str = "q4_0", cache_dir: str | os.PathLike[str] | None = None,
-                method: str = "fast") -> Path:
+                method: str = "fast", fim: Sequence[str] = ()) -> Path:
     """Where synthetic_model keeps the file for these arguments (it may not exist yet)."""
     s = _resolve_shape(shape)
-    key = repr((FORMAT_VERSION, asdict(s), weight_type, method)).encode()
+    kinds = _fim_kinds(fim)
+    # (FIM tokens join the key only when asked for: the files without them keep their names)
+    key = repr((FORMAT_VERSION, asdict(s), weight_type, method) + ((("fim", kinds),) if kinds else ())).encode()
     digest = hashlib.sha256(key).hexdigest()[:10]
     folder = Path(cache_dir) if cache_dir is not None else _home() / "synthetic"
-    return folder / f"synthetic-{s.name}-{weight_type}-{digest}.gguf"
+    return folder / f"synthetic-{s.name}-{weight_type}{'-fim' if kinds else ''}-{digest}.gguf"
 
 
 def synthetic_model(shape: str | Shape, *, weight_type: str = "q4_0",
-                    cache_dir: str | os.PathLike[str] | None = None, method: str = "fast") -> Path:
+                    cache_dir: str | os.PathLike[str] | None = None, method: str = "fast",
+                    fim: Sequence[str] = ()) -> Path:
     """A cached random-weight GGUF of `shape`, written (atomically, seed 0) on first use.
 
     The cache folder is `cache_dir`, default $PYLLAMA90A_HOME/synthetic (~/.cache/pyllama90a/synthetic).
     """
-    path = cached_path(shape, weight_type=weight_type, cache_dir=cache_dir, method=method)
+    path = cached_path(shape, weight_type=weight_type, cache_dir=cache_dir, method=method, fim=fim)
     if path.is_file():
         return path
-    return write_synthetic(shape, path, weight_type=weight_type, seed=0, method=method)
+    return write_synthetic(shape, path, weight_type=weight_type, seed=0, method=method, fim=fim)
 
 
 def main(argv: list[str] | None = None) -> int:

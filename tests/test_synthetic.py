@@ -10,7 +10,8 @@ import pytest
 
 import pyllama90a
 from pyllama90a.gguf_header import ArraySummary, read_header
-from pyllama90a.synthetic import SHAPES, Shape, file_size_estimate, synthetic_model, write_synthetic
+from pyllama90a.synthetic import (FIM_TEXTS, SHAPES, Shape, cached_path, file_size_estimate, fim_token_ids,
+                                  synthetic_model, write_synthetic)
 
 TINY = SHAPES["tiny"]
 N_CTX = 256
@@ -123,6 +124,28 @@ def test_synthetic_model_cache(tmp_path):
     assert synthetic_model("tiny", weight_type="q8_0", cache_dir=tmp_path) != path
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary files left
     assert read_header(path).get("llama.block_count") == TINY.n_layer
+
+
+def test_fim_tokens(tmp_path):
+    """fim=...: the vocabulary ends with FIM control tokens, named in the metadata; the files without keep their
+    cache names (the key grows only when FIM tokens are asked for)."""
+    path = write_synthetic("tiny", tmp_path / "fim.gguf", fim=("mid", "pre", "suf"))  # (any order)
+    h = read_header(path)
+    ids = fim_token_ids(TINY.n_vocab, ("pre", "suf", "mid"))
+    assert ids == {"pre": TINY.n_vocab - 3, "suf": TINY.n_vocab - 2, "mid": TINY.n_vocab - 1}
+    assert {k: h.get(f"tokenizer.ggml.fim_{k}_token_id") for k in FIM_TEXTS} == {**dict.fromkeys(FIM_TEXTS), **ids}
+    tokens, types = h.get("tokenizer.ggml.tokens"), h.get("tokenizer.ggml.token_type")
+    assert tokens[-3:] == [FIM_TEXTS["pre"], FIM_TEXTS["suf"], FIM_TEXTS["mid"]] and types[-3:] == [3, 3, 3]
+    assert len(set(tokens)) == TINY.n_vocab and set(types[259:-3]) == {1}
+    assert read_header(write_synthetic("tiny", tmp_path / "plain.gguf")).get("tokenizer.ggml.fim_pre_token_id") is None
+    plain = cached_path("tiny", cache_dir=tmp_path)
+    assert "fim" not in plain.name and cached_path("tiny", cache_dir=tmp_path, fim=()) == plain
+    with_fim = cached_path("tiny", cache_dir=tmp_path, fim=("pre", "suf", "mid"))
+    assert with_fim != plain and with_fim == cached_path("tiny", cache_dir=tmp_path, fim=("suf", "mid", "pre"))
+    for bad in (("prefix",), "pre"):
+        with pytest.raises(ValueError):
+            write_synthetic("tiny", tmp_path / "bad.gguf", fim=bad)
+    assert not (tmp_path / "bad.gguf").exists()
 
 
 def test_failed_write_leaves_nothing(tmp_path):

@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MAX_TOKENIZE_BYTES = 64 << 20  # of UTF-8 text per llama_tokenize call (well within its int32 lengths)
 LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
+# the fill-in-the-middle tokens llama.cpp reads from a GGUF (tokenizer.ggml.fim_<kind>_token_id, or found by their
+# text): prefix, suffix, middle, padding, repository name, file separator
+FIM_KINDS = ("pre", "suf", "mid", "pad", "rep", "sep")
 
 
 class ModelHandle:
@@ -68,6 +71,10 @@ class ModelHandle:
         bos, eos = lib.llama_vocab_bos(self._vocab), lib.llama_vocab_eos(self._vocab)
         self.bos: int | None = bos if 0 <= bos < self.n_vocab else None  # None: the vocabulary has none
         self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
+        self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(self._vocab))  # whether tokenize(add_special) adds BOS
+        fim = {kind: getattr(lib, f"llama_vocab_fim_{kind}")(self._vocab) for kind in FIM_KINDS}
+        # kind -> token id, None where the vocabulary has none (pyllama90a.fim builds infill prompts of them)
+        self.fim: dict[str, int | None] = {k: t if 0 <= t < self.n_vocab else None for k, t in fim.items()}
 
     def lost_workers(self) -> tuple[rpc.Endpoint, ...]:
         """The workers of this model whose connection was lost (its layers there are gone)."""

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import (BusyError, ChatTemplateError, ClosedError, ContextOverflowError, EngineStoppedError,
-                      InvalidArgumentError, LlamaError, QueueFullError, StateFileError, UnsupportedChatTemplateError)
+                      InfillUnsupportedError, InvalidArgumentError, LlamaError, QueueFullError, StateFileError,
+                      UnsupportedChatTemplateError)
 
 
 class APIError(Exception):
@@ -67,6 +68,7 @@ ANSWERS: dict[type[BaseException], Answer] = {
     ContextOverflowError: Answer(400, code="context_length_exceeded", param=lambda exc, inputs: inputs.prompt),
     UnsupportedChatTemplateError: Answer(400, code="chat_template_unsupported", param=lambda exc, inputs: "messages"),
     ChatTemplateError: Answer(400, code="chat_template_error", param=lambda exc, inputs: "messages"),
+    InfillUnsupportedError: Answer(400, code="infill_not_supported"),  # /infill on a model without FIM tokens
     InvalidArgumentError: Answer(400),  # the request's own doing, found while it was served
     LlamaError: Answer(500, "server_error", message="generation failed: {}"),
 }

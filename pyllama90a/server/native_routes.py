@@ -1,7 +1,8 @@
 """llama-server's native routes, for clients written for it: POST /completion (and /completions, which
-llama-server serves the same way), /tokenize, /detokenize, /apply-template, /embeddings and /embedding (its
-list shape), GET /props and /slots. Requests are read by native_requests.py, answers shaped by
-native_responses.py; errors keep the OpenAI routes' contract (server/errors.py)."""
+llama-server serves the same way), /infill (a /completion of a fill-in-the-middle prompt: infill.py),
+/tokenize, /detokenize, /apply-template, /embeddings and /embedding (its list shape), GET /props and /slots.
+Requests are read by native_requests.py, answers shaped by native_responses.py; errors keep the OpenAI routes'
+contract (server/errors.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +16,7 @@ from . import slot_files
 from .embeddings import embeddings
 from .errors import APIError
 from .generation import generate, ignored_fields
+from .infill import infill_request
 from .native_requests import (NativeCompletion, apply_template_request, detokenize_request,
                               native_completion_request, tokenize_request)
 from .native_responses import NativeCompletionShape, generation_settings
@@ -23,7 +25,8 @@ from .state import ServerState
 
 COMPLETION_PATHS = ("/completion", "/completions")
 EMBEDDING_PATHS = ("/embeddings", "/embedding")
-PATHS = (*COMPLETION_PATHS, *EMBEDDING_PATHS, "/tokenize", "/detokenize", "/apply-template", "/props", "/slots")
+PATHS = (*COMPLETION_PATHS, "/infill", *EMBEDDING_PATHS, "/tokenize", "/detokenize", "/apply-template", "/props",
+         "/slots")
 
 
 def default_settings(state: ServerState) -> dict[str, Any]:
@@ -51,29 +54,42 @@ def _piece(piece: bytes) -> str | list[int]:
         return list(piece)
 
 
+async def _complete(state: ServerState, request: Request, native: NativeCompletion) -> Response:
+    """Generate a checked /completion (or /infill) request and answer it in llama-server's shape."""
+    engine = state.engine
+    model = engine.model
+    settings = generation_settings(native.gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
+                                   stream=native.gen.stream)
+
+    def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
+        return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
+                                     detokenize=lambda tokens: model.detokenize(tokens, special=True),
+                                     return_tokens=native.return_tokens, **common)
+    return await generate(state, request, native.gen, chat=False, shape_for=shape_for)
+
+
 def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
     """Add the native routes to `app` (server/openapi_doc.py's `docs` describe them)."""
     settings = default_settings(state)  # depends only on the server's limits, slot size and model name
     # each route reads state.engine when it runs: a server whose RPC workers came back serves from a new engine
 
     async def completion(request: Request) -> Response:
-        engine = state.engine
-        model = engine.model
+        model = state.engine.model
         body = await read_json(request, state.limits.max_request_bytes)
         native: NativeCompletion = await asyncio.to_thread(
             native_completion_request, body, state.limits,
             lambda text, bos: model.tokenize(text, add_special=bos, parse_special=False))
-        settings = generation_settings(native.gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
-                                       stream=native.gen.stream)
-
-        def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
-            return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
-                                         detokenize=lambda tokens: model.detokenize(tokens, special=True),
-                                         return_tokens=native.return_tokens, **common)
-        return await generate(state, request, native.gen, chat=False, shape_for=shape_for)
+        return await _complete(state, request, native)
 
     app.add_api_route(COMPLETION_PATHS[0], completion, methods=["POST"], **docs["native_completion"])
     app.add_api_route(COMPLETION_PATHS[1], completion, methods=["POST"], include_in_schema=False)
+
+    @app.post("/infill", **docs["infill"])
+    async def infill(request: Request) -> Response:
+        model = state.engine.model
+        body = await read_json(request, state.limits.max_request_bytes)
+        native = await asyncio.to_thread(infill_request, body, state.limits, model)
+        return await _complete(state, request, native)
 
     async def native_embeddings(request: Request) -> Response:
         return await embeddings(state, request, native=True)

@@ -174,6 +174,21 @@ def _native_completion_request(limits: Limits) -> Schema:
     return schema
 
 
+def _infill_request(limits: Limits) -> Schema:
+    """llama-server's /infill: /completion's fields, with a prompt that is the start of the middle (text)."""
+    schema = _native_completion_request(limits)
+    chunk = {"type": "object", "required": ["text"],
+             "properties": {"filename": {"type": "string"}, "text": {"type": "string"}}}
+    schema["required"] = ["input_prefix", "input_suffix"]
+    schema["properties"] = {
+        **schema["properties"], "input_prefix": {"type": "string", "description": "the text before the gap"},
+        "input_suffix": {"type": "string", "description": "the text after the gap"},
+        "input_extra": _nullable({"type": "array", "items": chunk,
+                                  "description": "other files' chunks, put before the FIM prefix"}),
+        "prompt": _nullable({"type": "string", "description": "the start of the middle, after the FIM middle token"})}
+    return schema
+
+
 _NATIVE_COMPLETION: Schema = {
     "type": "object", "required": ["content", "stop"],
     "properties": {"content": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}},
@@ -326,6 +341,10 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
             **_generation_route("llama-server's completion (also at /completions): content, tokens, stop_type, "
                                 "timings; a stream ends without [DONE]", _native_completion_request(limits),
                                 _NATIVE_COMPLETION, limits)},
+        "infill": {
+            **_generation_route("llama-server's fill-in-the-middle completion: a /completion of the model's FIM "
+                                "prompt (a model without FIM prefix, suffix and middle tokens answers 400, code "
+                                "infill_not_supported)", _infill_request(limits), _NATIVE_COMPLETION, limits)},
         "native_embeddings": {"summary": "llama-server's embeddings (also at /embedding): one pooled vector per "
                                          "input, in a list", "openapi_extra": _request_body(EMBEDDING_REQUEST, limits),
                               "responses": {200: {**_json("one vector per input", NATIVE_EMBEDDINGS),
