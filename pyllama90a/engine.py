@@ -55,6 +55,9 @@ class _Job:
     on_chunk: Callable[[Chunk], None]
     cancelled: bool = False
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
+    # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
+    # carried them yet, so the next one does
+    unsent: list[int] = field(default_factory=list)
 
     @property
     def generated(self) -> list[int]:
@@ -451,11 +454,14 @@ class BatchEngine:
         tokens = () if step.token is None else (step.token,)
         logprobs = () if step.logprob is None else (step.logprob,)
         if step.finish is not None:
-            self._finish(slot, job, step.finish, tokens, logprobs, step.text)
+            self._finish(slot, job, step.finish, (*job.unsent, *tokens), logprobs, step.text)
         else:
             job.to_decode = list(tokens)
             if step.text or logprobs:
-                self._emit(job, Chunk(step.text, tokens, logprobs))
+                self._emit(job, Chunk(step.text, (*job.unsent, *tokens), logprobs))
+                job.unsent.clear()
+            else:
+                job.unsent.extend(tokens)
         return len(tokens)
 
     def _finish(self, slot: _Slot, job: _Job, reason: str, tokens: tuple[int, ...] = (),
