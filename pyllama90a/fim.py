@@ -30,7 +30,7 @@ from .native.model import FIM_KINDS
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Model
 
-__all__ = ["FIM_KINDS", "REQUIRED_KINDS", "fim_tokens", "missing_fim_tokens", "infill_prompt"]
+__all__ = ["FIM_KINDS", "REQUIRED_KINDS", "fim_tokens", "infill_prompt"]
 
 REQUIRED_KINDS = ("pre", "suf", "mid")  # what any infill prompt needs
 _ROLES = {"pre": "prefix", "suf": "suffix", "mid": "middle", "pad": "padding", "rep": "repository",
@@ -46,14 +46,9 @@ def fim_tokens(model: Model) -> dict[str, int | None]:
     return dict(model.handle.fim)
 
 
-def missing_fim_tokens(fim: Mapping[str, int | None]) -> list[str]:
-    """The kinds an infill prompt needs (REQUIRED_KINDS) that `fim` lacks."""
-    return [kind for kind in REQUIRED_KINDS if fim.get(kind) is None]
-
-
 def _check_supported(model: Model) -> dict[str, int | None]:
     fim = fim_tokens(model)
-    missing = missing_fim_tokens(fim)
+    missing = [kind for kind in REQUIRED_KINDS if fim[kind] is None]
     if missing:
         lacks = ", ".join(f"fim_{k} (the FIM {_ROLES[k]} token, GGUF key tokenizer.ggml.fim_{k}_token_id)"
                           for k in missing)

@@ -8,7 +8,7 @@ from typing import Any
 from ..fim import infill_prompt
 from ..model import Model
 from .api_requests import MISSING, Limits, _bad, _settle_unknown, _unknown
-from .native_requests import NativeCompletion, _object, native_completion_request
+from .native_requests import NativeCompletion, _object, native_completion_request, prompt_tokenizer
 
 INFILL_FIELDS = frozenset({"input_prefix", "input_suffix", "input_extra", "prompt"})
 CHUNK_FIELDS = frozenset({"filename", "text"})
@@ -33,7 +33,6 @@ def infill_request(body: Any, limits: Limits, model: Model) -> NativeCompletion:
     tokens = infill_prompt(model, body["input_prefix"], body["input_suffix"],
                            input_extra=() if extra is None else extra, prompt="" if prompt is None else prompt)
     rest = {k: v for k, v in body.items() if k not in INFILL_FIELDS}
-    native = native_completion_request({**rest, "prompt": tokens}, limits,
-                                       lambda text, bos: model.tokenize(text, add_special=bos, parse_special=False))
+    native = native_completion_request({**rest, "prompt": tokens}, limits, prompt_tokenizer(model))
     native.gen.ignored = sorted({*native.gen.ignored, *_settle_unknown(_chunk_unknowns(extra), limits)})
     return native

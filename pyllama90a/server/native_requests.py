@@ -22,6 +22,11 @@ from .refused_fields import HARMLESS_FIELDS
 
 Tokenize = Callable[[str, bool], list[int]]  # (text, add_special) -> token ids
 
+
+def prompt_tokenizer(model: Any) -> Tokenize:
+    """How /completion (and /infill) read a prompt's text: special-token text stays text, as llama-server reads it."""
+    return lambda text, bos: model.tokenize(text, add_special=bos, parse_special=False)
+
 # the fields /completion takes under llama-server's names, translated here (the others are /v1/completions')
 NATIVE_COMPLETION_FIELDS = frozenset({"n_predict", "n_probs", "return_tokens"})
 TOKENIZE_FIELDS = frozenset({"content", "add_special", "parse_special", "with_pieces"}) | HARMLESS_FIELDS

@@ -18,7 +18,7 @@ from .errors import APIError
 from .generation import generate, ignored_fields
 from .infill import infill_request
 from .native_requests import (NativeCompletion, apply_template_request, detokenize_request,
-                              native_completion_request, tokenize_request)
+                              native_completion_request, prompt_tokenizer, tokenize_request)
 from .native_responses import NativeCompletionShape, generation_settings
 from .request_body import read_json
 from .state import ServerState
@@ -77,8 +77,7 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
         model = state.engine.model
         body = await read_json(request, state.limits.max_request_bytes)
         native: NativeCompletion = await asyncio.to_thread(
-            native_completion_request, body, state.limits,
-            lambda text, bos: model.tokenize(text, add_special=bos, parse_special=False))
+            native_completion_request, body, state.limits, prompt_tokenizer(model))
         return await _complete(state, request, native)
 
     app.add_api_route(COMPLETION_PATHS[0], completion, methods=["POST"], **docs["native_completion"])
