@@ -149,6 +149,7 @@ def test_the_gpu_decodes_through_the_fused_kernel_and_not_without_it() -> None:
         if fused:
             assert len(attention) == SHAPES["hd128-gqa4"].n_layer
             assert all(n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
+            assert not any(n.mark & lib.GGML_PYL_MARK_FUSED_F32Q for n in attention)  # q8 by default (0016)
             assert "OUT_PROD" not in _ops(decode)
         else:
             assert not attention and "OUT_PROD" in _ops(decode)
@@ -221,18 +222,21 @@ def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -
 
 
 @on_gpu
+@pytest.mark.parametrize("q8", [True, False], ids=["q8", "f32q"])
 @pytest.mark.parametrize("shape", FUSED_SHAPES)
 @pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
-def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, tmp_path: Path) -> None:
+def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, q8: bool, tmp_path: Path) -> None:
     """The fused kernel, the GPU's non-flash decode and the CPU's FA-off decode, all from one cache (a state
     file): only the order of the sums and the rounding of q differ. The GPU's non-flash path rounds q to q8_1
-    (MMVQ) and the CPU's to q8_0 or q8_1, the fused kernel keeps it in F32. With 8 KV heads of 128 that rounding
-    alone moves the logits by up to ~6e-3 of their spread (H200, 2026-12-01: fused~CPU 5.1e-3 for q4_1, 5.9e-3
-    q5_1, 5.6e-3 q8_0 over 6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so the
-    bound is 8e-3 of the spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of
-    chunks or heads is off by a large part of the spread. 600+ cells make several KV chunks, so the reduce runs."""
+    (MMVQ) and the CPU's to q8_0 or q8_1; the fused kernel rounds it to 8 bits per 32 values too (patch 0016,
+    fused_q8) or keeps it in F32 (fused_q8 off). With 8 KV heads of 128 that rounding alone moves the logits by
+    up to ~6e-3 of their spread (H200, 2026-12-01, F32 q: fused~CPU 5.1e-3 for q4_1, 5.9e-3 q5_1, 5.6e-3 q8_0 over
+    6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so the bound is 8e-3 of the
+    spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of chunks or heads, or a
+    code of V or K read at the wrong place, is off by a large part of the spread. 600+ cells make several KV
+    chunks, so the reduce runs."""
     prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
-    with _model(shape, kv, "hybrid", n_ctx=1024, paths=AttentionPaths(fused_decode=True)) as fused:
+    with _model(shape, kv, "hybrid", n_ctx=1024, paths=AttentionPaths(fused_decode=True, fused_q8=q8)) as fused:
         fused.eval(prompt + prompt)
         fused.save_state(tmp_path / "prompt.state")
         got = step_logits(fused, rest)
