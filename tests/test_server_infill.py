@@ -185,18 +185,17 @@ def test_every_documented_field_is_known_and_unknown_ones_can_be_refused() -> No
     """The OpenAPI document and the parser cannot drift apart; with --unknown-fields reject, an unknown field of
     an extra chunk is refused, as any other unknown field (the parser, in process, on the FIM model)."""
     import pyllama90a as pl
-    from pyllama90a.server.api_requests import COMPLETION_FIELDS, Limits
     from pyllama90a.server.errors import APIError
-    from pyllama90a.server.infill import INFILL_FIELDS, infill_request
-    from pyllama90a.server.native_requests import NATIVE_COMPLETION_FIELDS
-    from pyllama90a.server.openapi_doc import route_docs
+    from pyllama90a.server.openapi import route_docs
+    from pyllama90a.server.protocol import InfillRequest
+    from pyllama90a.server.protocol_base import Limits, parse
 
     for limits in (Limits(), Limits(unknown_fields="reject")):
         schema = route_docs(limits)["infill"]["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"]
-        assert set(schema["properties"]) <= INFILL_FIELDS | NATIVE_COMPLETION_FIELDS | COMPLETION_FIELDS
+        assert set(schema["properties"]) <= set(InfillRequest.model_fields)
     with pl.Model(synthetic_model(SHAPE, fim=tuple(FIM_TEXTS)), n_ctx=256) as model:
         body = {**BODY, "input_extra": [{"text": "a", "lang": "py"}]}
-        assert infill_request(body, Limits(), model).gen.ignored == ["input_extra[0].lang"]
+        assert parse(InfillRequest, body, Limits(), model)[1] == ["input_extra[0].lang"]
         with pytest.raises(APIError) as caught:
-            infill_request(body, Limits(unknown_fields="reject"), model)
+            parse(InfillRequest, body, Limits(unknown_fields="reject"), model)
     assert caught.value.status == 400 and "input_extra[0].lang" in caught.value.message

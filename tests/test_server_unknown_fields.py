@@ -13,8 +13,9 @@ from starlette.testclient import TestClient
 
 import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
-from pyllama90a.server.api_requests import CHAT_FIELDS, COMPLETION_FIELDS, EMBEDDING_FIELDS, Limits
-from pyllama90a.server.openapi_doc import route_docs
+from pyllama90a.server.openapi import route_docs
+from pyllama90a.server.protocol import ChatRequest, CompletionRequest, EmbeddingRequest
+from pyllama90a.server.protocol_base import Limits
 from pyllama90a.tools.server_process import ServerProcess
 
 pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
@@ -142,10 +143,10 @@ def test_every_documented_request_field_is_known() -> None:
     """The OpenAPI document and the known fields cannot drift apart: a field it lists never gets a warning."""
     for limits in (Limits(), Limits(unknown_fields="reject")):
         docs = route_docs(limits)
-        for route, known in (("completions", COMPLETION_FIELDS), ("chat", CHAT_FIELDS),
-                             ("embeddings", EMBEDDING_FIELDS)):
+        for route, model in (("completions", CompletionRequest), ("chat", ChatRequest),
+                             ("embeddings", EmbeddingRequest)):
             schema = docs[route]["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"]
-            assert set(schema["properties"]) <= known, route
+            assert set(schema["properties"]) <= set(model.model_fields), route
     assert "X-Ignored-Fields" in route_docs(Limits())["chat"]["responses"][200]["headers"]
     with pytest.raises(ValueError, match="unknown_fields"):
         Limits(unknown_fields="ignore")

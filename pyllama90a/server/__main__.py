@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..kv_types import FLASH_ATTN_MODES, KV_TYPES
-from .api_requests import UNKNOWN_FIELDS_MODES, Limits
+from .protocol_base import UNKNOWN_FIELDS_MODES, Limits
 
 ENV = "PYLLAMA90A_"
 

@@ -3,7 +3,6 @@ serves them), llama-server's native routes (native_routes.py), /health and /metr
 with --cors-origins, CORS."""
 from __future__ import annotations
 
-import asyncio
 import hmac
 from typing import Any
 
@@ -16,13 +15,14 @@ from starlette.middleware.cors import CORSMiddleware
 from ..errors import ClosedError, LlamaError
 from . import native_routes
 from .worker_recovery import lost_reason
-from .api_requests import IGNORED_HEADER, chat_request, completion_request
 from .embeddings import embeddings as serve_embeddings
 from .errors import APIError, answer
 from .generation import generate
 from .metrics import render_metrics
-from .openapi_doc import route_docs
-from .request_body import read_json
+from .openapi import route_docs
+from .protocol import ChatRequest, CompletionRequest
+from .protocol_base import IGNORED_HEADER
+from .request_body import read_request
 from .state import ServerState
 
 __all__ = ["ServerState", "create_app"]
@@ -89,17 +89,15 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/completions", **docs["completions"])
     async def completions(request: Request) -> Response:
-        body = await read_json(request, state.limits.max_request_bytes)
         # (its constraint compiles in a worker process: the thread only waits, off the event loop)
-        gen = await asyncio.to_thread(completion_request, body, state.limits)
-        return await generate(state, request, gen, chat=False)
+        gen, ignored = await read_request(request, state.limits, CompletionRequest)
+        return await generate(state, request, gen, ignored, chat=False)
 
     @app.post("/v1/chat/completions", **docs["chat"])
     @app.post("/chat/completions", include_in_schema=False)
     async def chat_completions(request: Request) -> Response:
-        body = await read_json(request, state.limits.max_request_bytes)
-        gen = await asyncio.to_thread(chat_request, body, state.limits)
-        return await generate(state, request, gen, chat=True)
+        gen, ignored = await read_request(request, state.limits, ChatRequest)
+        return await generate(state, request, gen, ignored, chat=True)
 
     @app.post("/v1/embeddings", **docs["embeddings"])
     async def embeddings(request: Request) -> Response:

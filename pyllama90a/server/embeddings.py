@@ -12,9 +12,9 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from .api_requests import embedding_request
 from .generation import DISCONNECT_POLL_S, ignored_fields
-from .request_body import read_json
+from .protocol import EmbeddingRequest
+from .request_body import read_request
 from .state import ServerState
 
 
@@ -47,9 +47,9 @@ def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threadin
 
 async def embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
     """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
-    req = embedding_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+    req, ignored = await read_request(request, state.limits, EmbeddingRequest)
     cancelled = threading.Event()
-    work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.inputs, cancelled))
+    work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.input or req.content, cancelled))
     while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
         if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
             cancelled.set()
@@ -58,8 +58,8 @@ async def embeddings(state: ServerState, request: Request, *, native: bool) -> R
             await work
         return Response(status_code=499)
     vectors, n_tokens = await work
-    headers = ignored_fields(request, req.ignored)
-    values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.base64
+    headers = ignored_fields(request, ignored)
+    values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.encoding_format == "base64"
                          else vec.astype(float).tolist() for vec in vectors]
     if native:  # (one pooled vector per input: llama-server's list of one per token is for pooling none)
         return JSONResponse([{"index": i, "embedding": [v]} for i, v in enumerate(values)], headers=headers)

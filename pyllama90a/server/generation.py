@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..chat import PreparedChat, prepare_chat
 from ..engine import Chunk, Handle
-from .api_requests import IGNORED_HEADER, Generation, shown_names
 from .errors import APIError, answer
+from .protocol import Generation
+from .protocol_base import IGNORED_HEADER, shown_names
 from .responses import ChatShape, CompletionShape, Shape
 from .state import ServerState
 from .timings import RequestTimer
@@ -54,7 +55,7 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
                             f"(--queue-size)", param="n")
     prepared, request = None, gen.request
     if chat:
-        assert gen.messages is not None  # (chat_request sets them)
+        assert gen.messages is not None  # (ChatRequest.convert sets them)
         prepared = prepare_chat(engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
                                 parallel_tool_calls=gen.parallel_tool_calls, constraint=request.constraint,
                                 template_kwargs=gen.template_kwargs)
@@ -81,7 +82,7 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
 ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
 
 
-async def generate(state: ServerState, request: Request, gen: Generation, *, chat: bool,
+async def generate(state: ServerState, request: Request, gen: Generation, ignored: list[str], *, chat: bool,
                     shape_for: ShapeFor | None = None) -> Response:
     """Queue a checked request and answer it whole or as server-sent events, in OpenAI's chat or completion
     shape, or in `shape_for`'s (llama-server's /completion)."""
@@ -92,7 +93,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, *, cha
     # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
     handles, prepared, prompt = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
 
-    headers = ignored_fields(request, gen.ignored)  # (logged once the request is accepted)
+    headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     common = {"fingerprint": state.fingerprint, "timer": timer}
     shape = (shape_for(ident, prompt, common) if shape_for is not None

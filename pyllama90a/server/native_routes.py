@@ -1,7 +1,7 @@
 """llama-server's native routes, for clients written for it: POST /completion (and /completions, which
-llama-server serves the same way), /infill (a /completion of a fill-in-the-middle prompt: infill.py),
+llama-server serves the same way), /infill (a /completion of a fill-in-the-middle prompt: fim.py),
 /tokenize, /detokenize, /apply-template, /embeddings and /embedding (its list shape), GET /props and /slots.
-Requests are read by native_requests.py, answers shaped by native_responses.py; errors keep the OpenAI routes'
+Requests are read by protocol.py, answers shaped by native_responses.py; errors keep the OpenAI routes'
 contract (server/errors.py)."""
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from . import slot_files
 from .embeddings import embeddings
 from .errors import APIError
 from .generation import generate, ignored_fields
-from .infill import infill_request
-from .native_requests import (NativeCompletion, apply_template_request, detokenize_request,
-                              native_completion_request, prompt_tokenizer, tokenize_request)
 from .native_responses import NativeCompletionShape, generation_settings
-from .request_body import read_json
+from .protocol import (ApplyTemplateRequest, DetokenizeRequest, Generation, InfillRequest, NativeCompletionRequest,
+                       TokenizeRequest)
+from .protocol_base import parse
+from .request_body import read_request
 from .state import ServerState
 
 COMPLETION_PATHS = ("/completion", "/completions")
@@ -31,8 +31,8 @@ PATHS = (*COMPLETION_PATHS, "/infill", *EMBEDDING_PATHS, "/tokenize", "/detokeni
 
 def default_settings(state: ServerState) -> dict[str, Any]:
     """The generation settings of a /completion request that sets none (llama-server's /props shows them)."""
-    defaults = native_completion_request({"prompt": "-"}, state.limits, lambda text, bos: [])
-    return generation_settings(defaults.gen.request, n_ctx=state.engine.n_ctx_slot, model=state.model_name,
+    defaults, _ = parse(NativeCompletionRequest, {"prompt": "-"}, state.limits)
+    return generation_settings(defaults.request, n_ctx=state.engine.n_ctx_slot, model=state.model_name,
                                stream=False)
 
 
@@ -54,41 +54,35 @@ def _piece(piece: bytes) -> str | list[int]:
         return list(piece)
 
 
-async def _complete(state: ServerState, request: Request, native: NativeCompletion) -> Response:
-    """Generate a checked /completion (or /infill) request and answer it in llama-server's shape."""
+async def _complete(state: ServerState, request: Request, model: type[NativeCompletionRequest]) -> Response:
+    """Read, generate and answer a /completion (or /infill) request in llama-server's shape."""
     engine = state.engine
-    model = engine.model
-    settings = generation_settings(native.gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
-                                   stream=native.gen.stream)
+    gen: Generation
+    gen, ignored = await read_request(request, state.limits, model, engine.model)
+    settings = generation_settings(gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
+                                   stream=gen.stream)
 
     def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
         return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
-                                     detokenize=lambda tokens: model.detokenize(tokens, special=True),
-                                     return_tokens=native.return_tokens, **common)
-    return await generate(state, request, native.gen, chat=False, shape_for=shape_for)
+                                     detokenize=lambda tokens: engine.model.detokenize(tokens, special=True),
+                                     return_tokens=gen.return_tokens, **common)
+    return await generate(state, request, gen, ignored, chat=False, shape_for=shape_for)
 
 
 def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
-    """Add the native routes to `app` (server/openapi_doc.py's `docs` describe them)."""
+    """Add the native routes to `app` (server/openapi.py's `docs` describe them)."""
     settings = default_settings(state)  # depends only on the server's limits, slot size and model name
     # each route reads state.engine when it runs: a server whose RPC workers came back serves from a new engine
 
     async def completion(request: Request) -> Response:
-        model = state.engine.model
-        body = await read_json(request, state.limits.max_request_bytes)
-        native: NativeCompletion = await asyncio.to_thread(
-            native_completion_request, body, state.limits, prompt_tokenizer(model))
-        return await _complete(state, request, native)
+        return await _complete(state, request, NativeCompletionRequest)
 
     app.add_api_route(COMPLETION_PATHS[0], completion, methods=["POST"], **docs["native_completion"])
     app.add_api_route(COMPLETION_PATHS[1], completion, methods=["POST"], include_in_schema=False)
 
     @app.post("/infill", **docs["infill"])
     async def infill(request: Request) -> Response:
-        model = state.engine.model
-        body = await read_json(request, state.limits.max_request_bytes)
-        native = await asyncio.to_thread(infill_request, body, state.limits, model)
-        return await _complete(state, request, native)
+        return await _complete(state, request, InfillRequest)
 
     async def native_embeddings(request: Request) -> Response:
         return await embeddings(state, request, native=True)
@@ -99,29 +93,28 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
     @app.post("/tokenize", **docs["tokenize"])
     async def tokenize(request: Request) -> JSONResponse:
         model = state.engine.model
-        req = tokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
+        req, ignored = await read_request(request, state.limits, TokenizeRequest)
 
         def work() -> list[Any]:
             tokens = model.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
             if not req.with_pieces:
                 return tokens
             return [{"id": t, "piece": _piece(model.handle.token_piece(t, special=True))} for t in tokens]
-        return JSONResponse({"tokens": await asyncio.to_thread(work)}, headers=ignored_fields(request, req.ignored))
+        return JSONResponse({"tokens": await asyncio.to_thread(work)}, headers=ignored_fields(request, ignored))
 
     @app.post("/detokenize", **docs["detokenize"])
     async def detokenize(request: Request) -> JSONResponse:
         model = state.engine.model
-        tokens, ignored = detokenize_request(await read_json(request, state.limits.max_request_bytes), state.limits)
-        text = await asyncio.to_thread(model.detokenize, tokens, True)
+        req, ignored = await read_request(request, state.limits, DetokenizeRequest)
+        text = await asyncio.to_thread(model.detokenize, req.tokens, True)
         return JSONResponse({"content": text}, headers=ignored_fields(request, ignored))
 
     @app.post("/apply-template", **docs["apply_template"])
     async def apply_template(request: Request) -> JSONResponse:
         model = state.engine.model
-        req = apply_template_request(await read_json(request, state.limits.max_request_bytes), state.limits)
-        prompt = await asyncio.to_thread(model.apply_chat_template, req.messages, tools=req.tools,
-                                         **req.template_kwargs)
-        return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, req.ignored))
+        (messages, tools, kwargs), ignored = await read_request(request, state.limits, ApplyTemplateRequest)
+        prompt = await asyncio.to_thread(model.apply_chat_template, messages, tools=tools, **kwargs)
+        return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, ignored))
 
     @app.get("/props", **docs["props"])
     async def props() -> dict[str, Any]:

@@ -3,7 +3,7 @@ because it changes nothing (a client library may send it by default).
 
 Any other value is refused with a 400 naming the field: a 200 with unconstrained text where the client asked
 for JSON, a tool call or a biased vocabulary is a wrong answer the client cannot see. Fields known not to
-change the output are accepted (HARMLESS_FIELDS). Any other field is unknown here (a typo, a newer API's
+change the output are accepted (protocol.Harmless). Any other field is unknown here (a typo, a newer API's
 field): the server's --unknown-fields says whether it is served and named (X-Ignored-Fields) or refused.
 Names come from OpenAI's request objects and from the extensions of llama.cpp's and vLLM's servers, which
 clients written for those send.
@@ -27,7 +27,6 @@ def _same(value: Any, wanted: Any) -> bool:
 def _is(*wanted: Any) -> NoOp:
     """None or one of `wanted` (of its type: {} is no empty suffix); _is() alone: only None."""
     return lambda value: value is None or any(_same(value, w) for w in wanted)
-
 
 
 STRUCTURED = "not supported: use response_format (JSON mode, JSON schema) or grammar (GBNF)"
@@ -88,16 +87,10 @@ MESSAGE_FIELDS: dict[str, tuple[NoOp, str]] = {
 }
 
 
-# top-level fields accepted on every route because they change nothing in the answer (bookkeeping, caching
-# hints, routing); api_requests.py still checks the types of user, metadata, store and service_tier
-HARMLESS_FIELDS: frozenset[str] = frozenset({
-    "user", "metadata", "store", "service_tier", "prediction", "prompt_cache_key", "safety_identifier",
-    "cache_prompt",  # llama.cpp's server: reuse of the KV cache, which this server decides itself
-})
-
-# fields of one chat message accepted because the answer is the same without them: what an assistant message
-# of a response carries when a client sends it back in the history (the openai SDK's model_dump() does)
-HARMLESS_MESSAGE_FIELDS: frozenset[str] = frozenset({"refusal", "annotations"})
+# /v1/embeddings: shorter vectors would be a different answer, not silently the full one
+EMBEDDING_FIELDS: dict[str, tuple[NoOp, str]] = {
+    "dimensions": (_is(), "shorter embeddings are not supported: embeddings have the model's size"),
+}
 
 
 def refused_field(body: dict, fields: dict[str, tuple[NoOp, str]] = REQUEST_FIELDS) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
 """A request body read and parsed as untrusted input: bounded in size and nesting, strict JSON, text that
-encodes. Every way a body can be bad is an APIError (400, or 413 for size), never an exception that reaches
-the server's catch-all.
+encodes, then validated into its protocol model. Every way a body can be bad is an APIError (400, or 413 for
+size), never an exception that reaches the server's catch-all.
 
 Python's json module alone lets through what fails later, far from the request: integers of thousands of
 digits (int() refuses them past sys.get_int_max_str_digits), nesting deep enough for a RecursionError,
@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 
 from .errors import APIError
+from .protocol_base import Limits, ProtocolModel, parse
 
 MAX_DEPTH = 32         # an OpenAI request nests 4-5 levels (messages, content parts); tools schemas a few more
 MAX_INT_DIGITS = 40    # more than a uint64 seed needs; past this an integer is an error, not a slow int()
@@ -105,6 +106,14 @@ async def read_json(request: Request, max_bytes: int) -> Any:
 
 
 _PARSE_ON_LOOP_BYTES = 64 * 1024
+
+
+async def read_request(request: Request, limits: Limits, model: type[ProtocolModel],
+                       *args: Any) -> tuple[Any, list[str]]:
+    """The body read by read_json, then validated as `model` and converted (protocol_base.parse) in a worker
+    thread: a grammar compiles, an infill prompt is tokenized there. Returns it and its unknown fields."""
+    body = await read_json(request, limits.max_request_bytes)
+    return await asyncio.to_thread(parse, model, body, limits, *args)
 
 
 def _too_large(max_bytes: int) -> APIError:

@@ -14,7 +14,7 @@ from .. import __version__
 from ..engine import BatchEngine, Chunk
 from ..errors import LlamaError
 from ..model import Model
-from .api_requests import Limits
+from .protocol_base import Limits
 from .responses import Shape
 from .worker_recovery import WorkerRecovery
 
