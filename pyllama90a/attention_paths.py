@@ -13,7 +13,7 @@ from .errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
 _BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
-         "fold_rotations": 1 << 6, "fused_q8": 1 << 7}
+         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8}
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class AttentionPaths:
     fused_q8: bool = True       # with fused_decode: q rounded to 8 bits per 32 values (as the non-flash path and
                                 # FA round it), K^T q by dp4a, V's codes to floats without conversions (0016);
                                 # off: q in F32, the kernel's third version
+    lane_quant: bool = True     # with fold_rotations: the K/V stores quantize a block of 32 values with 32 lanes
+                                # (0017); off: one thread per block, as ggml's SET_ROWS
 
     def __post_init__(self) -> None:
         for f in fields(self):

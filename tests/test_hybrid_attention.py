@@ -176,6 +176,7 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     assert not _rotations(decode)
     stores = [n for n in decode if n.op == "SET_ROWS"]
     assert len(stores) == 2 * shape.n_layer and all(n.mark & lib.GGML_PYL_MARK_ROTATE_ROWS for n in stores)
+    assert not any(n.mark & lib.GGML_PYL_MARK_SERIAL_QUANT for n in stores)  # 32 lanes per block (0017)
     attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
     assert len(attention) == shape.n_layer
     assert all(n.mark & lib.GGML_PYL_MARK_ROTATED and n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
@@ -187,17 +188,20 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
 
 
 @on_gpu
+@pytest.mark.parametrize("lanes", [True, False], ids=["lanes", "serial"])
 @pytest.mark.parametrize("shape", ["hd64-gqa2", "hd128-kv8", "hd256-mha"])
-@pytest.mark.parametrize("kv", ["q4_0", "q5_1", "q8_0"])
-def test_cells_the_fused_decode_stores_are_read_as_the_caches_own(shape: str, kv: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
+def test_cells_the_fused_decode_stores_are_read_as_the_caches_own(shape: str, kv: str, lanes: bool,
+                                                                  tmp_path: Path) -> None:
     """With the rotations folded the fused decode stores its K and V rows itself. A store that skipped the rotation
     would still decode consistently in the fused context (an unrotated q against an unrotated K gives the same
     scores), so only a reader of the other kind can tell: the CPU's FA-off decode loads the cache after 40
     fused steps over a 16-token prompt (most cells the fused path's) and must give the fused context's next
-    logits (the bound of the test above)."""
+    logits (the bound of the test above). Each KV type's quantizer is written twice, for 32 lanes per block (0017,
+    the default) and one thread per block (ggml's own functions): both are read back."""
     tokens = _tokens()
     prompt, steps, last = tokens[:16], tokens[16:56], tokens[56:57]
-    with _model(shape, kv, "hybrid", n_ctx=512, paths=AttentionPaths(fused_decode=True)) as fused:
+    with _model(shape, kv, "hybrid", n_ctx=512, paths=AttentionPaths(fused_decode=True, lane_quant=lanes)) as fused:
         fused.eval(prompt)
         step_logits(fused, steps)
         fused.save_state(tmp_path / "fused.state")
