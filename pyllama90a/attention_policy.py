@@ -10,8 +10,8 @@
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
 | CUDA               | q4_0/q4_0 (measured; q8_0/q8_0  | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
 |                    | hybrid not yet)                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
-|                    |                                 |                     | h200-8b-hd128-fold-rotations: fused decode 1.00x /      |
-|                    |                                 |                     | 1.17x / 1.46x FA-on's at 0/8K/32K, > the non-flash one  |
+|                    |                                 |                     | h200-8b-hd128-lane-quant: fused decode 1.03x / 1.25x /  |
+|                    |                                 |                     | 1.73x FA-on's at 0/8K/32K (0.91x/0.98x/1.08x FA-on f16) |
 | CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types; FA-off   |
 |                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
 | HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
@@ -79,7 +79,7 @@ def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> Attenti
     elif kind == "cuda":
         if (ctk, ctv) in CUDA_HYBRID_PAIRS:
             choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the fused quantized "
-                                                      "decode (1.46x FA-on's at 32K), FA's compute buffer (H200)",
+                                                      "decode (1.73x FA-on's at 32K), FA's compute buffer (H200)",
                                      fused_decode=True)
         elif (ctk, ctv) in CUDA_FA_PAIRS:
             choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
