@@ -101,6 +101,8 @@ def create(chroot: Path, mirror: str) -> None:
         return
     partial = chroot.with_name(chroot.name + ".partial")
     if not (partial / "usr" / "bin" / "apt-get").is_file():
+        if shutil.which("debootstrap") is None:  # (a fresh machine has none: say so, not a traceback)
+            raise SystemExit("rocm_env: no debootstrap here; apt-get install -y debootstrap, then create again")
         shutil.rmtree(partial, ignore_errors=True)
         log(f"debootstrap {SUITE} into {partial} (about 2-4 minutes, 5.5 GB)")
         subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join([*PINS, *TOOLS]),
