@@ -164,12 +164,12 @@ def shown_names(names: list[str]) -> str:
     """'a, b, c' for a header, a log line or an error message: each name percent-encoded where it is not plain
     ASCII (a header holds no control or non-Latin-1 characters, and a comma inside a name would read as two)
     and cut short, and at most 20 of them: a request cannot make a header larger than a client accepts."""
-    shown = []
+    texts = []
     for name in names[:_SHOWN_NAMES]:
         text = quote(name, safe="[]")
         if len(text) > _SHOWN_NAME_CHARS:  # cut, and not inside a %XX
             text = re.sub(r"%[0-9A-F]?$", "", text[:_SHOWN_NAME_CHARS]) + "..."
-        shown.append(text)
+        texts.append(text)
     if len(names) > _SHOWN_NAMES:
-        shown.append(f"...({len(names) - _SHOWN_NAMES} more)")
-    return ", ".join(shown)
+        texts.append(f"...({len(names) - _SHOWN_NAMES} more)")
+    return ", ".join(texts)
