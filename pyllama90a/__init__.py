@@ -25,14 +25,29 @@ _use_installed_native_module()
 from ._log import set_native_log_level
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
+from .core.outputs import Completion, Piece, Timings, Usage
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk
-from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
-                     DecodeError, EngineStoppedError, InfillUnsupportedError, InvalidArgumentError, LlamaError,
-                     ModelFormatError, ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
+from .errors import (
+    BusyError,
+    ChatTemplateError,
+    ClosedError,
+    ConstraintError,
+    ContextError,
+    ContextOverflowError,
+    DecodeError,
+    EngineStoppedError,
+    InfillUnsupportedError,
+    InvalidArgumentError,
+    LlamaError,
+    ModelFormatError,
+    ModelLoadError,
+    NonFiniteOutputError,
+    QueueFullError,
+    StateFileError,
+)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
-from .core.outputs import Completion, Piece, Timings, Usage
 from .memory_plan import KVCacheInfo, MemoryPlan, MemoryPlanner, plan_memory
 from .model import Model
 

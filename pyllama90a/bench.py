@@ -17,15 +17,16 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO, cast
+from typing import TextIO, cast
 
 import numpy as np
 
+from .attention_paths import AttentionPaths
 from .bench_report import machine_name, write_results
 from .errors import InvalidArgumentError
-from .attention_paths import AttentionPaths
 from .kv_types import check_kv_type
 from .memory_plan import plan_memory
 from .model import Completion, Model

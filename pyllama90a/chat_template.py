@@ -22,7 +22,8 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import template_render
 from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8

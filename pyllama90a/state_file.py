@@ -20,8 +20,9 @@ import os
 import stat
 import struct
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Sequence
+from typing import TYPE_CHECKING, BinaryIO
 
 from .errors import LlamaError, StateFileError
 from .gguf_header import open_regular_file

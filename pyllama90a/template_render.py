@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from . import isolation
 from .errors import ChatTemplateError, InvalidArgumentError, PositiveSettings

@@ -6,13 +6,19 @@ import copy
 import json
 
 import pytest
-from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, PLAIN_STYLE, TOOLS, WEATHER
 
 import pyllama90a as pl
-from pyllama90a.chat_template import (TEMPLATE_KEY, ChatTemplate, ToolArguments, compile_template,
-                                      normalize_messages, special_tokens)
+from pyllama90a.chat_template import (
+    TEMPLATE_KEY,
+    ChatTemplate,
+    ToolArguments,
+    compile_template,
+    normalize_messages,
+    special_tokens,
+)
 from pyllama90a.errors import ChatTemplateError, InvalidArgumentError
 from pyllama90a.toolcalls import get_format
+from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, PLAIN_STYLE, TOOLS, WEATHER
 
 WITH_SYSTEM = [
     [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}],

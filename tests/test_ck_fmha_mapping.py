@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def enum_values(header: str, name: str) -> dict[str, int]:
-    body = re.search(r"enum class %s\s*\{(.*?)\};" % name, header, re.S).group(1)
+    body = re.search(rf"enum class {name}\s*\{{(.*?)\}};", header, re.S).group(1)
     values, next_value = {}, 0
     for item in filter(None, (i.strip() for i in re.sub(r"//[^\n]*", "", body).split(","))):
         label, _, value = (s.strip() for s in item.partition("="))

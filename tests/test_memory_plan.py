@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 import pyllama90a as pl
+from gpu import on_gpu
 from pyllama90a.native import ContextHandle, ContextParams, ModelHandle
 from pyllama90a.synthetic import Shape, synthetic_model
-
-from gpu import on_gpu
 
 MODES = [("off", "q4_0"), ("off", "f16"), ("on", "q4_0"), ("hybrid", "q4_0"), ("auto", "q4_0")]
 

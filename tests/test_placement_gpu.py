@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.synthetic import Shape, synthetic_model
-
 from gpu import gpu_device, requires_gpu
 from native_lines import buffer_mib, native_info_lines
+from pyllama90a.synthetic import Shape, synthetic_model
 
 pytestmark = requires_gpu
 

@@ -22,7 +22,7 @@ SHAPES = {
 N_TOKENS = 301  # not a multiple of 256: the last KV block is partial
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _logits(shape: str, ctk: str, ctv: str, flash_attn: str) -> np.ndarray:
     path = synthetic_model(SHAPES[shape], weight_type="f16")
     rng = np.random.default_rng(0)

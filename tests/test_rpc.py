@@ -17,15 +17,13 @@ import threading
 import pytest
 
 import pyllama90a as pl
+from native_lines import buffer_mib, native_info_lines
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.native import ModelHandle
-from pyllama90a.native import rpc
+from pyllama90a.native import ModelHandle, rpc
 from pyllama90a.native.ggml import ggml_type
 from pyllama90a.placement import Placement
 from pyllama90a.tools.server_process import free_port
 from pyllama90a.tools.worker_process import WorkerProcess
-
-from native_lines import buffer_mib, native_info_lines
 
 SETTINGS = {"ctk": "q4_0", "ctv": "q4_0", "n_ctx": 512, "n_threads": 1}
 PROMPT = "The three primary colors are"

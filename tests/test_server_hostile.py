@@ -44,7 +44,7 @@ def _error(response: httpx.Response, status: int = 400) -> dict:
 
 
 def _chat_with(content_json: str) -> bytes:
-    return ('{"messages": [{"role": "user", "content": %s}], "max_tokens": 2}' % content_json).encode()
+    return (f'{{"messages": [{{"role": "user", "content": {content_json}}}], "max_tokens": 2}}').encode()
 
 
 MALFORMED = {

@@ -7,7 +7,8 @@ any timing, so a second thread's call lands in the middle of the generation ever
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

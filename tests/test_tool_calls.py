@@ -7,12 +7,19 @@ import random
 import re
 
 import pytest
-from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, NO_ARGS, PLAIN_STYLE, TIME, TOOLS, WEATHER
 
 from pyllama90a.chat_template import ChatTemplate
 from pyllama90a.errors import InvalidArgumentError
-from pyllama90a.toolcalls import (FORMATS, ToolCallStream, check_tool_choice, check_tools, detect_format,
-                                   get_format, reassemble)
+from pyllama90a.toolcalls import (
+    FORMATS,
+    ToolCallStream,
+    check_tool_choice,
+    check_tools,
+    detect_format,
+    get_format,
+    reassemble,
+)
+from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, NO_ARGS, PLAIN_STYLE, TIME, TOOLS, WEATHER
 
 HERMES, LLAMA3, MISTRAL, GENERIC = (get_format(n) for n in ("hermes", "llama3_json", "mistral", "generic"))
 

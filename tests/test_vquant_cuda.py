@@ -29,7 +29,6 @@ from graph_probe import decode_nodes
 from pyllama90a.native.ggml import ggml_type
 from pyllama90a.synthetic import synthetic_model
 
-
 pytestmark = requires_gpu
 
 SHAPES = gqa_shapes("gqa1-hd64", "gqa3-hd64", "gqa4-hd128", "gqa8-hd128", "gqa8-hd64")

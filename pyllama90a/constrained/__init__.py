@@ -15,8 +15,19 @@ from .limits import ConstraintLimits, get_limits, set_limits
 from .logit_bias import LogitBias, apply_logit_bias
 from .matcher import Matcher, apply_bitmask, compute_masks
 from .rules import OutputRules
-from .spec import (JSON_DEFAULTS, CallPattern, Constraint, constraint_from, grammar, json_object, json_schema,
-                   regex, response_format, schema_dict, tool_calls)
+from .spec import (
+    JSON_DEFAULTS,
+    CallPattern,
+    Constraint,
+    constraint_from,
+    grammar,
+    json_object,
+    json_schema,
+    regex,
+    response_format,
+    schema_dict,
+    tool_calls,
+)
 from .vocab import Vocab, vocab_for
 
 __all__ = [

@@ -7,7 +7,7 @@ Checked once per request (`LogitBias(...)`), applied per step in place on the lo
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -3,7 +3,7 @@ place to llama.cpp's logits row right before the chain samples from it. Model.ge
 use the same two calls per step, so a request behaves the same on either path."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -13,8 +13,9 @@ import json
 import re
 import threading
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import ConstraintError
 from ..toolcalls.pattern import CallPattern

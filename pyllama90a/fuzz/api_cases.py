@@ -43,7 +43,7 @@ MODEL_ARGS: dict[str, list[Any]] = {
         "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
         "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
         "{{ messages|tojson(indent=100000000) }}",
-        "".join("{%% for i%d in [1] %%}" % i for i in range(25)) + "x" + "{% endfor %}" * 25,
+        "".join("{% for i" + str(i) + " in [1] %}" for i in range(25)) + "x" + "{% endfor %}" * 25,
         "{% if true %}" * 200 + "x" + "{% endif %}" * 200,
         "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
         "{{ raise_exception('no') }}", "{{ messages.__class__ }}", "{% for m in messages %}{{ m.content }}",

@@ -27,9 +27,28 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from .gguf_file import (
+    ARRAY,
+    BOOL,
+    F32,
+    F64,
+    FLOAT_TYPES,
+    I8,
+    I16,
+    I32,
+    I64,
+    INT_TYPES,
+    STRING,
+    TYPE_IDS,
+    TYPE_NAMES,
+    U8,
+    U16,
+    U32,
+    U64,
+    GGUFFile,
+    Value,
+)
 from .tensor_types import retype, role_type_ops
-from .gguf_file import (ARRAY, BOOL, F32, F64, FLOAT_TYPES, I8, I16, I32, I64, INT_TYPES, STRING, TYPE_IDS,
-                        TYPE_NAMES, U8, U16, U32, U64, GGUFFile, Value)
 
 INT_BOUNDARIES = {
     U8: [0, 1, 2, 127, 128, 255],

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import (INT32_MAX, ClosedError, ContextError, DecodeError, InvalidArgumentError, LlamaError, flag,
-                      int_in_range, positive_int)
+from ..errors import (
+    INT32_MAX,
+    ClosedError,
+    ContextError,
+    DecodeError,
+    InvalidArgumentError,
+    LlamaError,
+    flag,
+    int_in_range,
+    positive_int,
+)
 from ..kv_types import FLASH_ATTN_MODES, check_kv_type
 from .ggml import ggml_type
 from .model import ModelHandle

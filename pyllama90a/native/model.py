@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import (INT32_MAX, DecodeError, InvalidArgumentError, LlamaError, ModelLoadError,
-                      UnsupportedChatTemplateError, flag, fs_path, int_in_range, token_ids, utf8)
+from ..errors import (
+    INT32_MAX,
+    DecodeError,
+    InvalidArgumentError,
+    LlamaError,
+    ModelLoadError,
+    UnsupportedChatTemplateError,
+    flag,
+    fs_path,
+    int_in_range,
+    token_ids,
+    utf8,
+)
 from . import rpc
 from .devices import device_label, local_offload_devices
 

@@ -14,7 +14,6 @@ from starlette.middleware.cors import CORSMiddleware
 
 from ..errors import ClosedError, LlamaError
 from . import native_routes
-from .worker_recovery import lost_reason
 from .embeddings import embeddings as serve_embeddings
 from .errors import APIError, answer
 from .generation import generate
@@ -24,6 +23,7 @@ from .protocol import ChatRequest, CompletionRequest
 from .protocol_base import IGNORED_HEADER
 from .request_body import read_request
 from .state import ServerState
+from .worker_recovery import lost_reason
 
 __all__ = ["ServerState", "create_app"]
 

@@ -8,9 +8,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (BusyError, ChatTemplateError, ClosedError, ContextOverflowError, EngineStoppedError,
-                      InfillUnsupportedError, InvalidArgumentError, LlamaError, QueueFullError, StateFileError,
-                      UnsupportedChatTemplateError)
+from ..errors import (
+    BusyError,
+    ChatTemplateError,
+    ClosedError,
+    ContextOverflowError,
+    EngineStoppedError,
+    InfillUnsupportedError,
+    InvalidArgumentError,
+    LlamaError,
+    QueueFullError,
+    StateFileError,
+    UnsupportedChatTemplateError,
+)
 
 
 class APIError(Exception):

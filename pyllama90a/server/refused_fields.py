@@ -10,7 +10,8 @@ clients written for those send.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NoOp = Callable[[Any], bool]
 

@@ -7,8 +7,8 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .. import __version__
 from ..engine import BatchEngine, Chunk

@@ -16,7 +16,8 @@ import json
 import random
 import sys
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
