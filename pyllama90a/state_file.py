@@ -15,6 +15,7 @@ Layout, little-endian:
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -201,7 +202,5 @@ def _type_name(field: bytes) -> str:
 
 
 def _remove_quietly(path: bytes) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

@@ -32,8 +32,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Shape", "SHAPES", "WEIGHT_TYPES", "FIM_TEXTS", "write_synthetic", "synthetic_model", "fim_token_ids",
-           "import_gguf"]
+__all__ = [
+    "FIM_TEXTS",
+    "SHAPES",
+    "WEIGHT_TYPES",
+    "Shape",
+    "fim_token_ids",
+    "import_gguf",
+    "synthetic_model",
+    "write_synthetic",
+]
 
 WEIGHT_TYPES = ("f16", "q8_0", "q4_0")
 METHODS = ("fast", "quantize")

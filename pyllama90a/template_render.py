@@ -27,7 +27,7 @@ from typing import Any
 from . import isolation
 from .errors import ChatTemplateError, InvalidArgumentError, PositiveSettings
 
-__all__ = ["TemplateLimits", "get_limits", "set_limits", "check", "render"]
+__all__ = ["TemplateLimits", "check", "get_limits", "render", "set_limits"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def _environment():  # (no annotation: jinja2 is imported lazily)
     class GenerationBlock(Extension):
         """{% generation %}...{% endgeneration %} (HF marks the assistant's tokens with it): renders the body."""
 
-        tags = {"generation"}
+        tags = {"generation"}  # noqa: RUF012 (declared so by jinja2.ext.Extension)
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno

@@ -290,7 +290,7 @@ def test_template_files(tmp_path) -> None:
     path = tmp_path / "t.jinja"
     path.write_text(PLAIN_STYLE, encoding="utf-8")
     assert ChatTemplate.from_file(path).source == PLAIN_STYLE
-    with pytest.raises(ChatTemplateError, match="missing.jinja"):
+    with pytest.raises(ChatTemplateError, match=r"missing\.jinja"):
         ChatTemplate.from_file(tmp_path / "missing.jinja")
     bad = tmp_path / "latin1.jinja"
     bad.write_bytes("{{ 'café' }}".encode("latin-1"))

@@ -89,7 +89,7 @@ def test_strides_of_a_kv_cache_view(ck_mapping: Mapping, ggml_ctx):
 
 
 def eligible_node(ctx, **changes):
-    fields = dict(n_head=8, n_head_kv=2, head_dim=64, n_q=32, n_kv=200)
+    fields = {"n_head": 8, "n_head_kv": 2, "head_dim": 64, "n_q": 32, "n_kv": 200}
     fields.update(changes)
     return build(ctx, Shape(**fields), np.random.default_rng(0)).node
 

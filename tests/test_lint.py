@@ -36,13 +36,14 @@ def test_ruff_reads_the_projects_rules(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import sys\nimport os\nfrom typing import Callable\n\n\n"
                    "def f(g: Callable[[], int]):  # noqa: ANN201\n    try:\n        return g()\n    except Exception:\n"
-                   "        return eval('2')\n")
+                   "        return dict(two=eval('2'))\n")
     out = subprocess.run([*_ruff(), "check", "--no-cache", "--output-format", "concise",
                           "--config", str(ROOT / "pyproject.toml"), str(bad)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 1, out.stdout + out.stderr
-    # RUF100: a noqa for a rule that is not selected; I001: imports out of order; UP035: Callable from typing
-    for code in ("F401", "BLE001", "S307", "RUF100", "I001", "UP035"):
+    # RUF100: a noqa for a rule that is not selected; I001: imports out of order; UP035: Callable from typing;
+    # C408: dict() where a literal would do
+    for code in ("F401", "BLE001", "S307", "RUF100", "I001", "UP035", "C408"):
         assert code in out.stdout, out.stdout
 
 

@@ -26,9 +26,8 @@ PROMPT = [(7 * i + 3) % SHAPE.n_vocab for i in range(48)]
 
 
 def _buffers(model_file, **placement) -> tuple[dict[str, float], dict[str, float], np.ndarray]:
-    with native_info_lines() as lines:
-        with pl.Model(model_file, **SETTINGS, **placement) as m:
-            logits = m.logits(PROMPT)[-1]
+    with native_info_lines() as lines, pl.Model(model_file, **SETTINGS, **placement) as m:
+        logits = m.logits(PROMPT)[-1]
     return buffer_mib(lines, "model"), buffer_mib(lines, "KV"), logits
 
 

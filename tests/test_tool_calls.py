@@ -305,7 +305,7 @@ def test_a_cut_off_call_is_neither_content_nor_a_call(fmt, text, content, calls)
     result = fmt.parse(text, TOOLS)
     assert result.content == content and _calls(result) == calls
     for chunks in _chunkings(text):
-        deltas, st = _stream(fmt, text, chunks)
+        deltas, _st = _stream(fmt, text, chunks)
         joined = reassemble(deltas)
         assert joined.content == content, chunks  # (a call's header already sent cannot be taken back)
         assert [(n, json.loads(a)) for n, a in ((c.name, c.arguments) for c in joined.tool_calls)

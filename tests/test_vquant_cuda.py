@@ -66,10 +66,10 @@ def test_device_decode_matches_fallback(shape: str, kv_type: str) -> None:
 
 
 def _prefill(path, kv_type: str, device_path: bool, chunk: int) -> np.ndarray:
-    with cuda_test_knobs(out_prod_chunk_rows=chunk):
-        with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_batch=128,
-                      n_ubatch=128, attention_paths=paths(vquant_direct=device_path)) as m:
-            return m.logits(_random_tokens(512, 301))
+    with (cuda_test_knobs(out_prod_chunk_rows=chunk),
+          pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_batch=128,
+                   n_ubatch=128, attention_paths=paths(vquant_direct=device_path)) as m):
+        return m.logits(_random_tokens(512, 301))
 
 
 @pytest.mark.parametrize("shape", ["gqa3-hd64", "gqa8-hd128"])
@@ -113,10 +113,10 @@ def _reserve(path, ctk: str, ctv: str, device_path: bool) -> tuple[int, int]:
     """(compute buffer bytes, graph splits) of a context whose every graph is decode-sized (n_ubatch 8):
     patch 0004's op then handles all of them, and the fallback's two F32 copies of V (n_ctx cells each)
     dominate its compute buffer."""
-    with _native_log() as lines:
-        with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8,
-                      attention_paths=paths(vquant_direct=device_path)) as m:
-            compute = m.compute_buffer_bytes
+    with (_native_log() as lines,
+          pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8,
+                   attention_paths=paths(vquant_direct=device_path)) as m):
+        compute = m.compute_buffer_bytes
     splits = [re.search(r"splits = (\d+)(?: / (\d+))?", line) for line in lines]
     found = [s for s in splits if s]
     assert found, "llama.cpp did not log its graph splits"

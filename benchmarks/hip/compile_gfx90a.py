@@ -342,7 +342,7 @@ def run_unit(unit: Unit, tc: dict, tree: Path, out: Path) -> dict:
             log(f"{unit.name}: CK source not available, skipped")
             return res
     cmd = compile_cmd(tc, src, obj, tree, cuda_dir, unit, ck)
-    res["command"] = " ".join(["HIP_PLATFORM=amd"] + cmd)
+    res["command"] = " ".join(["HIP_PLATFORM=amd", *cmd])
     log(f"compiling {unit.name} ...")
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=3600)
@@ -407,7 +407,7 @@ def plain_kernel_check(tc: dict, out: Path) -> dict:
     obj = out / "plain.o"
     cmd = [*tc["driver"], "-x", "hip", f"--offload-arch={ARCH}", "-O3", "-c", str(src), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=600)
-    res = {"unit": "plain HIP kernel", "rc": proc.returncode, "command": " ".join(["HIP_PLATFORM=amd"] + cmd),
+    res = {"unit": "plain HIP kernel", "rc": proc.returncode, "command": " ".join(["HIP_PLATFORM=amd", *cmd]),
            "problems": []}
     if proc.returncode != 0:
         res["problems"].append("plain HIP kernel did not compile: " + "; ".join(first_errors(proc.stderr)))

@@ -17,7 +17,7 @@ from .vocab import vocab_for
 class OutputRules:
     """The logit_bias and constraint matcher of one generation (one sequence)."""
 
-    __slots__ = ("matcher", "bias")
+    __slots__ = ("bias", "matcher")
 
     def __init__(self, matcher: Matcher | None, bias: LogitBias | None) -> None:
         self.matcher, self.bias = matcher, bias

@@ -231,7 +231,7 @@ def _place(params, placement: Placement | None) -> _Placed:  # params: llama_mod
     params.main_gpu = placement.main_gpu
     arrays = []
     if placement.rpc:
-        arrays.append(ffi.new("ggml_backend_dev_t[]", devices + [ffi.NULL]))
+        arrays.append(ffi.new("ggml_backend_dev_t[]", [*devices, ffi.NULL]))
         params.devices = arrays[-1]
     if placement.tensor_split is not None:
         shares = list(placement.tensor_split)

@@ -106,7 +106,7 @@ def huge_string(rng: random.Random, body: dict) -> bytes:
 
 
 def refused_field(rng: random.Random, body: dict) -> bytes:
-    return _json({**body, rng.choice(REFUSED): rng.choice(ODD_VALUES[1:] + [{"type": "json_object"}, "auto"])})
+    return _json({**body, rng.choice(REFUSED): rng.choice([*ODD_VALUES[1:], {"type": "json_object"}, "auto"])})
 
 
 def structure(rng: random.Random, body: dict) -> bytes:

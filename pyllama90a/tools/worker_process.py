@@ -37,7 +37,8 @@ class WorkerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> WorkerProcess:
-        self.output = tempfile.TemporaryFile()  # (not a pipe, which nobody would read until stop)
+        # not a pipe, which nobody would read until stop; open as long as this object (text() reads it)
+        self.output = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(self.argv, stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
