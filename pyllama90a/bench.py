@@ -1,8 +1,8 @@
 """`python -m pyllama90a.bench`: prefill and decode speed per attention mode at chosen depths.
 
 Every mode runs in this one process, interleaved (for each depth and repetition, each mode in turn) so
-that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}` or `hybrid:{ctk}/{ctv}`; the first is the baseline
-of the ratios unless --baseline says otherwise. Quote ratios; absolute times on shared machines drift.
+that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}` or `hybrid:{ctk}/{ctv}`; the first
+is the baseline of the ratios unless --baseline says otherwise. Quote ratios; absolute times on shared machines drift.
 
     python -m pyllama90a.bench --depths 0 4096 --modes fa-off:f16/f16 fa-on:q4_0/q4_0 fa-off:q4_0/q4_0
     python -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 8192 --pp 512 --tg 32

@@ -178,7 +178,8 @@ def restore_state(context: ContextHandle, path: bytes, expected: StateIdentity, 
 def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) -> None:
     if saved.model_sha256 != expected.model_sha256:
         raise StateFileError(f"{name}: was saved by another model (fingerprint of the GGUF header and weights "
-                             f"{saved.model_sha256.hex()[:16]}..., this model's is {expected.model_sha256.hex()[:16]}...)")
+                             f"{saved.model_sha256.hex()[:16]}..., this model's is "
+                             f"{expected.model_sha256.hex()[:16]}...)")
     for what, field in (("K cache type", "type_k"), ("V cache type", "type_v"), ("n_ctx", "n_ctx"),
                         ("n_seq_max", "n_seq_max")):
         was, want = getattr(saved, field), getattr(expected, field)

@@ -261,7 +261,8 @@ def test_syntax_error_names_the_line() -> None:
 def test_raise_exception_carries_the_templates_message_and_line() -> None:
     t = ChatTemplate("{% for m in messages %}\n{% if m.role == 'user' %}\n"
                      "{{ raise_exception('Only system turns here, got ' + m.role) }}\n{% endif %}\n{% endfor %}")
-    with pytest.raises(ChatTemplateError, match=r"raised an error: Only system turns here, got user \(template line 3\)"):
+    with pytest.raises(ChatTemplateError,
+                       match=r"raised an error: Only system turns here, got user \(template line 3\)"):
         t.render([{"role": "user", "content": "x"}])
 
 

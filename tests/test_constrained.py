@@ -341,7 +341,7 @@ def test_compute_masks_in_parallel_matches_one_by_one(lm) -> None:
     for m in one:
         m.compute_mask()
     c.compute_masks(both)
-    for a, b in zip(one, both):
+    for a, b in zip(one, both, strict=True):
         assert np.array_equal(a.compute_mask(), b.compute_mask())
 
 

@@ -34,7 +34,7 @@ def test_ruff_finds_nothing() -> None:
 def test_ruff_reads_the_projects_rules(tmp_path: Path) -> None:
     """The check above means something: with the project's configuration, ruff reports a planted defect."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nimport os\nfrom typing import Callable\n\n\n"
+    bad.write_text("import sys\nimport os\nfrom typing import Callable\n\nPAIRS = list(zip([1], [2]))\n\n\n"
                    "def f(g: Callable[[], int]):  # noqa: ANN201\n    try:\n        return g()\n    except Exception:\n"
                    "        return dict(two=eval('2'))\n")
     out = subprocess.run([*_ruff(), "check", "--no-cache", "--output-format", "concise",
@@ -42,8 +42,8 @@ def test_ruff_reads_the_projects_rules(tmp_path: Path) -> None:
                          timeout=60)
     assert out.returncode == 1, out.stdout + out.stderr
     # RUF100: a noqa for a rule that is not selected; I001: imports out of order; UP035: Callable from typing;
-    # C408: dict() where a literal would do
-    for code in ("F401", "BLE001", "S307", "RUF100", "I001", "UP035", "C408"):
+    # C408: dict() where a literal would do; B905: zip() that says nothing of unequal lengths
+    for code in ("F401", "BLE001", "S307", "RUF100", "I001", "UP035", "C408", "B905"):
         assert code in out.stdout, out.stdout
 
 

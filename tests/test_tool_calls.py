@@ -42,7 +42,8 @@ WELL_FORMED = [
     (LLAMA3, '<|python_tag|>{"name": "get_time", "parameters": {"zone": "PST"}}; '
              '{"name": "get_weather", "parameters": {"city": "Lima"}}', "",
      [("get_time", {"zone": "PST"}), ("get_weather", {"city": "Lima"})]),
-    (LLAMA3, '{"type": "function", "name": "get_time", "parameters": {"zone": "X"}}', "", [("get_time", {"zone": "X"})]),
+    (LLAMA3, '{"type": "function", "name": "get_time", "parameters": {"zone": "X"}}', "",
+     [("get_time", {"zone": "X"})]),
     (LLAMA3, 'Use {braces} freely: {"x": 1}', 'Use {braces} freely: {"x": 1}', []),
     (MISTRAL, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Nice"}}, '
               '{"name": "get_time", "arguments": {"zone": "CET"}}]', "",
@@ -160,7 +161,8 @@ def test_tool_choice_is_checked_against_the_tools() -> None:
     assert check_tool_choice("auto", []).mode == "none"
     named = check_tool_choice({"type": "function", "function": {"name": "get_time"}}, TOOLS)
     assert (named.mode, named.name) == ("required", "get_time")
-    with pytest.raises(InvalidArgumentError, match=r"tool_choice\.function\.name 'get_date' is not a function in tools"):
+    with pytest.raises(InvalidArgumentError,
+                       match=r"tool_choice\.function\.name 'get_date' is not a function in tools"):
         check_tool_choice({"type": "function", "function": {"name": "get_date"}}, TOOLS)
     with pytest.raises(InvalidArgumentError, match=r"tool_choice 'required' needs a non-empty tools list"):
         check_tool_choice("required", [])

@@ -2,8 +2,8 @@
 
 Skipped unless the package was built with a CUDA/HIP backend and a device is present; the models are fully
 offloaded (Model's default n_gpu_layers=-1). Each comparison runs the same tokens twice: with the device path
-and with it switched off (AttentionPaths(vquant_direct=False): patch 0002's cast to F32 + transpose + mul_mat, also on the
-device). Decode reads the quantized rows in place and accumulates in F32, so its logits agree with the
+and with it switched off (AttentionPaths(vquant_direct=False): patch 0002's cast to F32 + transpose + mul_mat,
+also on the device). Decode reads the quantized rows in place and accumulates in F32, so its logits agree with the
 fallback's to rounding, for all six quantized types, GQA 1, 3, 4 and 8, head dims 64 and 128 and a cache
 length (300+) that is not a multiple of 256. Prefill dequantizes chunks of rows for cuBLAS; it is checked
 against the fallback with the chunking forced small (the test knob out_prod_chunk_rows), so that the chunks'

@@ -97,7 +97,8 @@ UNITS = [
          "unchanged, but includes dequantize.cuh, where patch 0007 adds dequantize_iq4_nl_f2"),
     Unit("ggml-cuda.cu", "0004, 0007", "ggml_cuda_mul_mat_kv_cublas",
          (), ("ggml_backend_cuda_pyl_set_test_knobs",),
-         "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through cuBLAS (0007)"),
+         "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through "
+         "cuBLAS (0007)"),
     Unit("pyl-attn-decode.cu", "0013", "k_pyl_attn_decode",
          (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
          "fused decode attention over a quantized K and V (split-KV chunks and their reduce)"),
@@ -271,7 +272,7 @@ def kernel_metadata(obj: Path, work: Path, tc: dict) -> dict:
             cur = None
     names = [k.get("name", "") for k in kernels]
     demangled = demangle(names)
-    for k, d in zip(kernels, demangled):
+    for k, d in zip(kernels, demangled, strict=True):
         k["demangled"] = d
     return {"bundle_targets": listed, "target": hsa_target.group(1) if hsa_target else None,
             "kernels": kernels}
@@ -390,8 +391,9 @@ def run_unit(unit: Unit, tc: dict, tree: Path, out: Path) -> dict:
         for s in unit.host_strings:
             if s.encode() not in data:
                 res["problems"].append(f"host object lacks {s!r}")
+    problems = "; PROBLEMS: " + "; ".join(res["problems"]) if res["problems"] else ""
     log(f"{unit.name}: compiled in {res['seconds']} s, {res['all_kernels'].get('count', 0)} kernels "
-        f"({res['our_kernels'].get('count', 0)} ours){'; PROBLEMS: ' + '; '.join(res['problems']) if res['problems'] else ''}")
+        f"({res['our_kernels'].get('count', 0)} ours){problems}")
     return res
 
 
@@ -426,7 +428,8 @@ def markdown(report: dict) -> str:
         f"Toolchain: {tc['name']} (HIP {tc['hip_version']}, clang {tc['clang_version']}), `--offload-arch={ARCH}`; "
         f"tree `{report['tree']}`.",
         "",
-        "| unit | patches | compiled | s | kernels (ours) | wavefront | ours: max VGPR/AGPR/SGPR | ours: spills | ours: static LDS B | problems |",
+        "| unit | patches | compiled | s | kernels (ours) | wavefront | ours: max VGPR/AGPR/SGPR | ours: spills "
+        "| ours: static LDS B | problems |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["units"]:

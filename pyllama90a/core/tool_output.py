@@ -59,7 +59,7 @@ class ToolCallOutput:
 def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Completion:
     """A generation run to its end: its last piece's Completion, a chat's tool calls read from the text."""
     last = None
-    for last in pieces:
+    for last in pieces:  # noqa: B007 (runs the generation to its end, keeping the last piece)
         pass
     assert last is not None and last.completion is not None
     done = last.completion

@@ -10,8 +10,8 @@ Values are JSON, plus {"$bytes": hex}, {"$path": kind} (a path made in the child
 {"$range": n} (the list 0..n-1) and the hostile constraints of _HOSTILE ({"$gbnf_chain": n}, a GBNF chain of n
 rules; {"$ref_chain": n}, {"$deep_schema": n}, {"$enum": n}, {"$properties": n}, {"$parens": n},
 {"$alternation": n}). {"op": "limits", "values": {...}} lifts constraint limits (constrained.set_limits), so
-that what the limits refuse reaches the constraint library in its worker process. After the calls, the case checks that the Model still generates: an
-error raised by a bad call must leave the Model usable.
+that what the limits refuse reaches the constraint library in its worker process. After the calls, the case
+checks that the Model still generates: an error raised by a bad call must leave the Model usable.
 """
 from __future__ import annotations
 

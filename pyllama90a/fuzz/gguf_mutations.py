@@ -402,7 +402,8 @@ class _Generator:
         items = [fill] * max(length, 0)
         for _ in range(rng.choice([1, 1, 2])):
             if items:
-                bad = rng.choice([0, 0, 1, fill + 1, fill * 2, 2**24] + ([-1, -2**31] if subtype == I32 else [2**32 - 1]))
+                negative = [-1, -2**31] if subtype == I32 else [2**32 - 1]
+                bad = rng.choice([0, 0, 1, fill + 1, fill * 2, 2**24, *negative])
                 items[rng.randrange(len(items))] = bad
         return [{"op": "set", "key": key, "value": typed(ARRAY, items, subtype)}]
 

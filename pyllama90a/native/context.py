@@ -69,7 +69,8 @@ class ContextParams:
         object.__setattr__(self, "type_k", check_kv_type(self.type_k, "K"))
         object.__setattr__(self, "type_v", check_kv_type(self.type_v, "V"))
         if not isinstance(self.flash_attn, str) or self.flash_attn not in FLASH_ATTN_MODES:
-            raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, got {self.flash_attn!r}")
+            raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, "
+                                       f"got {self.flash_attn!r}")
         positive_int("n_ctx", self.n_ctx, MAX_N_CTX)
         positive_int("n_seq_max", self.n_seq_max)
         positive_int("n_batch", self.n_batch)  # an int32 in llama_batch_init
@@ -85,7 +86,8 @@ class ContextParams:
     def _check_sequences(self) -> None:
         n_ctx, n_seq_max = self.n_ctx, self.n_seq_max
         if n_seq_max > LLAMA_MAX_SEQ:
-            raise InvalidArgumentError(f"n_seq_max must be at most {LLAMA_MAX_SEQ} (llama.cpp's limit), got {n_seq_max}")
+            raise InvalidArgumentError(f"n_seq_max must be at most {LLAMA_MAX_SEQ} (llama.cpp's limit), "
+                                       f"got {n_seq_max}")
         padded_n_ctx = -(-n_ctx // 256) * 256  # what llama.cpp divides among the sequences
         if n_seq_max > 1 and padded_n_ctx // n_seq_max < MIN_CELLS_PER_SEQUENCE:
             raise InvalidArgumentError(
@@ -122,8 +124,8 @@ class ContextHandle:
     """A llama_context on `model`: its KV cache (n_seq_max sequences), decoding, logits and embeddings, state.
 
     It holds its ModelHandle until it is freed, so the weights outlive it. close() frees it and lets go of the
-    model (later calls raise ClosedError); a finalizer frees one that is garbage collected. One thread at a time may use a context (llama.cpp's rule);
-    the users above (Model, BatchEngine) make sure of it.
+    model (later calls raise ClosedError); a finalizer frees one that is garbage collected. One thread at a time
+    may use a context (llama.cpp's rule); the users above (Model, BatchEngine) make sure of it.
     """
 
     def __init__(self, model: ModelHandle, params: ContextParams, attention_paths: int | None = None) -> None:

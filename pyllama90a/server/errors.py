@@ -44,7 +44,8 @@ class RouteInputs:
     rendered: str | None = None
 
 
-_CHAT, _COMPLETION, _EMBEDDING = RouteInputs("messages", "messages"), RouteInputs("prompt", None), RouteInputs("input", "input")
+_CHAT, _COMPLETION = RouteInputs("messages", "messages"), RouteInputs("prompt", None)
+_EMBEDDING = RouteInputs("input", "input")
 ROUTE_INPUTS = {"/v1/chat/completions": _CHAT, "/chat/completions": _CHAT, "/apply-template": _CHAT,
                 "/v1/completions": _COMPLETION, "/completion": _COMPLETION, "/completions": _COMPLETION,
                 "/v1/embeddings": _EMBEDDING, "/embeddings": _EMBEDDING, "/embedding": _EMBEDDING,

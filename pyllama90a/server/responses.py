@@ -123,7 +123,8 @@ class CompletionShape(Shape):
         choices = []
         for i, parts in enumerate(self.parts):
             items = [item for c in parts for item in c.logprobs]
-            choices.append({"index": i, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
+            choices.append({"index": i, "text": "".join(c.text for c in parts),
+                            "finish_reason": parts[-1].finish_reason,
                             "logprobs": self._logprobs(items, 0)[0] if items else None})
         return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings()}
 

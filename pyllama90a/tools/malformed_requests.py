@@ -160,7 +160,8 @@ def campaign(base_url: str, count: int, seed: int = 0) -> tuple[Counter, list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyllama90a.tools.malformed_requests", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyllama90a.tools.malformed_requests",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--url", help="a running server (default: start one with the default model)")
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)

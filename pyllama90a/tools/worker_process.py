@@ -1,5 +1,6 @@
 """Run `python -m pyllama90a.worker` in a child process on 127.0.0.1 until it answers HELLO, and stop it; read the
-bytes its connections carried (the kernel's TCP counters). Used by the RPC loopback benchmark (benchmarks/rpc_loopback.py) and the tests."""
+bytes its connections carried (the kernel's TCP counters). Used by the RPC loopback benchmark
+(benchmarks/rpc_loopback.py) and the tests."""
 from __future__ import annotations
 
 import contextlib
