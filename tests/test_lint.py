@@ -67,6 +67,26 @@ def test_mypy_reads_the_projects_settings(tmp_path: Path) -> None:
     assert out.returncode == 1 and "Incompatible return value type" in out.stdout, out.stdout + out.stderr
 
 
+def test_mypy_is_strict_on_the_core_and_the_server_only(tmp_path: Path) -> None:
+    """The per-module strict flags reach pyllama90a.core.* and pyllama90a.server.*, and no other module: an
+    unannotated function and a bare `dict` are errors in the first, not in the second."""
+    code = "def f(x):\n    return x\n\n\ndef g() -> dict:\n    return {}\n"
+    for folder in ("core", "server", "tools"):
+        (tmp_path / "pyllama90a" / folder).mkdir(parents=True)
+        (tmp_path / "pyllama90a" / folder / "__init__.py").write_text("")
+        (tmp_path / "pyllama90a" / folder / "planted.py").write_text(code)
+    (tmp_path / "pyllama90a" / "__init__.py").write_text("")
+    out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+                          str(tmp_path / "cache"), "-p", "pyllama90a"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    for folder in ("core", "server"):
+        for code_name in ("no-untyped-def", "type-arg"):
+            assert any(f"{folder}/planted.py" in line and f"[{code_name}]" in line
+                       for line in out.stdout.splitlines()), out.stdout
+    assert "tools/planted.py" not in out.stdout, out.stdout
+
+
 def test_the_installed_package_is_marked_typed() -> None:
     """py.typed (PEP 561) ships in the package, so that users' type checkers read its annotations."""
     import pyllama90a

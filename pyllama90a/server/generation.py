@@ -129,8 +129,8 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     return JSONResponse(shape.whole(), headers=headers)
 
 
-async def _sse(state: ServerState, chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool,
-               path: str) -> AsyncIterator[str]:
+async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], handles: list[Handle], shape: Shape,
+               include_usage: bool, path: str) -> AsyncIterator[str]:
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():

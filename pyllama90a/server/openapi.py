@@ -27,7 +27,8 @@ def request_schema(model: type[ProtocolModel], limits: Limits) -> Schema:
                 return resolve(defs[node["$ref"].rsplit("/", 1)[1]])
             return {k: limits.max_tokens_limit if v == LIMIT else resolve(v) for k, v in node.items()}
         return [resolve(v) for v in node] if isinstance(node, list) else node
-    return resolve(schema)
+    resolved: dict[str, Any] = resolve(schema)  # (a dict resolves to a dict)
+    return resolved
 
 
 def _obj(required: str, **properties: Any) -> Schema:

@@ -288,7 +288,7 @@ class NativeCompletionRequest(CompletionRequest):
         return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt,
                                 return_tokens=self.return_tokens, n_probs=self.n_probs)
 
-    def convert(self, limits: Limits, model: Any = None) -> Generation:  # type: ignore[override]
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text."""
         prompt = self.prompt
         if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
@@ -311,7 +311,7 @@ class InfillRequest(NativeCompletionRequest):
     input_extra: list[Chunk] = Field([], description="other files' chunks, put before the FIM prefix")
     prompt: str = Field("", description="the start of the middle, after the FIM middle token")
 
-    def convert(self, limits: Limits, model: Any = None) -> Generation:  # type: ignore[override]
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         """Run in a worker thread: the texts are tokenized here."""
         tokens = infill_prompt(model, self.input_prefix, self.input_suffix, prompt=self.prompt,
                                input_extra=[c.model_dump() for c in self.input_extra])
@@ -355,6 +355,6 @@ class ApplyTemplateRequest(Harmless, ChatFields):
     converts to apply_chat_template's arguments (the tools it is shown: none with tool_choice "none")."""
     model: str | None = None
 
-    def convert(self, limits: Limits) -> tuple[list[dict], Tools | None, dict[str, Any]]:  # type: ignore[override]
+    def convert(self, limits: Limits) -> tuple[list[dict[str, Any]], Tools | None, dict[str, Any]]:
         messages, tools, tool_choice = self._chat()
         return list(messages), tools if tool_choice != "none" else None, self.chat_template_kwargs

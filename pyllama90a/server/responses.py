@@ -165,7 +165,8 @@ class ChatShape(Shape):
         self._seen(choice, chunk)
         parser = self._parsers[choice]
         last = chunk.finish_reason is not None
-        deltas = ([{"content": chunk.text}] if chunk.text else []) if parser is None else parser.feed(chunk.text, last)
+        deltas: list[dict[str, Any]] = (([{"content": chunk.text}] if chunk.text else []) if parser is None
+                                        else parser.feed(chunk.text, last))
         logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
         if logprobs is not None and not deltas:
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
