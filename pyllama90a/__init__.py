@@ -5,10 +5,14 @@ from __future__ import annotations
 def _use_installed_native_module() -> None:
     """Run from a source checkout (e.g. `python -m pyllama90a` in the repository root), the compiled part
     is not next to these files: take it from the installed copy of the package."""
+    from importlib.machinery import EXTENSION_SUFFIXES
     from pathlib import Path
 
+    def compiled(folder: Path) -> bool:  # (not _native.pyi, the stub that every checkout has)
+        return any((folder / f"_native{suffix}").is_file() for suffix in EXTENSION_SUFFIXES)
+
     here = Path(__file__).resolve().parent
-    if any(here.glob("_native.*")):
+    if compiled(here):
         return
     from importlib import metadata
 
@@ -16,7 +20,7 @@ def _use_installed_native_module() -> None:
         installed = Path(str(metadata.distribution("pyllama90a").locate_file("pyllama90a"))).resolve()
     except metadata.PackageNotFoundError:
         return
-    if installed != here and any(installed.glob("_native.*")):
+    if installed != here and compiled(installed):
         __path__.append(str(installed))
 
 

@@ -28,6 +28,7 @@ from .ggml import ggml_type
 from .model import ModelHandle
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
     from .batch import Batch
 
 POOLING = {"model": "LLAMA_POOLING_TYPE_UNSPECIFIED", "mean": "LLAMA_POOLING_TYPE_MEAN"}
@@ -138,7 +139,7 @@ class ContextHandle:
                    f"llama.cpp could not create a context (n_ctx={params.n_ctx}, K {params.type_k}, "
                    f"V {params.type_v}, flash_attn {params.flash_attn})")
         self._finalizer = weakref.finalize(self, _free_context, ptr, model)
-        self._ptr = ptr
+        self._ptr: CData | None = ptr
         self._model: ModelHandle | None = model
         self._simulated = model.simulated
         self._n_vocab, self._n_embd = model.n_vocab, model.n_embd
