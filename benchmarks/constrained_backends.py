@@ -46,7 +46,8 @@ SCHEMA = {
     "required": ["name", "age", "role", "tags", "address", "pets"],
     "additionalProperties": False,
 }
-REGEX = r"[A-Z][a-z]+( [A-Z][a-z]+)* was born on (1[0-9]|20)[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]) in [A-Z][a-z]+( [A-Z][a-z]+)*\."
+REGEX = (r"[A-Z][a-z]+( [A-Z][a-z]+)* was born on (1[0-9]|20)[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+         r" in [A-Z][a-z]+( [A-Z][a-z]+)*\.")
 GBNF = r'''
 root ::= "Ingredients:\n" item item item? item? "Steps:\n" step step step?
 item ::= "- " [0-9] [0-9]? [0-9]? " " unit " " word (" " word)? "\n"
@@ -166,7 +167,8 @@ def main(out_json: str | None) -> None:
             decode.append(time.perf_counter_ns() - g)
         text = model.detokenize([t for t in generated if t not in vocab.eog])
         r = results[kind] = {
-            "prompt": prompt, "n_tokens": len(generated), "tokens": generated, "text": text, "finished": matcher.finished,
+            "prompt": prompt, "n_tokens": len(generated), "tokens": generated, "text": text,
+            "finished": matcher.finished,
             "llguidance": {"compile_ms": (t1 - t0) / 1e6, "matcher_ms": (t2 - t1) / 1e6,
                            "first_mask_ms": (t3 - t2) / 1e6, "compute_mask": _stats(compute)},
             "apply": _stats(apply), "accept": _stats(accept), "decode": _stats(decode),
@@ -218,9 +220,10 @@ def main(out_json: str | None) -> None:
     print(f"== 8 sequences under the JSON schema (masks after a decode, ms per step of 8): "
           f"sequential compute {s['sequential_ms']:.2f}, compute_masks (LLExecutor) {s['parallel_ms']:.2f}, "
           f"apply x8 {s['apply_ms']:.2f}")
-    print(f"   BatchEngine, 8 slots, unconstrained: {s['engine_ms_per_step']:.2f} ms per step of 8 tokens -> "
-          f"estimated constrained/unconstrained tok/s {s['engine_ms_per_step'] / (s['engine_ms_per_step'] + s['sequential_ms'] + s['apply_ms']):.2f} (sequential), "
-          f"{s['engine_ms_per_step'] / (s['engine_ms_per_step'] + s['parallel_ms'] + s['apply_ms']):.2f} (compute_masks)")
+    step = s["engine_ms_per_step"]
+    print(f"   BatchEngine, 8 slots, unconstrained: {step:.2f} ms per step of 8 tokens -> "
+          f"estimated constrained/unconstrained tok/s {step / (step + s['sequential_ms'] + s['apply_ms']):.2f} "
+          f"(sequential), {step / (step + s['parallel_ms'] + s['apply_ms']):.2f} (compute_masks)")
     if out_json:
         with open(out_json, "w") as f:
             json.dump({"n_vocab": vocab.n_vocab, "vocab_ms": t_vocab * 1e3, "results": results, "eight_slots": slots},
@@ -247,7 +250,7 @@ def eight_slots(model, vocab, c, tokens: list[int]) -> dict:
             else:
                 c.compute_masks(matchers)
             b = time.perf_counter_ns()
-            for m, row in zip(matchers, rows):
+            for m, row in zip(matchers, rows, strict=True):
                 m.apply(row)
             d = time.perf_counter_ns()
             times.append(b - a)

@@ -23,7 +23,8 @@ def hostile_bodies() -> dict[str, dict]:
     wide = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(20000)}}
     return {"15 MB prompt": {"prompt": "word " * 3_000_000, "max_tokens": 1},
             "5,000-rule grammar": {"prompt": "x", "max_tokens": 4, "grammar": chain},
-            "1,000 chained $refs": {"prompt": "x", "max_tokens": 4, "json_schema": {"$ref": "#/$defs/d0", "$defs": defs}},
+            "1,000 chained $refs": {"prompt": "x", "max_tokens": 4,
+                                    "json_schema": {"$ref": "#/$defs/d0", "$defs": defs}},
             "20,000 properties": {"prompt": "x", "max_tokens": 4, "json_schema": wide}}
 
 

@@ -3,8 +3,8 @@
 Each build is installed into its own folder (pip install --target), and `python -m pyllama90a.bench` runs once
 per build per round, in separate processes, alternated (native, portable, portable, native, ...), so that the
 machine's drift and any order effect hit both alike; with --concurrent both run at once, one thread each on a CPU
-of its own (taskset), swapping CPUs every round. The ratio portable / native is taken per round and per figure; the table gives
-every round's ratio and their median.
+of its own (taskset), swapping CPUs every round. The ratio portable / native is taken per round and per
+figure; the table gives every round's ratio and their median.
 
     pip install --no-deps --target /tmp/native -C cmake.define.PYLLAMA90A_PORTABLE=OFF -C build-dir=build/native .
     pip install --no-deps --target /tmp/portable .
@@ -29,8 +29,9 @@ def start_bench(site: Path, out: Path, threads: int, length: list[str], cpu: int
     # the checkout's Python code, the build's compiled part (pyllama90a/__init__.py finds it through PYTHONPATH)
     env = {**os.environ, "PYTHONPATH": str(site)}
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    return subprocess.Popen([*pin, sys.executable, "-m", "pyllama90a.bench", *BENCH_ARGS, *length, "--threads", str(threads),
-                             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    return subprocess.Popen([*pin, sys.executable, "-m", "pyllama90a.bench", *BENCH_ARGS, *length,
+                             "--threads", str(threads), "--out", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL)
 
 
 def finish_bench(proc: subprocess.Popen, out: Path) -> dict:
@@ -77,13 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.summarize:
             results = {b: json.loads((args.out / f"round{r + 1}-{b}" / "bench.json").read_text()) for b in order}
         elif args.concurrent:  # order[i] runs on CPU i
-            procs = {b: start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", 1, length, cpu) for cpu, b in enumerate(order)}
+            procs = {b: start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", 1, length, cpu)
+                     for cpu, b in enumerate(order)}
             results = {b: finish_bench(procs[b], args.out / f"round{r + 1}-{b}") for b in order}
         else:
             results = {}
             for b in order:
-                results[b] = finish_bench(start_bench(getattr(args, b), args.out / f"round{r + 1}-{b}", args.threads, length),
-                                          args.out / f"round{r + 1}-{b}")
+                folder = args.out / f"round{r + 1}-{b}"
+                results[b] = finish_bench(start_bench(getattr(args, b), folder, args.threads, length), folder)
         for build in order:
             this[build] = figures(results[build])
             if build == "portable":

@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--ctk", default="q4_0")
     parser.add_argument("--ctv", default="q4_0")
     parser.add_argument("--flash-attn", default="off")
-    parser.add_argument("--synthetic", help="a random-weight shape of pyllama90a.synthetic instead of the default model")
+    parser.add_argument("--synthetic",
+                        help="a random-weight shape of pyllama90a.synthetic instead of the default model")
     parser.add_argument("--device", help="the device each worker serves (ggml's name, e.g. CUDA0); default its CPU")
     parser.add_argument("--n-gpu-layers", type=int, default=-1)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])

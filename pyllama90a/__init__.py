@@ -5,10 +5,14 @@ from __future__ import annotations
 def _use_installed_native_module() -> None:
     """Run from a source checkout (e.g. `python -m pyllama90a` in the repository root), the compiled part
     is not next to these files: take it from the installed copy of the package."""
+    from importlib.machinery import EXTENSION_SUFFIXES
     from pathlib import Path
 
+    def compiled(folder: Path) -> bool:  # (not _native.pyi, the stub that every checkout has)
+        return any((folder / f"_native{suffix}").is_file() for suffix in EXTENSION_SUFFIXES)
+
     here = Path(__file__).resolve().parent
-    if any(here.glob("_native.*")):
+    if compiled(here):
         return
     from importlib import metadata
 
@@ -16,7 +20,7 @@ def _use_installed_native_module() -> None:
         installed = Path(str(metadata.distribution("pyllama90a").locate_file("pyllama90a"))).resolve()
     except metadata.PackageNotFoundError:
         return
-    if installed != here and any(installed.glob("_native.*")):
+    if installed != here and compiled(installed):
         __path__.append(str(installed))
 
 
@@ -25,23 +29,70 @@ _use_installed_native_module()
 from ._log import set_native_log_level
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
+from .core.outputs import Completion, Piece, Timings, Usage
 from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk
-from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
-                     DecodeError, EngineStoppedError, InfillUnsupportedError, InvalidArgumentError, LlamaError,
-                     ModelFormatError, ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
+from .errors import (
+    BusyError,
+    ChatTemplateError,
+    ClosedError,
+    ConstraintError,
+    ContextError,
+    ContextOverflowError,
+    DecodeError,
+    EngineStoppedError,
+    InfillUnsupportedError,
+    InvalidArgumentError,
+    LlamaError,
+    ModelFormatError,
+    ModelLoadError,
+    NonFiniteOutputError,
+    QueueFullError,
+    StateFileError,
+)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
-from .core.outputs import Completion, Piece, Timings, Usage
 from .memory_plan import KVCacheInfo, MemoryPlan, MemoryPlanner, plan_memory
 from .model import Model
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Model", "BatchEngine", "Chunk", "AttentionPaths", "QueueFullError", "AttentionChoice", "kv_bytes", "max_n_ctx", "KVBytes", "Completion", "Piece", "Usage", "Timings", "KVCacheInfo", "MemoryPlan", "MemoryPlanner", "plan_memory", "KV_TYPES", "QUANTIZED_KV_TYPES",
-    "default_model", "pull_default_model", "set_native_log_level",
-    "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
-    "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",
-    "ChatTemplateError", "ConstraintError", "NonFiniteOutputError", "InfillUnsupportedError",
+    "KV_TYPES",
+    "QUANTIZED_KV_TYPES",
+    "AttentionChoice",
+    "AttentionPaths",
+    "BatchEngine",
+    "BusyError",
+    "ChatTemplateError",
+    "Chunk",
+    "ClosedError",
+    "Completion",
+    "ConstraintError",
+    "ContextError",
+    "ContextOverflowError",
+    "DecodeError",
+    "EngineStoppedError",
+    "InfillUnsupportedError",
+    "InvalidArgumentError",
+    "KVBytes",
+    "KVCacheInfo",
+    "LlamaError",
+    "MemoryPlan",
+    "MemoryPlanner",
+    "Model",
+    "ModelFormatError",
+    "ModelLoadError",
+    "NonFiniteOutputError",
+    "Piece",
+    "QueueFullError",
+    "StateFileError",
+    "Timings",
+    "Usage",
+    "default_model",
+    "kv_bytes",
+    "max_n_ctx",
+    "plan_memory",
+    "pull_default_model",
+    "set_native_log_level",
 ]

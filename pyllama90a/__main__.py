@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Iterator, cast
+from collections.abc import Iterator
+from typing import cast
 
 from .kv_types import FLASH_ATTN_MODES, KV_TYPES
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from . import _native
+from . import _log, _native
 from ._native import ffi, lib  # (re-exported: __all__)
-from . import _log
 
 _log.attach()  # first: loading the backends logs
 # A portable build (GGML_BACKEND_DL) registers no backend by itself: load them from the folder of the compiled

@@ -54,7 +54,7 @@ class NativeCall:
         call.check(rc == 0, DecodeError, f"llama_decode failed with code {rc}")
     """
 
-    __slots__ = ("lines", "_outer")
+    __slots__ = ("_outer", "lines")
 
     def __enter__(self) -> NativeCall:
         self.lines: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)

@@ -1,8 +1,8 @@
 """`python -m pyllama90a.bench`: prefill and decode speed per attention mode at chosen depths.
 
 Every mode runs in this one process, interleaved (for each depth and repetition, each mode in turn) so
-that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}` or `hybrid:{ctk}/{ctv}`; the first is the baseline
-of the ratios unless --baseline says otherwise. Quote ratios; absolute times on shared machines drift.
+that machine drift hits all modes alike. Modes are `fa-{on,off}:{ctk}/{ctv}` or `hybrid:{ctk}/{ctv}`; the first
+is the baseline of the ratios unless --baseline says otherwise. Quote ratios; absolute times on shared machines drift.
 
     python -m pyllama90a.bench --depths 0 4096 --modes fa-off:f16/f16 fa-on:q4_0/q4_0 fa-off:q4_0/q4_0
     python -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 8192 --pp 512 --tg 32
@@ -17,15 +17,16 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO, cast
+from typing import TextIO, cast
 
 import numpy as np
 
+from .attention_paths import AttentionPaths
 from .bench_report import machine_name, write_results
 from .errors import InvalidArgumentError
-from .attention_paths import AttentionPaths
 from .kv_types import check_kv_type
 from .memory_plan import plan_memory
 from .model import Completion, Model
@@ -191,15 +192,15 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], pp: int, tg: int
         cache = kv[mode_name]
         tok_s = statistics.fmean(values)
         step_bytes = decode_bytes(weights, cache.total_bytes / cache.n_ctx, depth) if test != "pp" else None
-        rows.append(dict(mode=mode_name, depth=depth, test=f"{test}{pp if test == 'pp' else tg}", kind=test,
-                         tok_s_mean=tok_s, tok_s_sd=statistics.stdev(values) if len(values) > 1 else 0.0,
-                         samples=values, kv_k_bytes=cache.k_bytes, kv_v_bytes=cache.v_bytes, kv_cells=cache.n_ctx,
-                         compute_buffer_bytes=compute[mode_name], bytes_per_token=step_bytes,
-                         bandwidth_fraction=tok_s * step_bytes / bandwidth if step_bytes else None))
-    return dict(machine=machine_name(), model=str(model_path), n_ctx=n_ctx, n_threads=n_threads, pp=pp, tg=tg,
-                copy_bandwidth_bytes_s=bandwidth, copy_bandwidth_device="GPU" if on_gpu else "CPU",
-                reps=reps, depths=depths, modes=[str(m) for m in modes], rows=rows,
-                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+        rows.append({"mode": mode_name, "depth": depth, "test": f"{test}{pp if test == 'pp' else tg}", "kind": test,
+                     "tok_s_mean": tok_s, "tok_s_sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                     "samples": values, "kv_k_bytes": cache.k_bytes, "kv_v_bytes": cache.v_bytes,
+                     "kv_cells": cache.n_ctx, "compute_buffer_bytes": compute[mode_name], "bytes_per_token": step_bytes,
+                     "bandwidth_fraction": tok_s * step_bytes / bandwidth if step_bytes else None})
+    return {"machine": machine_name(), "model": str(model_path), "n_ctx": n_ctx, "n_threads": n_threads, "pp": pp,
+            "tg": tg, "copy_bandwidth_bytes_s": bandwidth, "copy_bandwidth_device": "GPU" if on_gpu else "CPU",
+            "reps": reps, "depths": depths, "modes": [str(m) for m in modes], "rows": rows,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
 def memory_report(model_path: Path, modes: list[Mode], n_ctx: int, baseline: str, n_gpu_layers: int) -> str:

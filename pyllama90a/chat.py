@@ -10,9 +10,10 @@ Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from .chat_template import ChatTemplate, check_template_variables, normalize_messages, text_only_history
 from .constrained import Constraint

@@ -22,14 +22,24 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import template_render
 from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
 from .toolcalls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 
-__all__ = ["ChatTemplate", "Messages", "ToolArguments", "check_template_variables", "normalize_messages", "special_tokens",
-           "text_only_history", "TEMPLATE_KEY", "TOOL_USE_TEMPLATE_KEY"]
+__all__ = [
+    "TEMPLATE_KEY",
+    "TOOL_USE_TEMPLATE_KEY",
+    "ChatTemplate",
+    "Messages",
+    "ToolArguments",
+    "check_template_variables",
+    "normalize_messages",
+    "special_tokens",
+    "text_only_history",
+]
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 TOOL_USE_TEMPLATE_KEY = "tokenizer.chat_template.tool_use"

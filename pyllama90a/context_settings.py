@@ -10,8 +10,9 @@ from .attention_paths import AttentionPaths
 @dataclass(frozen=True)
 class ContextSettings:
     """ctk, ctv: K and V cache types by name (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl). flash_attn: "on",
-    "off", "hybrid" (FA prefill, quantized non-flash decode) or "auto" (attention_policy decides). n_ctx, n_batch, n_ubatch: llama.cpp's sizes. n_threads: None for
-    the physical cores. seed: the default sampling seed of generate/chat. embedding: a context for embed().
+    "off", "hybrid" (FA prefill, quantized non-flash decode) or "auto" (attention_policy decides). n_ctx,
+    n_batch, n_ubatch: llama.cpp's sizes. n_threads: None for the physical cores. seed: the default sampling
+    seed of generate/chat. embedding: a context for embed().
     n_seq_max: sequences with n_ctx / n_seq_max cells each (BatchEngine's slots; a Model's own calls use
     sequence 0). chat_template: Jinja text that replaces the GGUF's. attention_paths: which of pyllama90a's
     attention kernels the graphs use. Checked when the Model is made (Model._settle), before llama.cpp sees them.

@@ -2,7 +2,7 @@
 cache, the pooled vector checked finite and L2-normalised."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -14,22 +14,34 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from concurrent.futures import Future
 import logging
 import os
 import queue
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
 from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
-from .errors import (BusyError, ClosedError, ConstraintError, ContextOverflowError, DecodeError, EngineStoppedError,
-                     NonFiniteOutputError, QueueFullError, fs_path, int_in_range, positive_int)
 from .core.outputs import Usage
+from .errors import (
+    BusyError,
+    ClosedError,
+    ConstraintError,
+    ContextOverflowError,
+    DecodeError,
+    EngineStoppedError,
+    NonFiniteOutputError,
+    QueueFullError,
+    fs_path,
+    int_in_range,
+    positive_int,
+)
 from .model import Model
 from .native import Batch
 from .state_file import StateIdentity

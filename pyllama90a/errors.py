@@ -10,7 +10,8 @@ import contextlib
 import dataclasses
 import math
 import os
-from typing import ClassVar, Iterator
+from collections.abc import Iterator
+from typing import ClassVar
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1

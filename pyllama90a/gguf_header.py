@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 from .errors import LlamaError, ModelFormatError, fs_path
 
-__all__ = ["ArraySummary", "GGUFHeader", "TensorInfo", "read_header", "open_regular_file", "GGML_TYPE_SIZES"]
+__all__ = ["GGML_TYPE_SIZES", "ArraySummary", "GGUFHeader", "TensorInfo", "open_regular_file", "read_header"]
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -21,6 +21,7 @@ flight then end with IsolationCrash at once, later calls start new workers.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import select
@@ -30,15 +31,27 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import PositiveSettings
 
-__all__ = ["run", "run_as", "Wording", "shutdown", "IsolatedError", "IsolationTimeout", "IsolationCrash",
-           "UnsendablePayload", "Settings", "configure",
-           "settings", "TASKS"]
+__all__ = [
+    "TASKS",
+    "IsolatedError",
+    "IsolationCrash",
+    "IsolationTimeout",
+    "Settings",
+    "UnsendablePayload",
+    "Wording",
+    "configure",
+    "run",
+    "run_as",
+    "settings",
+    "shutdown",
+]
 
 # task name -> "module:function" imported in the worker (only these run there)
 TASKS = {
@@ -238,19 +251,13 @@ class _Worker:
         return f"exited with status {code}"
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.proc.kill()
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # (not expected: SIGKILL is not refused)
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not refused
-            pass
         for stream in (self.proc.stdin, self.proc.stdout):
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
 
 
 _lock = threading.Condition()
@@ -343,10 +350,8 @@ def shutdown() -> None:
     for worker in idle:
         worker.kill()
     for worker in busy:  # its caller reads EOF, then closes it (_give_back)
-        try:
+        with contextlib.suppress(OSError):
             worker.proc.kill()
-        except OSError:
-            pass
 
 
 def _forget_workers_after_fork() -> None:
@@ -355,10 +360,8 @@ def _forget_workers_after_fork() -> None:
     _lock = threading.Condition()
     for worker in [*_idle, *_busy]:
         for fd in (worker.wfd, worker.rfd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
     _idle.clear()
     _busy.clear()
 

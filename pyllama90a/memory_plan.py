@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .attention_policy import AttentionChoice
 from .context_settings import ContextSettings

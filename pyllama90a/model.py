@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,14 +17,25 @@ from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
 from .chat import prepare_chat, render_chat
 from .chat_template import ChatTemplate
-from .context_settings import ContextSettings
-from .embedding import embed_inputs, embedding_inputs
 from .constrained import constraint_from
+from .context_settings import ContextSettings
 from .core import GenerationRequest, GenerationSequence, completion_of, keep_cached_prefix
 from .core.outputs import Completion, Piece, Timings, Usage
 from .core.tool_output import ToolCallOutput
-from .errors import (INT32_MAX, BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, LlamaError,
-                     flag, fs_path, int_in_range, token_ids, utf8)
+from .embedding import embed_inputs, embedding_inputs
+from .errors import (
+    INT32_MAX,
+    BusyError,
+    ClosedError,
+    ContextOverflowError,
+    InvalidArgumentError,
+    LlamaError,
+    flag,
+    fs_path,
+    int_in_range,
+    token_ids,
+    utf8,
+)
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .model_file import ModelFile, check_header
 from .model_open import checked_file, context_params, load_weights, model_path, open_context
@@ -31,6 +43,7 @@ from .native import Batch, ContextHandle, ContextParams, ModelHandle
 from .placement import Placement
 from .sampling import SamplingParams
 from .state_file import StateIdentity, restore_state, write_state_file
+
 
 class Model:
     """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.

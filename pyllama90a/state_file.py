@@ -15,13 +15,15 @@ Layout, little-endian:
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 import struct
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Sequence
+from typing import TYPE_CHECKING, BinaryIO
 
 from .errors import LlamaError, StateFileError
 from .gguf_header import open_regular_file
@@ -176,7 +178,8 @@ def restore_state(context: ContextHandle, path: bytes, expected: StateIdentity, 
 def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) -> None:
     if saved.model_sha256 != expected.model_sha256:
         raise StateFileError(f"{name}: was saved by another model (fingerprint of the GGUF header and weights "
-                             f"{saved.model_sha256.hex()[:16]}..., this model's is {expected.model_sha256.hex()[:16]}...)")
+                             f"{saved.model_sha256.hex()[:16]}..., this model's is "
+                             f"{expected.model_sha256.hex()[:16]}...)")
     for what, field in (("K cache type", "type_k"), ("V cache type", "type_v"), ("n_ctx", "n_ctx"),
                         ("n_seq_max", "n_seq_max")):
         was, want = getattr(saved, field), getattr(expected, field)
@@ -200,7 +203,5 @@ def _type_name(field: bytes) -> str:
 
 
 def _remove_quietly(path: bytes) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

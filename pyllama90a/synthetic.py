@@ -6,9 +6,9 @@
 
 The files are llama-architecture GGUFs with a SentencePiece-style ("llama") vocabulary of made-up,
 distinct tokens; fim=("pre", "suf", "mid", ...) ends it with fill-in-the-middle control tokens, named in the
-metadata (tokenizer.ggml.fim_*_token_id) as a coder model's are. The weights are noise of about std 0.02 (norms are 1.0), so activations stay sane and
-generation runs without NaN, but the text produced is meaningless: use them for speed and memory
-measurements and for checking that kernels run, never for quality.
+metadata (tokenizer.ggml.fim_*_token_id) as a coder model's are. The weights are noise of about std 0.02
+(norms are 1.0), so activations stay sane and generation runs without NaN, but the text produced is
+meaningless: use them for speed and memory measurements and for checking that kernels run, never for quality.
 
 The files are written with llama.cpp's `gguf` package (GGUFWriter), a dependency of pyllama90a.
 
@@ -25,14 +25,23 @@ import os
 import sys
 import time
 import types
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Shape", "SHAPES", "WEIGHT_TYPES", "FIM_TEXTS", "write_synthetic", "synthetic_model", "fim_token_ids",
-           "import_gguf"]
+__all__ = [
+    "FIM_TEXTS",
+    "SHAPES",
+    "WEIGHT_TYPES",
+    "Shape",
+    "fim_token_ids",
+    "import_gguf",
+    "synthetic_model",
+    "write_synthetic",
+]
 
 WEIGHT_TYPES = ("f16", "q8_0", "q4_0")
 METHODS = ("fast", "quantize")
@@ -284,8 +293,8 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
     """Write a random-weight llama GGUF of `shape` (a SHAPES name or a Shape) to `path`.
 
     2-D weights are `weight_type` (f16, q8_0 or q4_0), norms f32 ones. fim: the FIM tokens (FIM_TEXTS' kinds)
-    the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). The file is written under a
-    temporary name next to `path` and renamed at the end, one tensor in memory at a time.
+    the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). The file
+    is written under a temporary name next to `path` and renamed at the end, one tensor in memory at a time.
     """
     s = _resolve_shape(shape)
     _check_args(s, weight_type, method)
@@ -338,7 +347,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for index, (name, np_shape) in enumerate(plan):
+        for index, (_name, np_shape) in enumerate(plan):
             rng = np.random.default_rng([seed, index])  # each tensor its own stream: order-independent
             writer.write_tensor_data(_make_tensor(gguf, rng, np_shape, weight_type, method))
         writer.flush()

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from . import isolation
 from .errors import ChatTemplateError, InvalidArgumentError, PositiveSettings
 
-__all__ = ["TemplateLimits", "get_limits", "set_limits", "check", "render"]
+__all__ = ["TemplateLimits", "check", "get_limits", "render", "set_limits"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def _environment():  # (no annotation: jinja2 is imported lazily)
     class GenerationBlock(Extension):
         """{% generation %}...{% endgeneration %} (HF marks the assistant's tokens with it): renders the body."""
 
-        tags = {"generation"}
+        tags = {"generation"}  # noqa: RUF012 (declared so by jinja2.ext.Extension)
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno

@@ -61,7 +61,8 @@ def _fill_cache(ctx, kv_type: str, values: np.ndarray):
 
 
 def _head_view(ctx, cache, kv_type: str, head_dim: int, n_head_kv: int, n_kv: int, n_seq: int):
-    """llama_kv_cache's view [D, n_head_kv, n_kv, n_seq] permuted as build_attn_mha does: [D, n_kv, n_head_kv, n_seq]."""
+    """llama_kv_cache's view [D, n_head_kv, n_kv, n_seq] permuted as build_attn_mha does:
+    [D, n_kv, n_head_kv, n_seq]."""
     qtype = ggml_type(kv_type)
     row = lib.ggml_row_size(qtype, head_dim * n_head_kv)
     view = lib.ggml_view_4d(ctx, cache, head_dim, n_head_kv, n_kv, n_seq, lib.ggml_row_size(qtype, head_dim),

@@ -4,8 +4,8 @@ It interprets fmha_fwd_args the way CK's kernel does (fmha_fwd_kernel.hpp, block
 block_masking.hpp of the fetched CK): element (b, h, i, d) of q at q_ptr + b*batch_stride_q +
 h*nhead_stride_q + i*stride_q + d; K/V head h / (nhead_q / nhead_k); S = scale_s * Q K^T (fp32
 accumulation) + elementwise bias; CK's mask from the (left, right) window; softmax with a fully masked
-row's maximum taken as 0 (its output 0 under CK's mask); P rounded to fp16 before the second GEMM (PDataType = half), fp32 accumulation,
-O written as fp16. Memory is read through the raw pointers, as the GPU would.
+row's maximum taken as 0 (its output 0 under CK's mask); P rounded to fp16 before the second GEMM
+(PDataType = half), fp32 accumulation, O written as fp16. Memory is read through the raw pointers, as the GPU would.
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ MASK_NO_MASK, MASK_TOP_LEFT, MASK_BOTTOM_RIGHT = 0, 1, 2
 BIAS_NO_BIAS, BIAS_ELEMENTWISE = 0, 1
 
 
-def strided_view(ffi, pointer, shape: tuple[int, ...], strides: tuple[int, ...], *, writable: bool = False) -> np.ndarray:
+def strided_view(ffi, pointer, shape: tuple[int, ...], strides: tuple[int, ...], *,
+                 writable: bool = False) -> np.ndarray:
     """fp16 elements at pointer + sum(index * stride), strides in elements, as CK addresses them."""
-    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
     raw = np.frombuffer(ffi.buffer(ffi.cast("char *", pointer), 2 * extent), dtype=np.float16)
     return as_strided(raw, shape=shape, strides=tuple(2 * s for s in strides), writeable=writable)
 

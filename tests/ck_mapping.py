@@ -39,7 +39,7 @@ def cdef_text(header: Path) -> str:
 
 def struct_fields(header: str, name: str) -> list[tuple[str, str]]:
     """(type, field) of a struct in CK's header or in our mirror, comments and default values dropped."""
-    body = re.search(r"struct %s\s*\{(.*?)\n\};" % name, header, re.S).group(1)
+    body = re.search(rf"struct {name}\s*\{{(.*?)\n\}};", header, re.S).group(1)
     body = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
     fields = []
     for declaration in body.split(";"):

@@ -4,7 +4,7 @@ backend registry (production code never sets them); reset to production behaviou
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from pyllama90a._ffi import ffi, lib
 

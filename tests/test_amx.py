@@ -15,8 +15,13 @@ import pytest
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.cpu_features import cpu_has
 from pyllama90a.native import ContextHandle, ContextParams, ModelHandle
-from pyllama90a.native.ggml import (compute_on_cpu, cpu_build_features, cpu_extra_buffer_types, devices,
-                                    loaded_cpu_backend)
+from pyllama90a.native.ggml import (
+    compute_on_cpu,
+    cpu_build_features,
+    cpu_extra_buffer_types,
+    devices,
+    loaded_cpu_backend,
+)
 
 if not (cpu_has("AMX_INT8") and cpu_has("AMX_TILE")):
     pytest.skip("this CPU has no AMX (amx_int8 and amx_tile are not in /proc/cpuinfo's flags)", allow_module_level=True)

@@ -62,7 +62,8 @@ def test_a_model_sets_its_context_paths(model_path) -> None:
             m.attention_paths = {"kq_grouped": False}  # type: ignore[assignment]
         other = m.with_context(n_ctx=256, attention_paths=AttentionPaths(vquant_direct=False))
         with other:  # a second context on the same weights has paths of its own
-            assert other.attention_paths == AttentionPaths(vquant_direct=False) and m.attention_paths == AttentionPaths()
+            assert other.attention_paths == AttentionPaths(vquant_direct=False)
+            assert m.attention_paths == AttentionPaths()
 
 
 def test_a_change_re_reserves_the_compute_buffers_at_once(model_path) -> None:

@@ -63,12 +63,12 @@ def test_absurd_tensor_count(model_path, tmp_path) -> None:
     with open(p, "r+b") as f:
         f.seek(8)
         f.write(struct.pack("<Q", 1 << 60))
-    with pytest.raises(ModelFormatError, match="tensor_count|absurd"):
+    with pytest.raises(ModelFormatError, match=r"tensor_count|absurd"):
         pl.Model(p)
 
 
 def test_unknown_kv_type_lists_the_valid_ones(model_path) -> None:
-    with pytest.raises(pl.InvalidArgumentError, match="q4_0.*iq4_nl"):
+    with pytest.raises(pl.InvalidArgumentError, match=r"q4_0.*iq4_nl"):
         pl.Model(model_path, ctv="q3_k")
     with pytest.raises(pl.InvalidArgumentError, match="unknown K cache type"):
         pl.Model(model_path, ctk=8)
@@ -126,9 +126,8 @@ def test_several_sequences_within_the_limits_work(model_path) -> None:
 
 
 def test_n_ctx_over_training_context_warns(model_path) -> None:
-    with pytest.warns(UserWarning, match="over the 8192 tokens"):
-        with pl.Model(model_path, n_ctx=8192 + 256) as m:
-            assert m.n_ctx >= 8192 + 256
+    with pytest.warns(UserWarning, match="over the 8192 tokens"), pl.Model(model_path, n_ctx=8192 + 256) as m:
+        assert m.n_ctx >= 8192 + 256
 
 
 def test_bad_flash_attn(model_path) -> None:
@@ -229,7 +228,7 @@ def embedder(model_path):
 
 @pytest.mark.parametrize("bad", [None, 5, b"bytes", [], [""], ["ok", None], LONE_SURROGATE, ["ok", LONE_SURROGATE]])
 def test_bad_embed_arguments(embedder, bad) -> None:
-    with pytest.raises(pl.InvalidArgumentError, match="embed|text"):
+    with pytest.raises(pl.InvalidArgumentError, match=r"embed|text"):
         embedder.embed(bad)
     assert embedder.embed("ok").shape == (576,)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, PLAIN_STYLE
-from weather_tools import ASK, TIME, WEATHER
 
 import pyllama90a as pl
 from pyllama90a.chat_template import ChatTemplate
+from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, PLAIN_STYLE
+from weather_tools import ASK, TIME, WEATHER
 
 pytest.importorskip("llguidance")
 

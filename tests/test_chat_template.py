@@ -6,13 +6,19 @@ import copy
 import json
 
 import pytest
-from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, PLAIN_STYLE, TOOLS, WEATHER
 
 import pyllama90a as pl
-from pyllama90a.chat_template import (TEMPLATE_KEY, ChatTemplate, ToolArguments, compile_template,
-                                      normalize_messages, special_tokens)
+from pyllama90a.chat_template import (
+    TEMPLATE_KEY,
+    ChatTemplate,
+    ToolArguments,
+    compile_template,
+    normalize_messages,
+    special_tokens,
+)
 from pyllama90a.errors import ChatTemplateError, InvalidArgumentError
 from pyllama90a.toolcalls import get_format
+from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, PLAIN_STYLE, TOOLS, WEATHER
 
 WITH_SYSTEM = [
     [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}],
@@ -255,7 +261,8 @@ def test_syntax_error_names_the_line() -> None:
 def test_raise_exception_carries_the_templates_message_and_line() -> None:
     t = ChatTemplate("{% for m in messages %}\n{% if m.role == 'user' %}\n"
                      "{{ raise_exception('Only system turns here, got ' + m.role) }}\n{% endif %}\n{% endfor %}")
-    with pytest.raises(ChatTemplateError, match=r"raised an error: Only system turns here, got user \(template line 3\)"):
+    with pytest.raises(ChatTemplateError,
+                       match=r"raised an error: Only system turns here, got user \(template line 3\)"):
         t.render([{"role": "user", "content": "x"}])
 
 
@@ -284,7 +291,7 @@ def test_template_files(tmp_path) -> None:
     path = tmp_path / "t.jinja"
     path.write_text(PLAIN_STYLE, encoding="utf-8")
     assert ChatTemplate.from_file(path).source == PLAIN_STYLE
-    with pytest.raises(ChatTemplateError, match="missing.jinja"):
+    with pytest.raises(ChatTemplateError, match=r"missing\.jinja"):
         ChatTemplate.from_file(tmp_path / "missing.jinja")
     bad = tmp_path / "latin1.jinja"
     bad.write_bytes("{{ 'café' }}".encode("latin-1"))

@@ -198,10 +198,10 @@ def test_a_chat_template_override(model_path) -> None:
 
 
 def test_a_template_that_fails_is_a_clear_error(model_path) -> None:
-    with pl.Model(model_path, n_ctx=512, n_threads=2,
-                  chat_template="{{ raise_exception('only user messages, please') }}") as m:
-        with pytest.raises(ChatTemplateError, match="only user messages"):
-            m.chat(ASK, max_tokens=2)
+    with (pl.Model(model_path, n_ctx=512, n_threads=2,
+                   chat_template="{{ raise_exception('only user messages, please') }}") as m,
+          pytest.raises(ChatTemplateError, match="only user messages")):
+        m.chat(ASK, max_tokens=2)
 
 
 def test_a_file_without_a_template_chats_with_llama_cpp_chatml(tmp_path) -> None:

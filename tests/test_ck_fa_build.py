@@ -63,7 +63,7 @@ def mirror_fields(struct: str) -> list[str]:
 @pytest.mark.parametrize("struct,target", [("pyllama90a_fmha_fwd_args", "a"), ("pyllama90a_fmha_fwd_traits", "t")])
 def test_the_glue_copies_every_mirror_field_in_order(struct: str, target: str):
     glue = (REPO / "src" / "ck_fa" / "ck_fa_hip.cpp").read_text()
-    copied = re.findall(r"^\s*%s\.(\w+) = .*\bm\.(\w+)\b" % target, glue, re.M)
+    copied = re.findall(rf"^\s*{target}\.(\w+) = .*\bm\.(\w+)\b", glue, re.M)
     assert all(dst == src for dst, src in copied)
     assert [dst for dst, _ in copied] == mirror_fields(struct)
 

@@ -37,7 +37,7 @@ def kernels(sources: list[Path]) -> list[re.Match]:
 def test_the_instance_set_is_fp16_batch_mode_head_dims_64_128(generated):
     _, sources = generated
     names = kernels(sources)
-    assert all(names), [p.name for p, m in zip(sources, names) if not m]
+    assert all(names), [p.name for p, m in zip(sources, names, strict=True) if not m]
     assert {(m["dtype"], m["mode"], m["vlayout"], m["logits"], m["lse"], m["dropout"], m["skip"], m["squant"])
             for m in names} == {("fp16", "batch", "r", "nlogits", "nlse", "ndropout", "nskip", "nsquant")}
     combos = {(int(m["hdim"]), m["bias"], m["mask"]) for m in names}

@@ -32,7 +32,7 @@ HIP_CLANGS = ("clang++-19", "clang++-20", "clang++-18", "clang++")
 def cmake_list(name: str) -> list[str]:
     """The flags of set(name ...) in cmake/ck_fa.cmake, as compiler arguments (SHELL: groups split)."""
     text = (REPO / "cmake" / "ck_fa.cmake").read_text()
-    body = re.search(r"set\(%s\s+(.*?)\)\n" % name, text, re.S).group(1)
+    body = re.search(rf"set\({name}\s+(.*?)\)\n", text, re.S).group(1)
     body = re.sub(r"#[^\n]*", "", body)
     args = []
     for token in shlex.split(body):

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def enum_values(header: str, name: str) -> dict[str, int]:
-    body = re.search(r"enum class %s\s*\{(.*?)\};" % name, header, re.S).group(1)
+    body = re.search(rf"enum class {name}\s*\{{(.*?)\}};", header, re.S).group(1)
     values, next_value = {}, 0
     for item in filter(None, (i.strip() for i in re.sub(r"//[^\n]*", "", body).split(","))):
         label, _, value = (s.strip() for s in item.partition("="))
@@ -89,7 +89,7 @@ def test_strides_of_a_kv_cache_view(ck_mapping: Mapping, ggml_ctx):
 
 
 def eligible_node(ctx, **changes):
-    fields = dict(n_head=8, n_head_kv=2, head_dim=64, n_q=32, n_kv=200)
+    fields = {"n_head": 8, "n_head_kv": 2, "head_dim": 64, "n_q": 32, "n_kv": 200}
     fields.update(changes)
     return build(ctx, Shape(**fields), np.random.default_rng(0)).node
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import ck_fmha_reference as reference
-from pyllama90a._ffi import ffi as native_ffi
 from ck_fa_graph import FaGraph, Shape, build, compute
 from ck_mapping import Mapping, ck_mapping, ggml_ctx  # noqa: F401  (fixtures)
+from pyllama90a._ffi import ffi as native_ffi
 
 # ggml's CPU path rounds Q to fp16 and accumulates V in fp16, CK rounds P to fp16: over 8 seeds of these
 # shapes the outputs (values up to ~2) differed by at most 0.0073. Against a quantized K, ggml's CPU path

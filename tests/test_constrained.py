@@ -155,7 +155,7 @@ def test_gbnf_yes_no(lm) -> None:
     free, _ = greedy(lm, prompt, max_tokens=20)
     assert free not in ("yes", "no")
     matcher = c.Matcher(c.grammar('root ::= "yes" | "no"'), lm)
-    text, tokens = greedy(lm, prompt, matcher, max_tokens=20)
+    text, _tokens = greedy(lm, prompt, matcher, max_tokens=20)
     assert text in ("yes", "no") and matcher.finished
 
 
@@ -213,7 +213,7 @@ def test_lazy_tool_call_free_until_the_trigger(lm) -> None:
     assert spec.lazy
     prompt = "Tell me about the weather in Paris."
     # before the trigger nothing is constrained: greedy output is the unconstrained output
-    free, free_tokens = greedy(lm, prompt, max_tokens=40)
+    _free, free_tokens = greedy(lm, prompt, max_tokens=40)
     matcher = c.Matcher(spec, lm)
     text, tokens = greedy(lm, prompt, matcher, max_tokens=40)
     assert tokens == free_tokens and "<tool_call>" not in text
@@ -341,7 +341,7 @@ def test_compute_masks_in_parallel_matches_one_by_one(lm) -> None:
     for m in one:
         m.compute_mask()
     c.compute_masks(both)
-    for a, b in zip(one, both):
+    for a, b in zip(one, both, strict=True):
         assert np.array_equal(a.compute_mask(), b.compute_mask())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -73,7 +73,7 @@ def runs(model_path) -> tuple[dict, dict, list, int]:
 
 def _differences(a: list, b: list) -> list[str]:
     out = []
-    for step, (x, y) in enumerate(zip(a, b)):
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
         if x.token != y.token:
             return [*out, f"step {step}: token {y.token}, alone {x.token}"]
         if abs(x.logprob - y.logprob) > 1e-4:
@@ -101,7 +101,7 @@ def test_a_long_prompt_prefilled_between_generating_steps_gives_its_single_reque
     alone, interleaved, _, _ = runs
     assert len(interleaved[LONG]) == MAX_TOKENS[LONG]
     compared = 0
-    for step, (x, y) in enumerate(zip(alone[LONG], interleaved[LONG])):
+    for step, (x, y) in enumerate(zip(alone[LONG], interleaved[LONG], strict=False)):
         if x.token != y.token or abs(x.logprob - y.logprob) > LOGPROB_TOLERANCE:
             pytest.fail(f"step {step}: token {y.token} logprob {y.logprob:.4f}; alone {x.token} {x.logprob:.4f}")
         compared += 1

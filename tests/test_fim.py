@@ -44,9 +44,8 @@ def test_without_repository_tokens_chunks_follow_a_snippet_line() -> None:
 
 
 def test_a_model_lacking_a_fim_token_is_refused_naming_it() -> None:
-    with _model(("pre", "suf", "rep", "sep")) as m:
-        with pytest.raises(pl.InfillUnsupportedError) as caught:
-            infill_prompt(m, "a", "b")
+    with _model(("pre", "suf", "rep", "sep")) as m, pytest.raises(pl.InfillUnsupportedError) as caught:
+        infill_prompt(m, "a", "b")
     message = str(caught.value)
     assert "fim_mid" in message and "tokenizer.ggml.fim_mid_token_id" in message
     assert "fim_pre" not in message and "fim_suf" not in message
@@ -64,7 +63,6 @@ def test_a_model_lacking_a_fim_token_is_refused_naming_it() -> None:
     (("a\ud800", "b"), {}, "input_prefix"),  # a lone surrogate cannot be UTF-8: named too
 ])
 def test_bad_arguments_name_the_field(args, extra, param) -> None:
-    with _model(tuple(FIM_TEXTS)) as m:
-        with pytest.raises(pl.InvalidArgumentError) as caught:
-            infill_prompt(m, *args, **extra)
+    with _model(tuple(FIM_TEXTS)) as m, pytest.raises(pl.InvalidArgumentError) as caught:
+        infill_prompt(m, *args, **extra)
     assert caught.value.param == param

@@ -12,9 +12,9 @@ import math
 import struct
 from pathlib import Path
 
-import fuzz_probes
 import pytest
 
+import fuzz_probes
 from pyllama90a.errors import ModelFormatError
 from pyllama90a.fuzz.__main__ import main as fuzz_main
 from pyllama90a.fuzz.bases import load_base

@@ -36,10 +36,10 @@ FUSED_SHAPES = {**SHAPES,
 N_PROMPT, N_DECODE = 301, 6
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tokens() -> list[int]:
     rng = np.random.default_rng(7)
-    return [1] + rng.integers(259, 512, size=N_PROMPT + N_DECODE - 1).tolist()
+    return [1, *rng.integers(259, 512, size=N_PROMPT + N_DECODE - 1).tolist()]
 
 
 def _model(shape: str, kv: str, flash_attn: str, n_ctx: int = 512, paths: AttentionPaths | None = None,

@@ -24,7 +24,6 @@ from gpu import requires_gpu
 from gqa_shapes import gqa_shapes
 from pyllama90a.synthetic import synthetic_model
 
-
 pytestmark = requires_gpu
 
 SHAPES = gqa_shapes("gqa1-hd64", "gqa1-hd128", "gqa3-hd64", "gqa4-hd64", "gqa4-hd128", "gqa8-hd64", "gqa8-hd128")

@@ -22,7 +22,6 @@ from gpu import requires_gpu
 from gqa_shapes import gqa_shapes
 from pyllama90a.synthetic import synthetic_model
 
-
 pytestmark = requires_gpu
 
 SHAPES = gqa_shapes("gqa1-hd64", "gqa3-hd64", "gqa4-hd128-2kv", "gqa8-hd64")

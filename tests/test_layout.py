@@ -46,7 +46,8 @@ def _modules() -> dict[str, set[str]]:
 
 
 def test_only_the_binding_floor_touches_the_native_module() -> None:
-    offenders = {m for m, imports in _modules().items() if not _under(m, BINDING) and any(_under(i, NATIVE) for i in imports)}
+    offenders = {m for m, imports in _modules().items()
+                 if not _under(m, BINDING) and any(_under(i, NATIVE) for i in imports)}
     assert not offenders
 
 

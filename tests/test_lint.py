@@ -34,13 +34,16 @@ def test_ruff_finds_nothing() -> None:
 def test_ruff_reads_the_projects_rules(tmp_path: Path) -> None:
     """The check above means something: with the project's configuration, ruff reports a planted defect."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\n\n\ndef f():  # noqa: ANN201\n    try:\n        return 1\n    except Exception:\n"
-                   "        return eval('2')\n")
+    bad.write_text("import sys\nimport os\nfrom typing import Callable\n\nPAIRS = list(zip([1], [2]))\n\n\n"
+                   "def f(g: Callable[[], int]):  # noqa: ANN201\n    try:\n        return g()\n    except Exception:\n"
+                   "        return dict(two=eval('2'))\n")
     out = subprocess.run([*_ruff(), "check", "--no-cache", "--output-format", "concise",
                           "--config", str(ROOT / "pyproject.toml"), str(bad)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 1, out.stdout + out.stderr
-    for code in ("F401", "BLE001", "S307", "RUF100"):  # RUF100: a noqa for a rule that is not selected
+    # RUF100: a noqa for a rule that is not selected; I001: imports out of order; UP035: Callable from typing;
+    # C408: dict() where a literal would do; B905: zip() that says nothing of unequal lengths
+    for code in ("F401", "BLE001", "S307", "RUF100", "I001", "UP035", "C408", "B905"):
         assert code in out.stdout, out.stdout
 
 
@@ -62,6 +65,26 @@ def test_mypy_reads_the_projects_settings(tmp_path: Path) -> None:
     out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
                           str(tmp_path / "cache"), str(bad)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Incompatible return value type" in out.stdout, out.stdout + out.stderr
+
+
+def test_mypy_is_strict_on_the_core_and_the_server_only(tmp_path: Path) -> None:
+    """The per-module strict flags reach pyllama90a.core.* and pyllama90a.server.*, and no other module: an
+    unannotated function and a bare `dict` are errors in the first, not in the second."""
+    code = "def f(x):\n    return x\n\n\ndef g() -> dict:\n    return {}\n"
+    for folder in ("core", "server", "tools"):
+        (tmp_path / "pyllama90a" / folder).mkdir(parents=True)
+        (tmp_path / "pyllama90a" / folder / "__init__.py").write_text("")
+        (tmp_path / "pyllama90a" / folder / "planted.py").write_text(code)
+    (tmp_path / "pyllama90a" / "__init__.py").write_text("")
+    out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+                          str(tmp_path / "cache"), "-p", "pyllama90a"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    for folder in ("core", "server"):
+        for code_name in ("no-untyped-def", "type-arg"):
+            assert any(f"{folder}/planted.py" in line and f"[{code_name}]" in line
+                       for line in out.stdout.splitlines()), out.stdout
+    assert "tools/planted.py" not in out.stdout, out.stdout
 
 
 def test_the_installed_package_is_marked_typed() -> None:

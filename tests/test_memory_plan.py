@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 
 import pyllama90a as pl
+from gpu import on_gpu
 from pyllama90a.native import ContextHandle, ContextParams, ModelHandle
 from pyllama90a.synthetic import Shape, synthetic_model
-
-from gpu import on_gpu
 
 MODES = [("off", "q4_0"), ("off", "f16"), ("on", "q4_0"), ("hybrid", "q4_0"), ("auto", "q4_0")]
 
 
 @pytest.mark.parametrize("flash_attn,kv", MODES)
 def test_the_plan_equals_the_loaded_model(model_path, flash_attn: str, kv: str) -> None:
-    settings = dict(n_ctx=3000, ctk=kv, ctv=kv, flash_attn=flash_attn, n_ubatch=256)
+    settings = {"n_ctx": 3000, "ctk": kv, "ctv": kv, "flash_attn": flash_attn, "n_ubatch": 256}
     plan = pl.plan_memory(model_path, **settings)
     with pl.Model(model_path, **settings) as m:
         assert plan.cache == m.kv_cache
@@ -26,7 +25,8 @@ def test_the_plan_equals_the_loaded_model(model_path, flash_attn: str, kv: str) 
 
 def test_the_non_flash_compute_buffer_grows_with_the_context_and_fa_s_does_not(model_path) -> None:
     def compute(flash_attn: str, n_ctx: int) -> int:
-        return pl.plan_memory(model_path, n_ctx=n_ctx, ctk="q4_0", ctv="q4_0", flash_attn=flash_attn).cache.compute_bytes
+        plan = pl.plan_memory(model_path, n_ctx=n_ctx, ctk="q4_0", ctv="q4_0", flash_attn=flash_attn)
+        return plan.cache.compute_bytes
 
     assert compute("off", 32768) > 4 * compute("off", 4096)  # n_ctx x n_ubatch scores per head
     assert compute("on", 32768) < 1.5 * compute("on", 4096)
@@ -68,7 +68,7 @@ def test_a_simulated_context_cannot_decode(model_path) -> None:
 @pytest.mark.parametrize("flash_attn", ["off", "on", "hybrid", "auto"])
 def test_the_plan_equals_the_loaded_model_on_the_gpu(flash_attn: str) -> None:
     path = synthetic_model(Shape("plan-gpu", n_embd=512, n_layer=4, n_head=8, n_head_kv=2, n_ff=1024, n_vocab=2048))
-    settings = dict(n_ctx=8192, ctk="q4_0", ctv="q4_0", flash_attn=flash_attn, n_gpu_layers=-1)
+    settings = {"n_ctx": 8192, "ctk": "q4_0", "ctv": "q4_0", "flash_attn": flash_attn, "n_gpu_layers": -1}
     plan = pl.plan_memory(path, **settings)
     with pl.Model(path, **settings) as m:
         assert (plan.cache, plan.attention) == (m.kv_cache, m.attention)

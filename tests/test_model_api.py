@@ -30,7 +30,7 @@ def test_greedy_generation_is_deterministic_and_reports_usage(model) -> None:
 
 
 def test_seeded_sampling_repeats_and_differs_from_other_seeds(model) -> None:
-    kw = dict(max_tokens=24, temperature=1.2, top_k=0, top_p=1.0, min_p=0.0)
+    kw = {"max_tokens": 24, "temperature": 1.2, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
     a = model.generate("Once upon a time", seed=7, **kw)
     b = model.generate("Once upon a time", seed=7, **kw)
     others = {tuple(model.generate("Once upon a time", seed=s, **kw).tokens) for s in (8, 9, 10)}
@@ -45,7 +45,7 @@ def test_stream_pieces_join_to_the_same_text(model) -> None:
     assert "".join(p.text for p in pieces) == whole.text
     assert [p.finish_reason for p in pieces[:-1]] == [None] * (len(pieces) - 1)
     assert pieces[-1].finish_reason == "length"
-    assert sum((p.tokens for p in pieces), []) == whole.tokens
+    assert [t for p in pieces for t in p.tokens] == whole.tokens
 
 
 def test_stream_never_splits_utf8(model) -> None:

@@ -16,7 +16,7 @@ def test_two_streams_decode_like_one(model_path) -> None:
         prompts = [tok.tokenize(p) for p in PROMPTS]
     alone = [decode_alone(model_path, p, N_STEPS, ctk="q4_0", ctv="q4_0") for p in prompts]
     together = decode_together(model_path, prompts, [tokens for _, tokens in alone], ctk="q4_0", ctv="q4_0")
-    for (ref, _), got in zip(alone, together):
+    for (ref, _), got in zip(alone, together, strict=True):
         assert got.shape == ref.shape == (N_STEPS + 1, ref.shape[1])
         # same greedy choices, and logits equal up to rounding amplified by re-quantized caches
         assert (got.argmax(axis=1) == ref.argmax(axis=1)).all()

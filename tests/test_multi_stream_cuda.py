@@ -40,7 +40,7 @@ def _two_streams_decode_like_one(ctk: str, same_v: bool) -> None:
     prompts = [rng.integers(10, SHAPE.n_vocab, size=N_PROMPT).tolist() for _ in range(2)]
     alone = [decode_alone(path, p, N_STEPS, ctk=ctk, ctv=ctv) for p in prompts]
     together = decode_together(path, prompts, [tokens for _, tokens in alone], ctk=ctk, ctv=ctv)
-    for (ref, _), got in zip(alone, together):
+    for (ref, _), got in zip(alone, together, strict=True):
         assert got.shape == ref.shape == (N_STEPS + 1, SHAPE.n_vocab)
         assert np.isfinite(got).all()
         spread = float(np.abs(ref - ref.mean(axis=1, keepdims=True)).max())

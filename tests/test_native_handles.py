@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -329,11 +330,11 @@ def test_a_context_llama_cpp_refuses_is_a_context_error_with_its_reason(tmp_path
 
 
 @pytest.mark.parametrize("params, says", [
-    (dict(n_ctx=0), "n_ctx must be a positive integer"),
-    (dict(type_k="q3_k"), "unknown K cache type"),
-    (dict(flash_attn="maybe"), "flash_attn must be one of"),
-    (dict(pooling="max"), "pooling must be one of"),
-    (dict(n_ctx=1024, n_seq_max=8), "n_ctx must be at least 2048"),
+    ({"n_ctx": 0}, "n_ctx must be a positive integer"),
+    ({"type_k": "q3_k"}, "unknown K cache type"),
+    ({"flash_attn": "maybe"}, "flash_attn must be one of"),
+    ({"pooling": "max"}, "pooling must be one of"),
+    ({"n_ctx": 1024, "n_seq_max": 8}, "n_ctx must be at least 2048"),
 ])
 def test_context_params_are_checked_before_llama_cpp_sees_them(params: dict, says: str) -> None:
     with pytest.raises(InvalidArgumentError, match=says):

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.synthetic import Shape, synthetic_model
-
 from gpu import gpu_device, requires_gpu
 from native_lines import buffer_mib, native_info_lines
+from pyllama90a.synthetic import Shape, synthetic_model
 
 pytestmark = requires_gpu
 
@@ -27,9 +26,8 @@ PROMPT = [(7 * i + 3) % SHAPE.n_vocab for i in range(48)]
 
 
 def _buffers(model_file, **placement) -> tuple[dict[str, float], dict[str, float], np.ndarray]:
-    with native_info_lines() as lines:
-        with pl.Model(model_file, **SETTINGS, **placement) as m:
-            logits = m.logits(PROMPT)[-1]
+    with native_info_lines() as lines, pl.Model(model_file, **SETTINGS, **placement) as m:
+        logits = m.logits(PROMPT)[-1]
     return buffer_mib(lines, "model"), buffer_mib(lines, "KV"), logits
 
 

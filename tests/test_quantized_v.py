@@ -17,7 +17,7 @@ from metrics import mean_kl, perplexity, top1_agreement
 TEXT = (DATA / "perplexity.txt").read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _logits(model_path, ctk: str, ctv: str, flash_attn: str):
     with pl.Model(model_path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=1024, n_threads=2) as m:
         tokens = m.tokenize(TEXT)

@@ -22,11 +22,11 @@ SHAPES = {
 N_TOKENS = 301  # not a multiple of 256: the last KV block is partial
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _logits(shape: str, ctk: str, ctv: str, flash_attn: str) -> np.ndarray:
     path = synthetic_model(SHAPES[shape], weight_type="f16")
     rng = np.random.default_rng(0)
-    tokens = [1] + rng.integers(259, 512, size=N_TOKENS - 1).tolist()
+    tokens = [1, *rng.integers(259, 512, size=N_TOKENS - 1).tolist()]
     with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn=flash_attn, n_ctx=512, n_batch=128, n_ubatch=128) as m:
         return m.logits(tokens)
 

@@ -17,15 +17,13 @@ import threading
 import pytest
 
 import pyllama90a as pl
+from native_lines import buffer_mib, native_info_lines
 from pyllama90a._ffi import ffi, lib
-from pyllama90a.native import ModelHandle
-from pyllama90a.native import rpc
+from pyllama90a.native import ModelHandle, rpc
 from pyllama90a.native.ggml import ggml_type
 from pyllama90a.placement import Placement
 from pyllama90a.tools.server_process import free_port
 from pyllama90a.tools.worker_process import WorkerProcess
-
-from native_lines import buffer_mib, native_info_lines
 
 SETTINGS = {"ctk": "q4_0", "ctv": "q4_0", "n_ctx": 512, "n_threads": 1}
 PROMPT = "The three primary colors are"
@@ -173,16 +171,15 @@ def fake_peer(reply: bytes | None):
 def test_a_worker_of_another_protocol_version_is_refused(model_path):
     major = rpc.protocol_version()[0]
     old = struct.pack("<Q", 28) + bytes([major - 1, 0, 0, 0]) + bytes(24)
-    with fake_peer(old) as endpoint:
-        with pytest.raises(pl.ModelLoadError, match=rf"speaks protocol {major - 1}\.0\.0, this build {major}\."):
-            pl.Model(model_path, rpc=[endpoint], **SETTINGS)
+    with (fake_peer(old) as endpoint,
+          pytest.raises(pl.ModelLoadError, match=rf"speaks protocol {major - 1}\.0\.0, this build {major}\.")):
+        pl.Model(model_path, rpc=[endpoint], **SETTINGS)
 
 
 def test_a_silent_peer_is_a_load_error_not_a_hang(model_path, monkeypatch):
     monkeypatch.setattr(rpc, "PROBE_TIMEOUT_S", 1.0)
-    with fake_peer(None) as endpoint:
-        with pytest.raises(pl.ModelLoadError, match="did not answer within 1 s"):
-            pl.Model(model_path, rpc=[endpoint], **SETTINGS)
+    with fake_peer(None) as endpoint, pytest.raises(pl.ModelLoadError, match="did not answer within 1 s"):
+        pl.Model(model_path, rpc=[endpoint], **SETTINGS)
 
 
 def test_a_worker_killed_mid_generation_fails_that_generation_only(model_path, local_tokens):

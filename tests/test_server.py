@@ -39,7 +39,8 @@ def client(server) -> openai.OpenAI:
 
 
 def _greedy(client: openai.OpenAI, prompt: str, max_tokens: int = 16) -> str:
-    return client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0).choices[0].text
+    r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0)
+    return r.choices[0].text
 
 
 # How far apart (nats) two candidate tokens may be for a run of another batch shape to pick the other one: a batch
@@ -51,7 +52,7 @@ NEAR_TIE = 0.25
 def _greedy_steps(client: openai.OpenAI, prompt: str, max_tokens: int) -> list[tuple[str, dict[str, float]]]:
     """The greedy tokens of a request alone, each with its top candidates' logprobs."""
     r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0, logprobs=5)
-    return list(zip(r.choices[0].logprobs.tokens, r.choices[0].logprobs.top_logprobs))
+    return list(zip(r.choices[0].logprobs.tokens, r.choices[0].logprobs.top_logprobs, strict=True))
 
 
 def _assert_greedy_path(text: str, steps: list[tuple[str, dict[str, float]]], what: str) -> None:
@@ -156,7 +157,7 @@ def test_logprobs(client) -> None:
     r = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=6, temperature=0, logprobs=3)
     lp = r.choices[0].logprobs
     assert "".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == 6
-    for chosen, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+    for chosen, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert len(top) == 3 and value <= 0
         assert max(top.values()) == pytest.approx(value) and top[chosen] == pytest.approx(value)  # greedy: the best
     chat = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
@@ -227,7 +228,7 @@ def test_eight_streaming_clients_get_their_own_greedy_outputs(client) -> None:
         return "".join(c.choices[0].text for c in client.completions.create(
             model="smollm2", prompt=prompt, max_tokens=20, temperature=0, stream=True))
 
-    for prompt, text, steps in zip(PROMPTS, _concurrently(streamed, PROMPTS), alone):
+    for prompt, text, steps in zip(PROMPTS, _concurrently(streamed, PROMPTS), alone, strict=True):
         _assert_greedy_path(text, steps, f"batched {prompt!r}")
 
 
@@ -243,7 +244,7 @@ def test_failing_requests_do_not_disturb_the_batch(server, client) -> None:
 
     results = _concurrently(job, list(range(6)))
     assert results[3:] == [400, 400, 400]
-    for text, steps in zip(results[:3], alone):
+    for text, steps in zip(results[:3], alone, strict=True):
         _assert_greedy_path(text, steps, "beside failing requests")
 
 
@@ -267,7 +268,7 @@ def test_disconnect_frees_the_slot_at_once(server, client) -> None:
     while httpx.get(server.base_url + "/health").json()["slots_busy"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert httpx.get(server.base_url + "/health").json()["slots_busy"] == 0
-    for text, steps in zip(results, alone):  # the batch-mates were not disturbed
+    for text, steps in zip(results, alone, strict=True):  # the batch-mates were not disturbed
         _assert_greedy_path(text, steps, "beside a client that went away")
     _assert_greedy_path(_greedy(client, PROMPTS[2], 24), alone[0], "after it")
 

@@ -44,7 +44,7 @@ def _error(response: httpx.Response, status: int = 400) -> dict:
 
 
 def _chat_with(content_json: str) -> bytes:
-    return ('{"messages": [{"role": "user", "content": %s}], "max_tokens": 2}' % content_json).encode()
+    return (f'{{"messages": [{{"role": "user", "content": {content_json}}}], "max_tokens": 2}}').encode()
 
 
 MALFORMED = {
@@ -94,7 +94,8 @@ def test_a_wrong_content_type_is_read_as_json(server) -> None:
     """(like OpenAI, and like `curl -d`, which sends form encoding): valid JSON is served, garbage is a 400"""
     r = _post(server, COMPLETIONS, content=b'{"prompt": "Hi", "max_tokens": 2}', headers={"content-type": "text/plain"})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
-    _error(_post(server, COMPLETIONS, content=b"prompt=Hi", headers={"content-type": "application/x-www-form-urlencoded"}))
+    _error(_post(server, COMPLETIONS, content=b"prompt=Hi",
+                 headers={"content-type": "application/x-www-form-urlencoded"}))
 
 
 # (response_format, grammar, json_schema and logit_bias are implemented: tests/test_server_structured.py)

@@ -177,7 +177,8 @@ def test_the_openapi_document_lists_the_route(http) -> None:
     doc = _ok(http.get("/openapi.json"))
     schema = doc["paths"]["/infill"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["input_prefix", "input_suffix"]
-    assert {"input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "n_probs"} <= set(schema["properties"])
+    declared = set(schema["properties"])
+    assert {"input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "n_probs"} <= declared
     assert "400" in doc["paths"]["/infill"]["post"]["responses"]
 
 

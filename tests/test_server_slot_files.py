@@ -21,9 +21,9 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def http(model_path, folder):
-    with ServerProcess(["--model", str(model_path), *ARGS, "--slot-save-path", str(folder)]) as srv:
-        with httpx.Client(base_url=srv.base_url, timeout=120) as client:
-            yield client
+    with (ServerProcess(["--model", str(model_path), *ARGS, "--slot-save-path", str(folder)]) as srv,
+          httpx.Client(base_url=srv.base_url, timeout=120) as client):
+        yield client
 
 
 def _cached(http) -> list[int]:

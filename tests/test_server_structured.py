@@ -95,7 +95,8 @@ def test_n_choices_share_one_compiled_grammar(client, monkeypatch) -> None:
     of 40 fields). Each choice's matcher state is its own, so every choice ends valid."""
     compiles = []
     grammar_for = Constraint.grammar_for
-    monkeypatch.setattr(Constraint, "grammar_for", lambda self, vocab: compiles.append(self) or grammar_for(self, vocab))
+    monkeypatch.setattr(Constraint, "grammar_for",
+                        lambda self, vocab: compiles.append(self) or grammar_for(self, vocab))
     response = client.post(CHAT, json={"messages": ASK, "max_tokens": 120, "temperature": 1.0, "seed": 5, "n": 3,
                                        "json_schema": PERSON})
     assert response.status_code == 200, response.text

@@ -83,7 +83,7 @@ def test_truncated_file_is_refused(saved, busy_model, tmp_path, keep: int) -> No
     m, before = busy_model
     cut = tmp_path / "cut.state"
     cut.write_bytes(path.read_bytes()[:keep])
-    with pytest.raises(StateFileError, match="truncated|not a pyllama90a state file"):
+    with pytest.raises(StateFileError, match=r"truncated|not a pyllama90a state file"):
         m.load_state(cut)
     _assert_cache_kept(m, OTHER_PROMPT, before)
 
@@ -133,7 +133,7 @@ def test_a_state_llama_cpp_refuses_restores_the_previous_cache(model_path, tmp_p
         fa_on.save_state(path)
     with pl.Model(model_path, n_ctx=256, flash_attn="off") as m:
         before = _greedy(m, OTHER_PROMPT)
-        with pytest.raises(StateFileError, match="refused.*previous cache is kept"):
+        with pytest.raises(StateFileError, match=r"refused.*previous cache is kept"):
             m.load_state(path)
         _assert_cache_kept(m, OTHER_PROMPT, before)
 
@@ -198,6 +198,5 @@ def test_same_header_other_weights_is_another_model(tmp_path) -> None:
     with pl.Model(a, n_ctx=256) as m:
         m.generate([5, 6, 7], max_tokens=4, temperature=0)
         m.save_state(path)
-    with pl.Model(b, n_ctx=256) as m:
-        with pytest.raises(StateFileError, match="saved by another model"):
-            m.load_state(path)
+    with pl.Model(b, n_ctx=256) as m, pytest.raises(StateFileError, match="saved by another model"):
+        m.load_state(path)

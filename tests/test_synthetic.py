@@ -10,8 +10,16 @@ import pytest
 
 import pyllama90a
 from pyllama90a.gguf_header import ArraySummary, read_header
-from pyllama90a.synthetic import (FIM_TEXTS, SHAPES, Shape, cached_path, file_size_estimate, fim_token_ids,
-                                  synthetic_model, write_synthetic)
+from pyllama90a.synthetic import (
+    FIM_TEXTS,
+    SHAPES,
+    Shape,
+    cached_path,
+    file_size_estimate,
+    fim_token_ids,
+    synthetic_model,
+    write_synthetic,
+)
 
 TINY = SHAPES["tiny"]
 N_CTX = 256

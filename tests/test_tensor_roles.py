@@ -177,7 +177,8 @@ def test_role_table_is_llama_cpps() -> None:
 def test_multi_section_rope_architectures_are_llama_cpps() -> None:
     """_MROPE_ARCHS: the architectures whose rope type is always M-RoPE/IM-RoPE/vision in llama_model_rope_type."""
     src = _source()
-    arch_names = dict(re.findall(r'\{\s*(LLM_ARCH_\w+),\s*"([^"]+)"\s*\}', (src / "src" / "llama-arch.cpp").read_text()))
+    arch_names = dict(re.findall(r'\{\s*(LLM_ARCH_\w+),\s*"([^"]+)"\s*\}',
+                                 (src / "src" / "llama-arch.cpp").read_text()))
     model = (src / "src" / "llama-model.cpp").read_text()
     body = model[model.index("llama_rope_type llama_model_rope_type("):]
     body = body[:body.index("\n}\n")]

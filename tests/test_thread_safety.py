@@ -7,7 +7,8 @@ any timing, so a second thread's call lands in the middle of the generation ever
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_context_calls_are_refused_while_a_stream_runs(m, state_path, name: str)
         call(m, state_path)
 
     pieces += list(stream)
-    assert sum((p.tokens for p in pieces), []) == reference.tokens  # the generation was not disturbed
+    assert [t for p in pieces for t in p.tokens] == reference.tokens  # the generation was not disturbed
     assert "".join(p.text for p in pieces) == reference.text
     call(m, state_path)  # the stream ended: the Model is free again
 
@@ -92,7 +93,7 @@ def test_embed_is_refused_while_a_stream_runs(model_path) -> None:
         _, error = _in_other_thread(lambda: m.embed("a cat"))
         assert isinstance(error, BusyError), error
         pieces += list(stream)
-        assert sum((p.tokens for p in pieces), []) == reference.tokens
+        assert [t for p in pieces for t in p.tokens] == reference.tokens
         assert m.embed("a cat").shape == (576,)
 
 
@@ -122,7 +123,7 @@ def test_model_reads_work_while_a_stream_runs(m) -> None:
     _, error = _in_other_thread(lambda: m.n_cached)
     assert error is None
     pieces += list(stream)
-    assert sum((p.tokens for p in pieces), []) == reference.tokens
+    assert [t for p in pieces for t in p.tokens] == reference.tokens
 
 
 def test_closing_a_stream_early_frees_the_model(m) -> None:

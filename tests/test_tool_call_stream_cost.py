@@ -4,11 +4,11 @@ are fed, and how much text the search for the next call block may read."""
 from __future__ import annotations
 
 import pytest
-from tool_templates import TOOLS
 
 from pyllama90a.toolcalls import get_format, reassemble
 from pyllama90a.toolcalls.formats import hermes, llama3, mistral
 from pyllama90a.toolcalls.json_scan import ObjectScanner
+from tool_templates import TOOLS
 
 
 @pytest.fixture

@@ -7,12 +7,19 @@ import random
 import re
 
 import pytest
-from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, NO_ARGS, PLAIN_STYLE, TIME, TOOLS, WEATHER
 
 from pyllama90a.chat_template import ChatTemplate
 from pyllama90a.errors import InvalidArgumentError
-from pyllama90a.toolcalls import (FORMATS, ToolCallStream, check_tool_choice, check_tools, detect_format,
-                                   get_format, reassemble)
+from pyllama90a.toolcalls import (
+    FORMATS,
+    ToolCallStream,
+    check_tool_choice,
+    check_tools,
+    detect_format,
+    get_format,
+    reassemble,
+)
+from tool_templates import HERMES_STYLE, LLAMA3_STYLE, MISTRAL_STYLE, NO_ARGS, PLAIN_STYLE, TIME, TOOLS, WEATHER
 
 HERMES, LLAMA3, MISTRAL, GENERIC = (get_format(n) for n in ("hermes", "llama3_json", "mistral", "generic"))
 
@@ -35,7 +42,8 @@ WELL_FORMED = [
     (LLAMA3, '<|python_tag|>{"name": "get_time", "parameters": {"zone": "PST"}}; '
              '{"name": "get_weather", "parameters": {"city": "Lima"}}', "",
      [("get_time", {"zone": "PST"}), ("get_weather", {"city": "Lima"})]),
-    (LLAMA3, '{"type": "function", "name": "get_time", "parameters": {"zone": "X"}}', "", [("get_time", {"zone": "X"})]),
+    (LLAMA3, '{"type": "function", "name": "get_time", "parameters": {"zone": "X"}}', "",
+     [("get_time", {"zone": "X"})]),
     (LLAMA3, 'Use {braces} freely: {"x": 1}', 'Use {braces} freely: {"x": 1}', []),
     (MISTRAL, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Nice"}}, '
               '{"name": "get_time", "arguments": {"zone": "CET"}}]', "",
@@ -153,7 +161,8 @@ def test_tool_choice_is_checked_against_the_tools() -> None:
     assert check_tool_choice("auto", []).mode == "none"
     named = check_tool_choice({"type": "function", "function": {"name": "get_time"}}, TOOLS)
     assert (named.mode, named.name) == ("required", "get_time")
-    with pytest.raises(InvalidArgumentError, match=r"tool_choice\.function\.name 'get_date' is not a function in tools"):
+    with pytest.raises(InvalidArgumentError,
+                       match=r"tool_choice\.function\.name 'get_date' is not a function in tools"):
         check_tool_choice({"type": "function", "function": {"name": "get_date"}}, TOOLS)
     with pytest.raises(InvalidArgumentError, match=r"tool_choice 'required' needs a non-empty tools list"):
         check_tool_choice("required", [])
@@ -298,7 +307,7 @@ def test_a_cut_off_call_is_neither_content_nor_a_call(fmt, text, content, calls)
     result = fmt.parse(text, TOOLS)
     assert result.content == content and _calls(result) == calls
     for chunks in _chunkings(text):
-        deltas, st = _stream(fmt, text, chunks)
+        deltas, _st = _stream(fmt, text, chunks)
         joined = reassemble(deltas)
         assert joined.content == content, chunks  # (a call's header already sent cannot be taken back)
         assert [(n, json.loads(a)) for n, a in ((c.name, c.arguments) for c in joined.tool_calls)

@@ -2,8 +2,8 @@
 
 Skipped unless the package was built with a CUDA/HIP backend and a device is present; the models are fully
 offloaded (Model's default n_gpu_layers=-1). Each comparison runs the same tokens twice: with the device path
-and with it switched off (AttentionPaths(vquant_direct=False): patch 0002's cast to F32 + transpose + mul_mat, also on the
-device). Decode reads the quantized rows in place and accumulates in F32, so its logits agree with the
+and with it switched off (AttentionPaths(vquant_direct=False): patch 0002's cast to F32 + transpose + mul_mat,
+also on the device). Decode reads the quantized rows in place and accumulates in F32, so its logits agree with the
 fallback's to rounding, for all six quantized types, GQA 1, 3, 4 and 8, head dims 64 and 128 and a cache
 length (300+) that is not a multiple of 256. Prefill dequantizes chunks of rows for cuBLAS; it is checked
 against the fallback with the chunking forced small (the test knob out_prod_chunk_rows), so that the chunks'
@@ -28,7 +28,6 @@ from gqa_shapes import gqa_shapes
 from graph_probe import decode_nodes
 from pyllama90a.native.ggml import ggml_type
 from pyllama90a.synthetic import synthetic_model
-
 
 pytestmark = requires_gpu
 
@@ -67,10 +66,10 @@ def test_device_decode_matches_fallback(shape: str, kv_type: str) -> None:
 
 
 def _prefill(path, kv_type: str, device_path: bool, chunk: int) -> np.ndarray:
-    with cuda_test_knobs(out_prod_chunk_rows=chunk):
-        with pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_batch=128,
-                      n_ubatch=128, attention_paths=paths(vquant_direct=device_path)) as m:
-            return m.logits(_random_tokens(512, 301))
+    with (cuda_test_knobs(out_prod_chunk_rows=chunk),
+          pl.Model(path, ctk=kv_type, ctv=kv_type, flash_attn="off", n_ctx=512, n_batch=128,
+                   n_ubatch=128, attention_paths=paths(vquant_direct=device_path)) as m):
+        return m.logits(_random_tokens(512, 301))
 
 
 @pytest.mark.parametrize("shape", ["gqa3-hd64", "gqa8-hd128"])
@@ -114,10 +113,10 @@ def _reserve(path, ctk: str, ctv: str, device_path: bool) -> tuple[int, int]:
     """(compute buffer bytes, graph splits) of a context whose every graph is decode-sized (n_ubatch 8):
     patch 0004's op then handles all of them, and the fallback's two F32 copies of V (n_ctx cells each)
     dominate its compute buffer."""
-    with _native_log() as lines:
-        with pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8,
-                      attention_paths=paths(vquant_direct=device_path)) as m:
-            compute = m.compute_buffer_bytes
+    with (_native_log() as lines,
+          pl.Model(path, ctk=ctk, ctv=ctv, flash_attn="off", n_ctx=4096, n_batch=8, n_ubatch=8,
+                   attention_paths=paths(vquant_direct=device_path)) as m):
+        compute = m.compute_buffer_bytes
     splits = [re.search(r"splits = (\d+)(?: / (\d+))?", line) for line in lines]
     found = [s for s in splits if s]
     assert found, "llama.cpp did not log its graph splits"

@@ -1,9 +1,9 @@
 """Patch 0003: CPU decode reads the quantized V cache in place (llama_attn_vquant).
 
 Each case decodes the same tokens one at a time twice: with the in-place path and with it switched off
-(AttentionPaths(vquant_direct=False), patch 0002's dequantize + mul_mat path). Both accumulate in F32 from the same cache
-contents, so the logits agree to rounding, for all six quantized types and GQA ratios 1, 3 (SmolLM2), 4 and 8, with
-head dims 64 and 128 and a cache length (300+) that is not a multiple of 256. The real model's check is
+(AttentionPaths(vquant_direct=False), patch 0002's dequantize + mul_mat path). Both accumulate in F32 from the
+same cache contents, so the logits agree to rounding, for all six quantized types and GQA ratios 1, 3 (SmolLM2),
+4 and 8, with head dims 64 and 128 and a cache length (300+) that is not a multiple of 256. The real model's check is
 statistical (see REAL_MODEL_BOUNDS); the synthetic two-layer models' is to rounding.
 """
 from __future__ import annotations

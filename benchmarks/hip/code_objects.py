@@ -104,7 +104,8 @@ def check(kernels: list[dict]) -> tuple[dict, list[str]]:
             problems.append(f"{short_name(k['demangled'])[:100]} spills {k['spills']} > upstream's worst "
                             f"{worst_upstream}")
     summary = {
-        "objects": len({k["object"] for k in kernels}), "kernels": len(kernels), "ck_kernels": len(ck), "ours": {g: len(f) for g, f in ours.items()},
+        "objects": len({k["object"] for k in kernels}), "kernels": len(kernels), "ck_kernels": len(ck),
+        "ours": {g: len(f) for g, f in ours.items()},
         "upstream_kernels": len(upstream), "wavefront_sizes": waves,
         "upstream_kernels_with_spills": sum(1 for k in upstream if k["spills"]),
         "upstream_worst_spills": worst_upstream, "upstream_with_mfma": sum(1 for k in upstream if k["mfma"]),

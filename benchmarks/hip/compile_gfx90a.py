@@ -97,7 +97,8 @@ UNITS = [
          "unchanged, but includes dequantize.cuh, where patch 0007 adds dequantize_iq4_nl_f2"),
     Unit("ggml-cuda.cu", "0004, 0007", "ggml_cuda_mul_mat_kv_cublas",
          (), ("ggml_backend_cuda_pyl_set_test_knobs",),
-         "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through cuBLAS (0007)"),
+         "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through "
+         "cuBLAS (0007)"),
     Unit("pyl-attn-decode.cu", "0013", "k_pyl_attn_decode",
          (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
          "fused decode attention over a quantized K and V (split-KV chunks and their reduce)"),
@@ -271,7 +272,7 @@ def kernel_metadata(obj: Path, work: Path, tc: dict) -> dict:
             cur = None
     names = [k.get("name", "") for k in kernels]
     demangled = demangle(names)
-    for k, d in zip(kernels, demangled):
+    for k, d in zip(kernels, demangled, strict=True):
         k["demangled"] = d
     return {"bundle_targets": listed, "target": hsa_target.group(1) if hsa_target else None,
             "kernels": kernels}
@@ -342,7 +343,7 @@ def run_unit(unit: Unit, tc: dict, tree: Path, out: Path) -> dict:
             log(f"{unit.name}: CK source not available, skipped")
             return res
     cmd = compile_cmd(tc, src, obj, tree, cuda_dir, unit, ck)
-    res["command"] = " ".join(["HIP_PLATFORM=amd"] + cmd)
+    res["command"] = " ".join(["HIP_PLATFORM=amd", *cmd])
     log(f"compiling {unit.name} ...")
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=3600)
@@ -390,8 +391,9 @@ def run_unit(unit: Unit, tc: dict, tree: Path, out: Path) -> dict:
         for s in unit.host_strings:
             if s.encode() not in data:
                 res["problems"].append(f"host object lacks {s!r}")
+    problems = "; PROBLEMS: " + "; ".join(res["problems"]) if res["problems"] else ""
     log(f"{unit.name}: compiled in {res['seconds']} s, {res['all_kernels'].get('count', 0)} kernels "
-        f"({res['our_kernels'].get('count', 0)} ours){'; PROBLEMS: ' + '; '.join(res['problems']) if res['problems'] else ''}")
+        f"({res['our_kernels'].get('count', 0)} ours){problems}")
     return res
 
 
@@ -407,7 +409,7 @@ def plain_kernel_check(tc: dict, out: Path) -> dict:
     obj = out / "plain.o"
     cmd = [*tc["driver"], "-x", "hip", f"--offload-arch={ARCH}", "-O3", "-c", str(src), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=hip_env(), timeout=600)
-    res = {"unit": "plain HIP kernel", "rc": proc.returncode, "command": " ".join(["HIP_PLATFORM=amd"] + cmd),
+    res = {"unit": "plain HIP kernel", "rc": proc.returncode, "command": " ".join(["HIP_PLATFORM=amd", *cmd]),
            "problems": []}
     if proc.returncode != 0:
         res["problems"].append("plain HIP kernel did not compile: " + "; ".join(first_errors(proc.stderr)))
@@ -426,7 +428,8 @@ def markdown(report: dict) -> str:
         f"Toolchain: {tc['name']} (HIP {tc['hip_version']}, clang {tc['clang_version']}), `--offload-arch={ARCH}`; "
         f"tree `{report['tree']}`.",
         "",
-        "| unit | patches | compiled | s | kernels (ours) | wavefront | ours: max VGPR/AGPR/SGPR | ours: spills | ours: static LDS B | problems |",
+        "| unit | patches | compiled | s | kernels (ours) | wavefront | ours: max VGPR/AGPR/SGPR | ours: spills "
+        "| ours: static LDS B | problems |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["units"]:

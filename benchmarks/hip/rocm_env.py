@@ -71,7 +71,7 @@ def host_mirror() -> str:
     env = os.environ.get("PYLLAMA90A_DEBIAN_MIRROR")
     if env:
         return env
-    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + [Path("/etc/apt/sources.list")]
+    sources = [*sorted(Path("/etc/apt/sources.list.d").glob("*.sources")), Path("/etc/apt/sources.list")]
     for path in sources:
         if not path.is_file():
             continue

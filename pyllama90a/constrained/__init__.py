@@ -15,13 +15,43 @@ from .limits import ConstraintLimits, get_limits, set_limits
 from .logit_bias import LogitBias, apply_logit_bias
 from .matcher import Matcher, apply_bitmask, compute_masks
 from .rules import OutputRules
-from .spec import (JSON_DEFAULTS, CallPattern, Constraint, constraint_from, grammar, json_object, json_schema,
-                   regex, response_format, schema_dict, tool_calls)
+from .spec import (
+    JSON_DEFAULTS,
+    CallPattern,
+    Constraint,
+    constraint_from,
+    grammar,
+    json_object,
+    json_schema,
+    regex,
+    response_format,
+    schema_dict,
+    tool_calls,
+)
 from .vocab import Vocab, vocab_for
 
 __all__ = [
-    "Constraint", "CallPattern", "Matcher", "LogitBias", "OutputRules", "Vocab", "ConstraintError",
-    "constraint_from", "json_schema", "json_object", "regex", "grammar", "tool_calls", "response_format",
-    "schema_dict", "vocab_for", "compute_masks", "apply_bitmask", "apply_logit_bias", "JSON_DEFAULTS",
-    "ConstraintLimits", "get_limits", "set_limits",
+    "JSON_DEFAULTS",
+    "CallPattern",
+    "Constraint",
+    "ConstraintError",
+    "ConstraintLimits",
+    "LogitBias",
+    "Matcher",
+    "OutputRules",
+    "Vocab",
+    "apply_bitmask",
+    "apply_logit_bias",
+    "compute_masks",
+    "constraint_from",
+    "get_limits",
+    "grammar",
+    "json_object",
+    "json_schema",
+    "regex",
+    "response_format",
+    "schema_dict",
+    "set_limits",
+    "tool_calls",
+    "vocab_for",
 ]

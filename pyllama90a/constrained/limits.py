@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ConstraintError, PositiveSettings
 
-__all__ = ["ConstraintLimits", "get_limits", "set_limits", "check_text", "check_schema", "check_grammar"]
+__all__ = ["ConstraintLimits", "check_grammar", "check_schema", "check_text", "get_limits", "set_limits"]
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def _paren_depth(text: str, *, lark: bool = False, regex: bool = False) -> int:
         if c == "\\":
             i += 2
             continue
-        if not regex and c in "\"'" or c == "[" or (lark and c == "/"):
+        if (not regex and c in "\"'") or c == "[" or (lark and c == "/"):
             close = "]" if c == "[" else c
             i += 1
             while i < n and text[i] != close:

@@ -7,7 +7,7 @@ Checked once per request (`LogitBias(...)`), applied per step in place on the lo
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -20,7 +20,7 @@ class LogitBias:
     """A checked logit_bias for a vocabulary of `n_vocab` tokens. Keys are ints, or decimal strings as JSON
     gives them ({"50256": -100}); values are numbers in [-100, 100]."""
 
-    __slots__ = ("ids", "values", "n_vocab")
+    __slots__ = ("ids", "n_vocab", "values")
 
     def __init__(self, bias: Mapping[object, object], n_vocab: int, *, name: str = "logit_bias") -> None:
         if not isinstance(bias, Mapping):

@@ -22,14 +22,14 @@ thread while llama_decode runs; llguidance releases the GIL while it computes. `
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConstraintError, InvalidArgumentError
 from .spec import Constraint
 from .vocab import HasWeights, Vocab, llguidance, vocab_for
-
 
 NEG_INF = np.float32(-np.inf)
 

@@ -3,7 +3,7 @@ place to llama.cpp's logits row right before the chain samples from it. Model.ge
 use the same two calls per step, so a request behaves the same on either path."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from .vocab import vocab_for
 class OutputRules:
     """The logit_bias and constraint matcher of one generation (one sequence)."""
 
-    __slots__ = ("matcher", "bias")
+    __slots__ = ("bias", "matcher")
 
     def __init__(self, matcher: Matcher | None, bias: LogitBias | None) -> None:
         self.matcher, self.bias = matcher, bias

@@ -13,8 +13,9 @@ import json
 import re
 import threading
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import ConstraintError
 from ..toolcalls.pattern import CallPattern
@@ -312,5 +313,18 @@ def constraint_from(*, json_schema: object = None, response_format: object = Non
 
 _json_schema, _response_format, _regex, _grammar = json_schema, response_format, regex, grammar
 
-__all__ = ["Constraint", "CallPattern", "json_schema", "json_object", "regex", "grammar", "tool_calls",
-           "response_format", "constraint_from", "schema_dict", "JSON_DEFAULTS", "SPECIAL_PREFIX", "ConstraintError"]
+__all__ = [
+    "JSON_DEFAULTS",
+    "SPECIAL_PREFIX",
+    "CallPattern",
+    "Constraint",
+    "ConstraintError",
+    "constraint_from",
+    "grammar",
+    "json_object",
+    "json_schema",
+    "regex",
+    "response_format",
+    "schema_dict",
+    "tool_calls",
+]

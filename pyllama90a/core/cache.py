@@ -8,7 +8,7 @@ from ..native import ContextHandle
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def keep_cached_prefix(context: ContextHandle, seq: int, cached: list[int], tokens: Sequence[int]) -> int:

@@ -3,7 +3,7 @@ timings (Model.generate and chat; BatchEngine reports Usage in its Chunks)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..toolcalls import ParsedToolCall
 
@@ -57,4 +57,4 @@ class Piece:
     tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     completion: Completion | None = None  # on the last piece: the whole result
-    tool_calls: list[dict] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)

@@ -56,11 +56,11 @@ class GenerationSequence:
         row = None
         if rules is not None or request.logprobs is not None or not self.generated:
             row = context.logits_row(index)  # llama.cpp's own row, which the chain reads next
-        if not self.generated:  # broken weights give NaN logits, not text
-            require_finite(row, "the logits of the prompt's last token")  # type: ignore[arg-type]
-        if rules is not None:  # bias and mask the row in place
-            rules.apply(row)  # type: ignore[arg-type]
-            require_choice(row)  # type: ignore[arg-type]
+            if not self.generated:  # broken weights give NaN logits, not text
+                require_finite(row, "the logits of the prompt's last token")
+            if rules is not None:  # bias and mask the row in place
+                rules.apply(row)
+                require_choice(row)
         token = self.sampler.sample(context, index)
         if rules is not None:
             rules.accept(token)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..toolcalls import ParseResult, ToolCallFormat, ToolCallStream
 from .outputs import Completion, Piece
@@ -20,7 +21,7 @@ class ToolCallOutput:
     """The tools a chat offered and the syntax its model writes calls in."""
 
     fmt: ToolCallFormat
-    tools: Sequence[dict]
+    tools: Sequence[dict[str, Any]]
 
     def whole(self, text: str, reason: str) -> tuple[ParseResult, str]:
         """A whole answer's content and calls, and its finish_reason ("tool_calls" when it made calls)."""
@@ -59,7 +60,7 @@ class ToolCallOutput:
 def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Completion:
     """A generation run to its end: its last piece's Completion, a chat's tool calls read from the text."""
     last = None
-    for last in pieces:
+    for last in pieces:  # noqa: B007 (runs the generation to its end, keeping the last piece)
         pass
     assert last is not None and last.completion is not None
     done = last.completion
@@ -76,7 +77,7 @@ class ToolCallDeltas:
     def __init__(self, parser: ToolCallStream) -> None:
         self._parser = parser
 
-    def feed(self, text: str, last: bool = False) -> list[dict]:
+    def feed(self, text: str, last: bool = False) -> list[dict[str, Any]]:
         """The deltas `text` (the next generated text) makes known; with `last`, those held back too."""
         deltas = self._parser.feed(text)
         return deltas + self._parser.finish() if last else deltas
@@ -89,7 +90,7 @@ class ToolCallDeltas:
         return finish_reason(reason, self._parser.has_tool_calls)
 
 
-def _piece_of(deltas: list[dict], tokens: list[int]) -> Piece:
+def _piece_of(deltas: list[dict[str, Any]], tokens: list[int]) -> Piece:
     text = "".join(d.get("content", "") for d in deltas)
     calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
     return Piece(text, tokens, tool_calls=calls)

@@ -10,8 +10,8 @@ Values are JSON, plus {"$bytes": hex}, {"$path": kind} (a path made in the child
 {"$range": n} (the list 0..n-1) and the hostile constraints of _HOSTILE ({"$gbnf_chain": n}, a GBNF chain of n
 rules; {"$ref_chain": n}, {"$deep_schema": n}, {"$enum": n}, {"$properties": n}, {"$parens": n},
 {"$alternation": n}). {"op": "limits", "values": {...}} lifts constraint limits (constrained.set_limits), so
-that what the limits refuse reaches the constraint library in its worker process. After the calls, the case checks that the Model still generates: an
-error raised by a bad call must leave the Model usable.
+that what the limits refuse reaches the constraint library in its worker process. After the calls, the case
+checks that the Model still generates: an error raised by a bad call must leave the Model usable.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ MODEL_ARGS: dict[str, list[Any]] = {
         "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
         "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
         "{{ messages|tojson(indent=100000000) }}",
-        "".join("{%% for i%d in [1] %%}" % i for i in range(25)) + "x" + "{% endfor %}" * 25,
+        "".join("{% for i" + str(i) + " in [1] %}" for i in range(25)) + "x" + "{% endfor %}" * 25,
         "{% if true %}" * 200 + "x" + "{% endif %}" * 200,
         "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
         "{{ raise_exception('no') }}", "{{ messages.__class__ }}", "{% for m in messages %}{{ m.content }}",

@@ -74,7 +74,7 @@ def _smaller(spec: dict) -> list[dict]:
     for i, m in enumerate(muts):
         for j in range(len(m["ops"]) if len(m["ops"]) > 1 else 0):
             fewer = {**m, "ops": m["ops"][:j] + m["ops"][j + 1:]}
-            out.append({**spec, "mutations": muts[:i] + [fewer] + muts[i + 1:]})
+            out.append({**spec, "mutations": [*muts[:i], fewer, *muts[i + 1:]]})
     return out
 
 
@@ -207,5 +207,5 @@ def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "ggu
     api_base = "real-header" if real_model else "tiny"
     if target == "untrusted":
         return [generate_untrusted_case(seed, i, api_base) for i in range(n_cases)]
-    return [generate_case(seed, i, bases) if target == "gguf" or target == "all" and i % 2 == 0
+    return [generate_case(seed, i, bases) if target == "gguf" or (target == "all" and i % 2 == 0)
             else generate_api_case(seed, i, api_base) for i in range(n_cases)]

@@ -238,6 +238,28 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     return gguf
 
 
-__all__ = ["GGUFFile", "Entry", "Tensor", "Value", "read_gguf", "TYPE_NAMES", "TYPE_IDS", "INT_TYPES",
-           "FLOAT_TYPES", "SCALAR_FORMATS", "U8", "I8", "U16", "I16", "U32", "I32", "F32", "BOOL", "STRING",
-           "ARRAY", "U64", "I64", "F64"]
+__all__ = [
+    "ARRAY",
+    "BOOL",
+    "F32",
+    "F64",
+    "FLOAT_TYPES",
+    "I8",
+    "I16",
+    "I32",
+    "I64",
+    "INT_TYPES",
+    "SCALAR_FORMATS",
+    "STRING",
+    "TYPE_IDS",
+    "TYPE_NAMES",
+    "U8",
+    "U16",
+    "U32",
+    "U64",
+    "Entry",
+    "GGUFFile",
+    "Tensor",
+    "Value",
+    "read_gguf",
+]

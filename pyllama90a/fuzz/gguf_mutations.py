@@ -27,9 +27,28 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from .gguf_file import (
+    ARRAY,
+    BOOL,
+    F32,
+    F64,
+    FLOAT_TYPES,
+    I8,
+    I16,
+    I32,
+    I64,
+    INT_TYPES,
+    STRING,
+    TYPE_IDS,
+    TYPE_NAMES,
+    U8,
+    U16,
+    U32,
+    U64,
+    GGUFFile,
+    Value,
+)
 from .tensor_types import retype, role_type_ops
-from .gguf_file import (ARRAY, BOOL, F32, F64, FLOAT_TYPES, I8, I16, I32, I64, INT_TYPES, STRING, TYPE_IDS,
-                        TYPE_NAMES, U8, U16, U32, U64, GGUFFile, Value)
 
 INT_BOUNDARIES = {
     U8: [0, 1, 2, 127, 128, 255],
@@ -383,7 +402,8 @@ class _Generator:
         items = [fill] * max(length, 0)
         for _ in range(rng.choice([1, 1, 2])):
             if items:
-                bad = rng.choice([0, 0, 1, fill + 1, fill * 2, 2**24] + ([-1, -2**31] if subtype == I32 else [2**32 - 1]))
+                negative = [-1, -2**31] if subtype == I32 else [2**32 - 1]
+                bad = rng.choice([0, 0, 1, fill + 1, fill * 2, 2**24, *negative])
                 items[rng.randrange(len(items))] = bad
         return [{"op": "set", "key": key, "value": typed(ARRAY, items, subtype)}]
 

@@ -39,7 +39,7 @@ from typing import Any
 import psutil
 
 DEFECTS = ("crash", "hang", "memory", "leaked", "harness")
-OUTCOMES = ("ok", "clean") + DEFECTS
+OUTCOMES = ("ok", "clean", *DEFECTS)
 POLL_S = 0.01
 STDERR_TAIL_LINES = 12
 # the line of a native abort that names the failure best, most telling first

@@ -1,8 +1,9 @@
 """The fuzz class "tensor types per role": one weight of a well-formed file gets another ggml type, with data of
 the size that type needs (so the file passes the header checks and reaches llama.cpp and the first decode).
 
-The op `{"op": "retype", "name": n, "type": t, "fill": byte}` gives tensor n new data, bytes of `fill` (0x00: zeros, 0xff: NaN in F32/F16/BF16 and in quantization scales, 0x7f: huge finite values
-that overflow to inf). Roles are those of pyllama90a.tensor_roles: matrices, embedding rows, norms.
+The op `{"op": "retype", "name": n, "type": t, "fill": byte}` gives tensor n new data, bytes of `fill` (0x00:
+zeros, 0xff: NaN in F32/F16/BF16 and in quantization scales, 0x7f: huge finite values that overflow to inf).
+Roles are those of pyllama90a.tensor_roles: matrices, embedding rows, norms.
 """
 from __future__ import annotations
 

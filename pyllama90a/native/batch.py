@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import weakref
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from .._ffi import ffi, lib
 from .._log import NativeCall

@@ -4,20 +4,31 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import (INT32_MAX, ClosedError, ContextError, DecodeError, InvalidArgumentError, LlamaError, flag,
-                      int_in_range, positive_int)
+from ..errors import (
+    INT32_MAX,
+    ClosedError,
+    ContextError,
+    DecodeError,
+    InvalidArgumentError,
+    LlamaError,
+    flag,
+    int_in_range,
+    positive_int,
+)
 from ..kv_types import FLASH_ATTN_MODES, check_kv_type
 from .ggml import ggml_type
 from .model import ModelHandle
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
     from .batch import Batch
 
 POOLING = {"model": "LLAMA_POOLING_TYPE_UNSPECIFIED", "mean": "LLAMA_POOLING_TYPE_MEAN"}
@@ -59,7 +70,8 @@ class ContextParams:
         object.__setattr__(self, "type_k", check_kv_type(self.type_k, "K"))
         object.__setattr__(self, "type_v", check_kv_type(self.type_v, "V"))
         if not isinstance(self.flash_attn, str) or self.flash_attn not in FLASH_ATTN_MODES:
-            raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, got {self.flash_attn!r}")
+            raise InvalidArgumentError(f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, "
+                                       f"got {self.flash_attn!r}")
         positive_int("n_ctx", self.n_ctx, MAX_N_CTX)
         positive_int("n_seq_max", self.n_seq_max)
         positive_int("n_batch", self.n_batch)  # an int32 in llama_batch_init
@@ -75,7 +87,8 @@ class ContextParams:
     def _check_sequences(self) -> None:
         n_ctx, n_seq_max = self.n_ctx, self.n_seq_max
         if n_seq_max > LLAMA_MAX_SEQ:
-            raise InvalidArgumentError(f"n_seq_max must be at most {LLAMA_MAX_SEQ} (llama.cpp's limit), got {n_seq_max}")
+            raise InvalidArgumentError(f"n_seq_max must be at most {LLAMA_MAX_SEQ} (llama.cpp's limit), "
+                                       f"got {n_seq_max}")
         padded_n_ctx = -(-n_ctx // 256) * 256  # what llama.cpp divides among the sequences
         if n_seq_max > 1 and padded_n_ctx // n_seq_max < MIN_CELLS_PER_SEQUENCE:
             raise InvalidArgumentError(
@@ -112,8 +125,8 @@ class ContextHandle:
     """A llama_context on `model`: its KV cache (n_seq_max sequences), decoding, logits and embeddings, state.
 
     It holds its ModelHandle until it is freed, so the weights outlive it. close() frees it and lets go of the
-    model (later calls raise ClosedError); a finalizer frees one that is garbage collected. One thread at a time may use a context (llama.cpp's rule);
-    the users above (Model, BatchEngine) make sure of it.
+    model (later calls raise ClosedError); a finalizer frees one that is garbage collected. One thread at a time
+    may use a context (llama.cpp's rule); the users above (Model, BatchEngine) make sure of it.
     """
 
     def __init__(self, model: ModelHandle, params: ContextParams, attention_paths: int | None = None) -> None:
@@ -126,7 +139,7 @@ class ContextHandle:
                    f"llama.cpp could not create a context (n_ctx={params.n_ctx}, K {params.type_k}, "
                    f"V {params.type_v}, flash_attn {params.flash_attn})")
         self._finalizer = weakref.finalize(self, _free_context, ptr, model)
-        self._ptr = ptr
+        self._ptr: CData | None = ptr
         self._model: ModelHandle | None = model
         self._simulated = model.simulated
         self._n_vocab, self._n_embd = model.n_vocab, model.n_embd

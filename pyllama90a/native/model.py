@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import (INT32_MAX, DecodeError, InvalidArgumentError, LlamaError, ModelLoadError,
-                      UnsupportedChatTemplateError, flag, fs_path, int_in_range, token_ids, utf8)
+from ..errors import (
+    INT32_MAX,
+    DecodeError,
+    InvalidArgumentError,
+    LlamaError,
+    ModelLoadError,
+    UnsupportedChatTemplateError,
+    flag,
+    fs_path,
+    int_in_range,
+    token_ids,
+    utf8,
+)
 from . import rpc
 from .devices import device_label, local_offload_devices
 
@@ -220,7 +231,7 @@ def _place(params, placement: Placement | None) -> _Placed:  # params: llama_mod
     params.main_gpu = placement.main_gpu
     arrays = []
     if placement.rpc:
-        arrays.append(ffi.new("ggml_backend_dev_t[]", devices + [ffi.NULL]))
+        arrays.append(ffi.new("ggml_backend_dev_t[]", [*devices, ffi.NULL]))
         params.devices = arrays[-1]
     if placement.tensor_split is not None:
         shares = list(placement.tensor_split)

@@ -83,7 +83,7 @@ def probe(endpoint: Endpoint, timeout: float | None = None) -> tuple[int, int, i
                 raise ConnectionError(f"its reply to HELLO has {size} bytes, not {_HELLO_REPLY_SIZE}: not a "
                                       "ggml-rpc worker, or one of another protocol generation")
             major, minor, patch = _recv_exact(sock, size)[:3]
-    except socket.timeout:
+    except TimeoutError:
         raise ModelLoadError(f"RPC worker {endpoint} did not answer within {timeout:g} s (a worker serves one "
                              "client at a time: is another process using it? is something else listening on that "
                              "port?)") from None

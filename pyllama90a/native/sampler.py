@@ -1,7 +1,8 @@
 """SamplerChain: a llama.cpp sampler chain built from SamplingParams, sampling from a context's logits."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._ffi import ffi, lib
 from .._log import NativeCall

@@ -10,8 +10,8 @@ from typing import TypedDict
 from ..attention_policy import attention_device
 from ..bench import Mode, add_ratios, markdown, run
 from ..synthetic import SHAPES, synthetic_model
-from .environment import describe
 from .cpu_side import run_cpu_side
+from .environment import describe
 from .paths import CHECK_SHAPES, CUDA_ONLY_MODES, HIP_ONLY_MODES, NOISE_FACTOR, PATH_MODES, PathResult, check_device
 
 # the seeds' comparison on MI210: FA on/off x f16/q8_0/q4_0 (shared/seeds); FA-off f16 is the baseline

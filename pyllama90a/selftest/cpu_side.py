@@ -24,7 +24,8 @@ from .paths import NOISE_FACTOR, PathResult, References, check_device, kv_pairs_
 HIDE_GPUS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
 
 
-def run_cpu_side(shapes: tuple[str, ...], modes: tuple[tuple[str, str], ...], reference_modes: tuple[tuple[str, str], ...],
+def run_cpu_side(shapes: tuple[str, ...], modes: tuple[tuple[str, str], ...],
+                 reference_modes: tuple[tuple[str, str], ...],
                  noise_factor: float) -> tuple[References, list[PathResult]]:
     """(references for `reference_modes`' K/V pairs, results of the CPU's own `modes`), from a child process."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     request = json.loads((out / "request.json").read_text())
     shapes = tuple(request["shapes"])
     modes = tuple(tuple(m) for m in request["modes"])
-    refs = reference_logits(shapes, kv_pairs_of(modes) | kv_pairs_of(tuple(tuple(m) for m in request["reference_modes"])))
+    reference_modes = tuple(tuple(m) for m in request["reference_modes"])
+    refs = reference_logits(shapes, kv_pairs_of(modes) | kv_pairs_of(reference_modes))
     results = check_device("CPU", 0, modes, refs, shapes, request.get("noise_factor", NOISE_FACTOR), sys.stderr)
     arrays = {}
     for key, (prefill, decode) in refs.items():

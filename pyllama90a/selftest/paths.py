@@ -153,7 +153,8 @@ def check_device(device: str, n_gpu_layers: int, modes: tuple[tuple[str, str], .
             result = PathResult(device, text, shape_name, what, prefill_error, decode_error, noise,
                                 noise_factor * max(noise, MIN_NOISE), same_cache_error, same_cache_bound)
             if progress:
-                same = "" if same_cache_error is None else f", same cache {same_cache_error:.2e} (bound {tight_bound:.2e})"
+                same = ("" if same_cache_error is None
+                        else f", same cache {same_cache_error:.2e} (bound {tight_bound:.2e})")
                 print(f"{device} {shape_name} {text}: prefill {prefill_error:.2e} decode {decode_error:.2e} (bound "
                       f"{result.bound:.2e}){same} {'ok' if result.passed else 'FAIL'}", file=progress, flush=True)
             results.append(result)

@@ -15,7 +15,8 @@ ENV = "PYLLAMA90A_"
 
 # flags of the limits on untrusted programs: flag -> (setting, type, help); defaults from the settings' classes
 _ISOLATION_FLAGS = {
-    "constraint-max-bytes": ("max_bytes", int, "largest grammar, regex or JSON schema (as JSON text), in bytes; more is a 400 naming the field"),
+    "constraint-max-bytes": ("max_bytes", int, "largest grammar, regex or JSON schema (as JSON text), in bytes; "
+                                               "more is a 400 naming the field"),
     "constraint-max-rules": ("max_rules", int, "most rules of a GBNF/Lark grammar"),
     "constraint-max-depth": ("max_depth", int, "deepest nesting of a schema's objects/arrays or a grammar's groups"),
     "constraint-max-refs": ("max_refs", int, "most $ref in one JSON schema"),
@@ -24,8 +25,10 @@ _ISOLATION_FLAGS = {
     "constraint-max-properties": ("max_properties", int, "most properties of one schema object"),
     "constraint-max-nodes": ("max_nodes", int, "most objects in one JSON schema"),
     "constraint-max-repeat": ("max_repeat", int, "largest product of a regex's nested {n,m} repetition counts"),
-    "constraint-compile-timeout": ("compile_timeout_s", float, "seconds a constraint may take to compile (in a worker process, killed after it): more is a 400"),
-    "template-timeout": ("render_timeout_s", float, "seconds a chat template may take to compile or render (in a worker process, killed after it): more is a 400"),
+    "constraint-compile-timeout": ("compile_timeout_s", float, "seconds a constraint may take to compile (in a "
+                                   "worker process, killed after it): more is a 400"),
+    "template-timeout": ("render_timeout_s", float, "seconds a chat template may take to compile or render (in a "
+                         "worker process, killed after it): more is a 400"),
     "template-max-output": ("max_output_chars", int, "most characters a chat template may output"),
     "isolation-memory-mb": ("memory_mb", int, "MiB of address space a compile/render worker process may add"),
     "isolation-workers": ("max_workers", int, "compile/render worker processes at a time"),

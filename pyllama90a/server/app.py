@@ -14,7 +14,6 @@ from starlette.middleware.cors import CORSMiddleware
 
 from ..errors import ClosedError, LlamaError
 from . import native_routes
-from .worker_recovery import lost_reason
 from .embeddings import embeddings as serve_embeddings
 from .errors import APIError, answer
 from .generation import generate
@@ -24,6 +23,7 @@ from .protocol import ChatRequest, CompletionRequest
 from .protocol_base import IGNORED_HEADER
 from .request_body import read_request
 from .state import ServerState
+from .worker_recovery import lost_reason
 
 __all__ = ["ServerState", "create_app"]
 
@@ -135,7 +135,7 @@ class _AuthAndCount:
     def __init__(self, app: Any, state: ServerState) -> None:
         self.app, self.state = app, state
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -158,7 +158,7 @@ class _AuthAndCount:
             return
         status = 500
 
-        async def send_and_note_status(message: dict) -> None:
+        async def send_and_note_status(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

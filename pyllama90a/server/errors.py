@@ -8,9 +8,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (BusyError, ChatTemplateError, ClosedError, ContextOverflowError, EngineStoppedError,
-                      InfillUnsupportedError, InvalidArgumentError, LlamaError, QueueFullError, StateFileError,
-                      UnsupportedChatTemplateError)
+from ..errors import (
+    BusyError,
+    ChatTemplateError,
+    ClosedError,
+    ContextOverflowError,
+    EngineStoppedError,
+    InfillUnsupportedError,
+    InvalidArgumentError,
+    LlamaError,
+    QueueFullError,
+    StateFileError,
+    UnsupportedChatTemplateError,
+)
 
 
 class APIError(Exception):
@@ -34,7 +44,8 @@ class RouteInputs:
     rendered: str | None = None
 
 
-_CHAT, _COMPLETION, _EMBEDDING = RouteInputs("messages", "messages"), RouteInputs("prompt", None), RouteInputs("input", "input")
+_CHAT, _COMPLETION = RouteInputs("messages", "messages"), RouteInputs("prompt", None)
+_EMBEDDING = RouteInputs("input", "input")
 ROUTE_INPUTS = {"/v1/chat/completions": _CHAT, "/chat/completions": _CHAT, "/apply-template": _CHAT,
                 "/v1/completions": _COMPLETION, "/completion": _COMPLETION, "/completions": _COMPLETION,
                 "/v1/embeddings": _EMBEDDING, "/embeddings": _EMBEDDING, "/embedding": _EMBEDDING,

@@ -8,8 +8,9 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -128,8 +129,8 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     return JSONResponse(shape.whole(), headers=headers)
 
 
-async def _sse(state: ServerState, chunks: asyncio.Queue, handles: list[Handle], shape: Shape, include_usage: bool,
-               path: str) -> AsyncIterator[str]:
+async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], handles: list[Handle], shape: Shape,
+               include_usage: bool, path: str) -> AsyncIterator[str]:
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():

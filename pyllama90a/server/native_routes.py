@@ -17,8 +17,14 @@ from .embeddings import embeddings
 from .errors import APIError
 from .generation import generate, ignored_fields
 from .native_responses import NativeCompletionShape, generation_settings
-from .protocol import (ApplyTemplateRequest, DetokenizeRequest, Generation, InfillRequest, NativeCompletionRequest,
-                       TokenizeRequest)
+from .protocol import (
+    ApplyTemplateRequest,
+    DetokenizeRequest,
+    Generation,
+    InfillRequest,
+    NativeCompletionRequest,
+    TokenizeRequest,
+)
 from .protocol_base import parse
 from .request_body import read_request
 from .state import ServerState

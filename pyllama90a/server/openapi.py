@@ -27,7 +27,8 @@ def request_schema(model: type[ProtocolModel], limits: Limits) -> Schema:
                 return resolve(defs[node["$ref"].rsplit("/", 1)[1]])
             return {k: limits.max_tokens_limit if v == LIMIT else resolve(v) for k, v in node.items()}
         return [resolve(v) for v in node] if isinstance(node, list) else node
-    return resolve(schema)
+    resolved: dict[str, Any] = resolve(schema)  # (a dict resolves to a dict)
+    return resolved
 
 
 def _obj(required: str, **properties: Any) -> Schema:
@@ -46,7 +47,8 @@ TIMINGS: Schema = {"type": "object", "description": "llama-server's: prompt_n, p
                        "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
                        "predicted_ms", "predicted_per_token_ms", "predicted_per_second")}}
 FINISH_REASON: Schema = {"enum": ["stop", "length", "tool_calls", None]}
-_TOOL_CALL = _obj("function", id=STR, type={"const": "function"}, function=_obj("name arguments", name=STR, arguments=STR))
+_TOOL_CALL = _obj("function", id=STR, type={"const": "function"},
+                  function=_obj("name arguments", name=STR, arguments=STR))
 _NATIVE_COMPLETION = _obj("content stop", content=STR, tokens={"type": "array", "items": INT}, stop=BOOL,
                           stop_type={"enum": ["eos", "word", "limit"]}, stopping_word=STR, tokens_predicted=INT,
                           tokens_evaluated=INT, timings=OBJ, generation_settings=OBJ, prompt=STR, truncated=BOOL)

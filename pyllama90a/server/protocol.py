@@ -43,12 +43,12 @@ def _prompt(value: Any, mixed: bool) -> Any:
     """One prompt: a string, token ids, or a list holding one of those; /completion's may mix ids and strings."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
         value = value[0]
-    if isinstance(value, str) and value or _token_ids(value):
+    if (isinstance(value, str) and value) or _token_ids(value):
         return value
     if mixed and isinstance(value, list) and any(type(p) is int for p in value) and any(
             isinstance(p, str) for p in value):
         for i, part in enumerate(value):
-            if not (isinstance(part, str) and part or type(part) is int):
+            if not ((isinstance(part, str) and part) or type(part) is int):
                 raise bad("a prompt list holds token ids and non-empty strings", i)
         return value
     raise bad("'prompt' must be a non-empty string, a list of token ids, or a list with one of those (several "
@@ -80,7 +80,7 @@ def _logit_bias(value: dict[Any, Any]) -> dict[Any, Any]:
 
 def _embedding_inputs(value: Any, info: ValidationInfo) -> list[str | list[int]]:
     """OpenAI's forms: a string, a list of strings, token ids, a list of token-id lists (one form per request)."""
-    inputs = [value] if isinstance(value, str) and value or _token_ids(value) else value
+    inputs = [value] if (isinstance(value, str) and value) or _token_ids(value) else value
     if not (isinstance(inputs, list) and inputs and (all(isinstance(v, str) and v for v in inputs)
                                                      or all(_token_ids(v) for v in inputs))):
         raise bad(f"'{info.field_name}' must be a non-empty string, a list of non-empty strings, a list of token "
@@ -143,7 +143,7 @@ class GenerationBody(Harmless):
     json_schema: dict[str, Any] | None = Field(None, description="llama.cpp's extension: the output's JSON schema")
     logit_bias: Annotated[dict[Any, Any], AfterValidator(_logit_bias), Field(json_schema_extra={
         "propertyNames": {"pattern": "^[0-9]{1,12}$"},
-        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}})] = {}
+        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}})] = {}  # noqa: RUF012 (pydantic copies it)
     ignore_eos: bool = False
     max_tokens: MaxTokens | None = None
     max_completion_tokens: MaxTokens | None = Field(None, description="OpenAI's newer max_tokens; wins over it")
@@ -187,7 +187,7 @@ class GenerationBody(Harmless):
 
 class CompletionRequest(GenerationBody):
     """POST /v1/completions."""
-    refused = {**REQUEST_FIELDS, **CHAT_ONLY_FIELDS}  # (a prompt has no tools)
+    refused = {**REQUEST_FIELDS, **CHAT_ONLY_FIELDS}  # noqa: RUF012 (a ClassVar of ProtocolModel; a prompt has no tools)
     prompt: Prompt
     logprobs: Annotated[int, Between(0, 5)] | None = None
 
@@ -288,7 +288,7 @@ class NativeCompletionRequest(CompletionRequest):
         return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt,
                                 return_tokens=self.return_tokens, n_probs=self.n_probs)
 
-    def convert(self, limits: Limits, model: Any = None) -> Generation:  # type: ignore[override]
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text."""
         prompt = self.prompt
         if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
@@ -311,7 +311,7 @@ class InfillRequest(NativeCompletionRequest):
     input_extra: list[Chunk] = Field([], description="other files' chunks, put before the FIM prefix")
     prompt: str = Field("", description="the start of the middle, after the FIM middle token")
 
-    def convert(self, limits: Limits, model: Any = None) -> Generation:  # type: ignore[override]
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         """Run in a worker thread: the texts are tokenized here."""
         tokens = infill_prompt(model, self.input_prefix, self.input_suffix, prompt=self.prompt,
                                input_extra=[c.model_dump() for c in self.input_extra])
@@ -355,6 +355,6 @@ class ApplyTemplateRequest(Harmless, ChatFields):
     converts to apply_chat_template's arguments (the tools it is shown: none with tool_choice "none")."""
     model: str | None = None
 
-    def convert(self, limits: Limits) -> tuple[list[dict], Tools | None, dict[str, Any]]:  # type: ignore[override]
+    def convert(self, limits: Limits) -> tuple[list[dict[str, Any]], Tools | None, dict[str, Any]]:
         messages, tools, tool_choice = self._chat()
         return list(messages), tools if tool_choice != "none" else None, self.chat_template_kwargs

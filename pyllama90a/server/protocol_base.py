@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError, \
-    ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError, core_schema
 
 from .errors import APIError
@@ -93,7 +100,8 @@ class ProtocolModel(BaseModel):
         if refused is not None:
             raise bad(refused[1], refused[0])
         return {k: v for k, v in body.items()
-                if not (k in cls.refused and k not in declared or v is None and k in declared and not cls.keep_none)}
+                if not ((k in cls.refused and k not in declared)
+                        or (v is None and k in declared and not cls.keep_none))}
 
     @property
     def unknown(self) -> list[str]:

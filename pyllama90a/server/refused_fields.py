@@ -10,7 +10,8 @@ clients written for those send.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NoOp = Callable[[Any], bool]
 
@@ -93,7 +94,7 @@ EMBEDDING_FIELDS: dict[str, tuple[NoOp, str]] = {
 }
 
 
-def refused_field(body: dict, fields: dict[str, tuple[NoOp, str]] = REQUEST_FIELDS) -> tuple[str, str] | None:
+def refused_field(body: dict[str, Any], fields: dict[str, tuple[NoOp, str]] = REQUEST_FIELDS) -> tuple[str, str] | None:
     """(field, why) for the first field of `body` with a value that would need a missing feature, else None."""
     for name, (no_op, why) in fields.items():
         if name in body and not no_op(body[name]):

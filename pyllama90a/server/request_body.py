@@ -10,7 +10,6 @@ be encoded as UTF-8 when the text reaches the tokenizer).
 from __future__ import annotations
 
 import asyncio
-
 import json
 import math
 from typing import Any

@@ -123,7 +123,8 @@ class CompletionShape(Shape):
         choices = []
         for i, parts in enumerate(self.parts):
             items = [item for c in parts for item in c.logprobs]
-            choices.append({"index": i, "text": "".join(c.text for c in parts), "finish_reason": parts[-1].finish_reason,
+            choices.append({"index": i, "text": "".join(c.text for c in parts),
+                            "finish_reason": parts[-1].finish_reason,
                             "logprobs": self._logprobs(items, 0)[0] if items else None})
         return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings()}
 
@@ -164,10 +165,8 @@ class ChatShape(Shape):
         self._seen(choice, chunk)
         parser = self._parsers[choice]
         last = chunk.finish_reason is not None
-        if parser is None:
-            deltas = [{"content": chunk.text}] if chunk.text else []
-        else:
-            deltas = parser.feed(chunk.text, last)
+        deltas: list[dict[str, Any]] = (([{"content": chunk.text}] if chunk.text else []) if parser is None
+                                        else parser.feed(chunk.text, last))
         logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
         if logprobs is not None and not deltas:
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out

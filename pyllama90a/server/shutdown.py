@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -31,10 +32,10 @@ class GracefulServer(uvicorn.Server):
         config.timeout_graceful_shutdown = int(grace_s + FINAL_EVENTS_S + 0.999)
         super().__init__(config)
         self.state, self.grace_s = state, grace_s
-        self._closing: asyncio.Future | None = None
+        self._closing: asyncio.Future[bool] | None = None
 
     @contextlib.contextmanager
-    def capture_signals(self):
+    def capture_signals(self) -> Iterator[None]:
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield

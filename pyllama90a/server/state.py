@@ -7,8 +7,8 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .. import __version__
 from ..engine import BatchEngine, Chunk
@@ -72,11 +72,11 @@ class Mailbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._pending: list[tuple[asyncio.Queue, tuple[int, Chunk]]] = []
+        self._pending: list[tuple[asyncio.Queue[tuple[int, Chunk]], tuple[int, Chunk]]] = []
         self._lock = threading.Lock()
         self._scheduled = False
 
-    def sender(self, queue: asyncio.Queue, choice: int = 0) -> Callable[[Chunk], None]:
+    def sender(self, queue: asyncio.Queue[tuple[int, Chunk]], choice: int = 0) -> Callable[[Chunk], None]:
         """The engine's on_chunk for choice `choice` of a request: its chunks reach `queue` as (choice, chunk)."""
         def send(chunk: Chunk) -> None:  # engine thread
             with self._lock:

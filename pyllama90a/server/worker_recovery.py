@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import ClosedError, LlamaError, ModelLoadError
 from ..native.rpc import Endpoint, probe

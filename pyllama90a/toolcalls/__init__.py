@@ -3,8 +3,18 @@
 parses and streams (parse.py, stream.py) both come."""
 from __future__ import annotations
 
-from .format import (FORMATS, GENERIC, HERMES, LLAMA3_JSON, MISTRAL, ToolCallFormat, detect_format, get_format,
-                     parameters_schema, tools_system_prompt)
+from .format import (
+    FORMATS,
+    GENERIC,
+    HERMES,
+    LLAMA3_JSON,
+    MISTRAL,
+    ToolCallFormat,
+    detect_format,
+    get_format,
+    parameters_schema,
+    tools_system_prompt,
+)
 from .pattern import CallPattern, ToolCallConstraint
 from .results import ParsedToolCall, ParseResult, reassemble
 from .stream import ToolCallStream

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Union
 
 from .formats import FAMILIES, PartialCall, Scanners
 
-Item = Union[str, PartialCall]  # content text, or a call
+Item = str | PartialCall  # content text, or a call
 
 
 @dataclass(frozen=True)

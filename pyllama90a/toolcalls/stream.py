@@ -115,7 +115,7 @@ class ToolCallStream:
     def _agrees(self, calls: list[PartialCall]) -> bool:
         sent = self.calls[self._tail_calls:]
         return len(calls) >= len(sent) and all(
-            c.name == s["name"] and c.arguments.startswith(s["arguments"]) for c, s in zip(calls, sent))
+            c.name == s["name"] and c.arguments.startswith(s["arguments"]) for c, s in zip(calls, sent, strict=False))
 
     def _take_content(self, raw: str, out: list[dict]) -> None:
         """Send content text as it comes: stripped as a whole-text parse strips it (leading whitespace never,

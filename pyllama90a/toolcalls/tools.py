@@ -106,7 +106,8 @@ def _check_tool_choice(tool_choice: object, tools: Sequence[dict], field: str) -
     if isinstance(tool_choice, str):
         if tool_choice not in ("none", "auto", "required"):
             raise InvalidArgumentError(f"{field} must be 'none', 'auto', 'required' or "
-                                       f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}"[:200])
+                                       "{'type': 'function', 'function': {'name': ...}}, "
+                                       f"got {tool_choice!r}"[:200])
         if tool_choice == "required" and not names:
             raise InvalidArgumentError(f"{field} 'required' needs a non-empty tools list")
         if tool_choice == "auto" and not names:

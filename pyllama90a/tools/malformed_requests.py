@@ -16,7 +16,8 @@ import json
 import random
 import sys
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -105,7 +106,7 @@ def huge_string(rng: random.Random, body: dict) -> bytes:
 
 
 def refused_field(rng: random.Random, body: dict) -> bytes:
-    return _json({**body, rng.choice(REFUSED): rng.choice(ODD_VALUES[1:] + [{"type": "json_object"}, "auto"])})
+    return _json({**body, rng.choice(REFUSED): rng.choice([*ODD_VALUES[1:], {"type": "json_object"}, "auto"])})
 
 
 def structure(rng: random.Random, body: dict) -> bytes:
@@ -159,7 +160,8 @@ def campaign(base_url: str, count: int, seed: int = 0) -> tuple[Counter, list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyllama90a.tools.malformed_requests", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyllama90a.tools.malformed_requests",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--url", help="a running server (default: start one with the default model)")
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)

@@ -43,7 +43,7 @@ class ServerProcess:
         self._output: IO[bytes] | None = None
 
     def start(self) -> ServerProcess:
-        self._output = tempfile.TemporaryFile()
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; stop() closes it)
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:

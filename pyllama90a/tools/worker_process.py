@@ -1,5 +1,6 @@
 """Run `python -m pyllama90a.worker` in a child process on 127.0.0.1 until it answers HELLO, and stop it; read the
-bytes its connections carried (the kernel's TCP counters). Used by the RPC loopback benchmark (benchmarks/rpc_loopback.py) and the tests."""
+bytes its connections carried (the kernel's TCP counters). Used by the RPC loopback benchmark
+(benchmarks/rpc_loopback.py) and the tests."""
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,8 @@ class WorkerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> WorkerProcess:
-        self.output = tempfile.TemporaryFile()  # (not a pipe, which nobody would read until stop)
+        # not a pipe, which nobody would read until stop; open as long as this object (text() reads it)
+        self.output = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(self.argv, stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
