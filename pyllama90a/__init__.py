@@ -29,7 +29,7 @@ from .default_model import default_model, pull_default_model
 from .engine import BatchEngine, Chunk
 from .errors import (BusyError, ChatTemplateError, ClosedError, ConstraintError, ContextError, ContextOverflowError,
                      DecodeError, EngineStoppedError, InfillUnsupportedError, InvalidArgumentError, LlamaError,
-                     ModelFormatError, ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
+                     LoraAdapterError, ModelFormatError, ModelLoadError, NonFiniteOutputError, QueueFullError, StateFileError)
 from .kv_budget import KVBytes, kv_bytes, max_n_ctx
 from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .core.outputs import Completion, Piece, Timings, Usage
@@ -44,4 +44,5 @@ __all__ = [
     "LlamaError", "ModelFormatError", "ModelLoadError", "ContextError", "InvalidArgumentError",
     "ContextOverflowError", "DecodeError", "ClosedError", "BusyError", "StateFileError", "EngineStoppedError",
     "ChatTemplateError", "ConstraintError", "NonFiniteOutputError", "InfillUnsupportedError",
+    "LoraAdapterError",
 ]
