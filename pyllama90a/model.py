@@ -23,6 +23,7 @@ from .core import GenerationRequest, GenerationSequence, completion_of, keep_cac
 from .core.outputs import Completion, Piece, Timings, Usage
 from .core.tool_output import ToolCallOutput
 from .errors import BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, flag, fs_path, token_ids, utf8
+from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .model_cache import CacheControl
 from .model_file import ModelFile, check_header
@@ -50,10 +51,11 @@ class Model(CacheControl):
 
     def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
-                 **settings: Any) -> None:
+                 lora: Sequence[tuple[str | os.PathLike, float]] = (), **settings: Any) -> None:
         """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
         tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
-        rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement)."""
+        rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
+        lora: LoRA adapter GGUFs for this model with their scales, applied to every decode (see lora.py)."""
         context_settings = ContextSettings(**settings)
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         self._handle: ModelHandle | None = None  # both None once closed
@@ -62,12 +64,14 @@ class Model(CacheControl):
         self.path = Path(os.fsdecode(raw_path))
         params = self._settle(context_settings)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
-        self._open(file, load_weights(raw_path, n_gpu_layers, placement), params, context_settings.attention_paths)
+        handle = load_weights(raw_path, n_gpu_layers, placement)
+        self._lora = LoraAdapters.load(handle, file.header.architecture, lora)  # (freed by close, or with it)
+        self._open(file, handle, params, context_settings.attention_paths)
 
     def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
         of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context settings; the
-        file and n_gpu_layers are this Model's. Each Model has its own context, lock and close(): the two may
+        file and n_gpu_layers are this Model's, not its LoRA adapters. Each Model has its own context, lock and close(): the two may
         run on different threads at once, and the weights stay loaded until the last of them is closed."""
         # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
         # whatever this Model does meanwhile
@@ -86,6 +90,7 @@ class Model(CacheControl):
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
+        self._lora = LoraAdapters()
         s = settings
         params = context_params(s)
         self.ctk, self.ctv, self.flash_attn = params.type_k, params.type_v, params.flash_attn
@@ -106,6 +111,7 @@ class Model(CacheControl):
         context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
                                                                       attention_paths)
         self._handle, self._context = handle, context
+        self._lora.apply(context, self._lora.scales)
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -117,6 +123,7 @@ class Model(CacheControl):
             context, self._context, self._handle = self._context, None, None
             if context is not None:
                 context.close()
+                self._lora.close()  # (after the context that applied them)
 
     def __enter__(self) -> Model:
         return self
@@ -216,6 +223,11 @@ class Model(CacheControl):
         with self._using_context("change the attention paths") as context:
             context.set_attention_paths(paths.bits)
             self._attention_paths = paths
+
+    @property
+    def lora(self) -> LoraAdapters:
+        """The LoRA adapters loaded with this Model (id, path, scale each), applied to its context."""
+        return self._lora
 
     @property
     def devices(self) -> tuple[str, ...]:
