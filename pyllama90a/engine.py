@@ -26,10 +26,11 @@ from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
-from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
+from .core import GenerationRequest, GenerationSequence, TokenLogprob, keep_cached_prefix
 from .errors import (BusyError, ClosedError, ConstraintError, ContextOverflowError, DecodeError, EngineStoppedError,
                      NonFiniteOutputError, QueueFullError, fs_path, int_in_range, positive_int)
 from .core.outputs import Usage
+from .engine_lora import LoraTurns
 from .model import Model
 from .native import Batch
 from .state_file import StateIdentity
@@ -54,6 +55,7 @@ class _Job:
     sequence: GenerationSequence
     on_chunk: Callable[[Chunk], None]
     cancelled: bool = False
+    lora: tuple[float, ...] = ()  # every adapter's scale for this request (engine_lora.py)
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
     # carried them yet, so the next one does
@@ -78,6 +80,7 @@ class Handle:
 class _Slot:
     seq: int
     cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
+    lora: tuple[float, ...] = ()  # the adapter scales those cells were computed with
     job: _Job | None = None
 
 
@@ -118,6 +121,7 @@ class BatchEngine:
         self._model_hold = contextlib.ExitStack()
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
         self._batch = Batch(self._context.n_batch)
+        self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
         self._slots = [_Slot(seq) for seq in range(parallel)]
         self._waiting: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
@@ -171,7 +175,8 @@ class BatchEngine:
                                        f"(n_ctx / parallel), and one more is needed to generate")
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
-        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk)
+        lora = self.lora.scales_for(request.lora)
+        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -391,6 +396,7 @@ class BatchEngine:
         active = [(s, s.job) for s in self._slots if s.job is not None]
         if not active:
             return True
+        active = self.lora.take_turn(active)  # (the requests of one adapter set per step)
         plan = self._fill_batch(active)
         try:
             self._context.decode(self._batch)
@@ -414,7 +420,7 @@ class BatchEngine:
         free = [s for s in self._slots if s.job is None]
         while self._waiting and free:
             job = self._admitting = self._waiting.popleft()
-            slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
+            slot = self.lora.admit(free, job)
             free.remove(slot)
             keep = keep_cached_prefix(self._context, slot.seq, slot.cached, job.prompt)
             job.to_decode = job.prompt[keep:]

@@ -1,9 +1,11 @@
 """LoRA adapters (issue 21, item 4) on the real library: a LoRA GGUF written for the synthetic tiny model
 (pyllama90a.synthetic.write_synthetic_lora) changes the logits exactly as merging it into the weights by hand
 does (W + s * alpha / rank * B @ A, computed with numpy, written as a second f32 model); scale 0 is the base
-model; bad files and scales are LoraAdapterErrors saying why."""
+model; bad files and scales are LoraAdapterErrors saying why; a BatchEngine serves requests with different
+adapter sets at once, each getting the tokens a Model with that set generates."""
 from __future__ import annotations
 
+import queue
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +115,78 @@ def test_bad_lora_arguments(files, lora, message) -> None:
     lora = lora if isinstance(lora, str) else [(files["a"], *spec[1:]) for spec in lora]
     with pytest.raises(LoraAdapterError, match=message):
         pl.Model(files["base"], lora=lora, **EXACT)
+
+
+# -- the engine ------------------------------------------------------------------------------------------------
+
+# request sets: None (the engine's defaults: a 1.0, b 0.5), only a, b negated, none
+SETS = [None, {0: 1.0}, {1: -1.0}, {}]
+DEFAULTS = (1.0, 0.5)
+
+
+def _reference(files: dict, scales: tuple[float, float]) -> list[int]:
+    """The greedy tokens of a Model with adapters a and b at `scales`."""
+    with pl.Model(files["base"], lora=[(files["a"], scales[0]), (files["b"], scales[1])], **EXACT) as m:
+        return m.generate(PROMPT, max_tokens=8, temperature=0).tokens
+
+
+def _reference_logprobs(files: dict, scales: tuple[float, float], tokens: list[int]) -> np.ndarray:
+    """The log-probability of each of `tokens` after the prompt and those before it, from a Model's logits."""
+    with pl.Model(files["base"], lora=[(files["a"], scales[0]), (files["b"], scales[1])], **EXACT) as m:
+        logits = m.logits(PROMPT + tokens[:-1])[len(PROMPT) - 1:].astype(np.float64)
+    logprobs = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+        - logits.max(1, keepdims=True)
+    return logprobs[np.arange(len(tokens)), tokens]
+
+
+def _collect(engine: pl.BatchEngine, lora) -> queue.Queue:
+    chunks: queue.Queue = queue.Queue()
+    engine.submit(PROMPT, chunks.put, max_tokens=8, temperature=0, logprobs=0, lora=lora)
+    return chunks
+
+
+def _generated(chunks: queue.Queue) -> tuple[list[int], list[float]]:
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    while True:
+        chunk = chunks.get(timeout=60)
+        assert chunk.error is None, chunk.error
+        tokens += chunk.tokens
+        logprobs += [lp.logprob for lp in chunk.logprobs]
+        if chunk.finish_reason is not None:
+            return tokens, logprobs
+
+
+def _scales(lora) -> tuple[float, float]:
+    return DEFAULTS if lora is None else (lora.get(0, 0.0), lora.get(1, 0.0))
+
+
+def test_engine_serves_different_adapter_sets_at_once(files) -> None:
+    expected = [_reference(files, _scales(s)) for s in SETS]
+    assert len({tuple(t) for t in expected}) == len(SETS)  # (each set makes other text: the test can fail)
+    expected_logprobs = [_reference_logprobs(files, _scales(s), t) for s, t in zip(SETS, expected)]
+    settings = {k: v for k, v in EXACT.items() if k != "n_ctx"}
+    with pl.BatchEngine(files["base"], lora=[(files["a"], 1.0), (files["b"], 0.5)], parallel=4, n_ctx=1024,
+                        **settings) as engine:
+        # one at a time (the same prompt each time: a slot's cells serve only a request with their set), then
+        # all four at once, taking turns by set: each as a Model with its set, to the logprobs
+        one_at_a_time = [_generated(_collect(engine, s)) for s in SETS]
+        at_once = [_generated(c) for c in [_collect(engine, s) for s in SETS]]
+        for results in one_at_a_time, at_once:
+            assert [tokens for tokens, _ in results] == expected
+            for (_, logprobs), want in zip(results, expected_logprobs):
+                assert np.abs(np.array(logprobs) - want).max() < 1e-3
+        assert engine.lora.defaults == DEFAULTS
+
+
+def test_engine_refuses_bad_sets_when_queued(files) -> None:
+    with pl.BatchEngine(files["base"], lora=[(files["a"], 1.0)], parallel=1, n_ctx=256, n_threads=2) as engine:
+        with pytest.raises(LoraAdapterError, match="no LoRA adapter has id 1"):
+            engine.submit(PROMPT, print, lora={1: 1.0})
+        with pytest.raises(LoraAdapterError, match="finite"):
+            engine.submit(PROMPT, print, lora={0: float("inf")})
+        with pytest.raises(LoraAdapterError, match="adapter id"):
+            engine.submit(PROMPT, print, lora={-1: 1.0})
+        with pytest.raises(LoraAdapterError, match="no LoRA adapter has id 3"):
+            engine.lora.set_defaults({3: 0.5})
+        assert engine.lora.set_defaults({0: 0.25}) == (0.25,)
