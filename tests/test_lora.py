@@ -2,18 +2,23 @@
 (pyllama90a.synthetic.write_synthetic_lora) changes the logits exactly as merging it into the weights by hand
 does (W + s * alpha / rank * B @ A, computed with numpy, written as a second f32 model); scale 0 is the base
 model; bad files and scales are LoraAdapterErrors saying why; a BatchEngine serves requests with different
-adapter sets at once, each getting the tokens a Model with that set generates."""
+adapter sets at once, each getting the tokens a Model with that set generates; the server's --lora,
+/lora-adapters and per-request `lora`."""
 from __future__ import annotations
 
+import argparse
 import queue
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 import pyllama90a as pl
 from pyllama90a.errors import LoraAdapterError
 from pyllama90a.synthetic import BOS_ID, GQA_SHAPES, write_synthetic, write_synthetic_lora
+from pyllama90a.server.__main__ import lora_flag, parse_args
+from pyllama90a.tools.server_process import ServerProcess
 
 SHAPE, RANK, ALPHA = "tiny", 4, 8.0
 # weight matrices of attention (Q, V), the feed-forward and the output projection
@@ -190,3 +195,78 @@ def test_engine_refuses_bad_sets_when_queued(files) -> None:
         with pytest.raises(LoraAdapterError, match="no LoRA adapter has id 3"):
             engine.lora.set_defaults({3: 0.5})
         assert engine.lora.set_defaults({0: 0.25}) == (0.25,)
+
+
+# -- the server ------------------------------------------------------------------------------------------------
+
+def test_lora_flag() -> None:
+    assert lora_flag("x.gguf") == ("x.gguf", 1.0)
+    assert lora_flag("x.gguf:0.25") == ("x.gguf", 0.25)
+    assert lora_flag("dir:with:colons/x.gguf") == ("dir:with:colons/x.gguf", 1.0)
+    with pytest.raises(argparse.ArgumentTypeError, match="finite"):
+        lora_flag("x.gguf:nan")
+    assert parse_args(["--lora", "a.gguf:2", "--lora", "b.gguf"]).lora == [("a.gguf", 2.0), ("b.gguf", 1.0)]
+    assert parse_args([]).lora == []
+
+
+@pytest.fixture(scope="module")
+def http(files):
+    flags = ["--model", str(files["base"]), "--lora", f"{files['a']}:1.0", "--lora", f"{files['b']}:0.5",
+             "--parallel", "2", "--n-ctx", "512", "--threads", "2", "--ctk", "f32", "--ctv", "f32",
+             "--flash-attn", "off"]
+    with ServerProcess(flags) as srv, httpx.Client(base_url=srv.base_url, timeout=120) as client:
+        yield client
+
+
+def _completion(http: httpx.Client, **fields) -> httpx.Response:
+    return http.post("/completion", json={"prompt": PROMPT, "n_predict": 8, "temperature": 0,
+                                          "return_tokens": True, **fields})
+
+
+def _error(response: httpx.Response, param: str) -> str:
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param, error
+    return error["message"]
+
+
+@pytest.mark.server
+def test_server_lora_adapters(files, http) -> None:
+    listed = http.get("/lora-adapters").json()
+    assert listed == [{"id": 0, "path": str(files["a"]), "scale": 1.0}, {"id": 1, "path": str(files["b"]), "scale": 0.5}]
+    # per request: the adapters named, the others off; without `lora`, the defaults
+    for lora, scales in (([{"id": 0, "scale": 1.0}], (1.0, 0.0)), ([{"id": 1, "scale": -1}], (0.0, -1.0)),
+                         (None, DEFAULTS)):
+        answer = _completion(http, **({} if lora is None else {"lora": lora}))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tokens"] == _reference(files, scales), lora
+    # new defaults for later requests (as llama-server's POST /lora-adapters)
+    assert http.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0}]).json() == {
+        "success": True}
+    assert [a["scale"] for a in http.get("/lora-adapters").json()] == [0.0, 0.0]
+    assert _completion(http).json()["tokens"] == _reference(files, (0.0, 0.0))
+    chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                                   "lora": [{"id": 0, "scale": 0.5}]})
+    assert chat.status_code == 200, chat.text
+
+
+@pytest.mark.server
+def test_server_refuses_bad_lora(http) -> None:
+    assert "no LoRA adapter has id 7" in _error(_completion(http, lora=[{"id": 7, "scale": 1.0}]), "lora")
+    assert "twice" in _error(_completion(http, lora=[{"id": 0, "scale": 1}, {"id": 0, "scale": 2}]), "lora")
+    _error(_completion(http, lora=[{"id": 0, "scale": "1"}]), "lora[0].scale")
+    _error(http.post("/v1/completions", json={"prompt": "a", "lora": {"id": 0}}), "lora")
+    before = http.get("/lora-adapters").json()
+    _error(http.post("/lora-adapters", json=[{"id": 0, "scale": 0.3}, {"id": 2, "scale": 1.0}]), "lora")
+    _error(http.post("/lora-adapters", json={"id": 0, "scale": 1.0}), "lora")
+    assert http.get("/lora-adapters").json() == before  # (unchanged by the 400s)
+    body = http.get("/openapi.json").json()["paths"]["/v1/completions"]["post"]["requestBody"]
+    assert "lora" in body["content"]["application/json"]["schema"]["properties"]
+
+
+@pytest.mark.server
+def test_server_with_a_bad_adapter_file_does_not_start(files) -> None:
+    with pytest.raises(RuntimeError, match="is not a LoRA adapter"):
+        with ServerProcess(["--model", str(files["base"]), "--lora", str(files["base"]), "--n-ctx", "256",
+                            "--parallel", "1", "--threads", "2"]):
+            pass
