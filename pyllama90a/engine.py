@@ -27,8 +27,9 @@ from typing import Any
 from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
-from .core import GenerationRequest, GenerationSequence, TokenLogprob, common_prefix, keep_cached_prefix
+from .core import GenerationRequest, GenerationSequence, TokenLogprob, keep_cached_prefix
 from .core.outputs import Usage
+from .engine_lora import LoraTurns
 from .errors import (
     BusyError,
     ClosedError,
@@ -38,13 +39,10 @@ from .errors import (
     EngineStoppedError,
     NonFiniteOutputError,
     QueueFullError,
-    fs_path,
-    int_in_range,
     positive_int,
 )
 from .model import Model
 from .native import Batch
-from .state_file import StateIdentity
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +64,7 @@ class _Job:
     sequence: GenerationSequence
     on_chunk: Callable[[Chunk], None]
     cancelled: bool = False
+    lora: tuple[float, ...] = ()  # every adapter's scale for this request (engine_lora.py)
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
     # carried them yet, so the next one does
@@ -90,6 +89,7 @@ class Handle:
 class _Slot:
     seq: int
     cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
+    lora: tuple[float, ...] = ()  # the adapter scales those cells were computed with
     job: _Job | None = None
 
 
@@ -106,7 +106,7 @@ class EngineStats:
     tokens_per_s: float            # generated tokens per second over the last few seconds
 
 
-class BatchEngine:
+class BatchEngine(slot_state.SlotFiles):
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
     def __init__(self, path: str | os.PathLike | None = None, *, parallel: int = 4, queue_size: int = 64,
@@ -130,6 +130,7 @@ class BatchEngine:
         self._model_hold = contextlib.ExitStack()
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
         self._batch = Batch(self._context.n_batch)
+        self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
         self._slots = [_Slot(seq) for seq in range(parallel)]
         self._waiting: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
@@ -183,7 +184,8 @@ class BatchEngine:
                                        f"(n_ctx / parallel), and one more is needed to generate")
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
-        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk)
+        lora = self.lora.scales_for(request.lora)
+        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -215,48 +217,6 @@ class BatchEngine:
     async def acomplete(self, prompt: str | Sequence[int], **kwargs: object) -> engine_async.EngineCompletion:
         """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
         return await engine_async.acomplete(self, prompt, **kwargs)
-
-    # -- slots' KV cells in files (slot_state.py) ----------------------------------------------------------------
-
-    def save_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
-        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state)."""
-        raw = fs_path("path", path)
-
-        def save() -> tuple[int, int]:
-            s = self._idle_slot(slot, "save")
-            return len(s.cached), slot_state.save_slot(self._context, s.seq, s.cached, raw, self._slot_identity())
-        return self._between_steps(save)
-
-    def restore_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
-        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot):
-        (tokens restored, bytes read). A bad file is a StateFileError, and the slot keeps its cells."""
-        raw = fs_path("path", path)
-
-        def restore() -> tuple[int, int]:
-            s = self._idle_slot(slot, "restore")
-            tokens, n_bytes = slot_state.restore_slot(self._context, s.seq, raw, self._slot_identity())
-            s.cached[:] = tokens
-            return len(tokens), n_bytes
-        return self._between_steps(restore)
-
-    def erase_slot(self, slot: int) -> int:
-        """Empty an idle slot's KV cells; how many tokens it held."""
-        def erase() -> int:
-            s = self._idle_slot(slot, "erase")
-            n = len(s.cached)
-            self._context.clear_sequence(s.seq)
-            s.cached.clear()
-            return n
-        return self._between_steps(erase)
-
-    def _slot_identity(self) -> StateIdentity:
-        return slot_state.slot_identity(self.model.fingerprint, self.model.ctk, self.model.ctv, self.n_ctx_slot)
-
-    def _idle_slot(self, slot: int, action: str) -> _Slot:  # engine thread
-        int_in_range("slot", slot, 0, self.parallel - 1)
-        if self._slots[slot].job is not None:
-            raise BusyError(f"cannot {action} slot {slot}: it is generating")
-        return self._slots[slot]
 
     def _between_steps(self, task: Callable[[], Any]) -> Any:
         """Run `task` on the engine thread between two decode steps (it owns the context) and return its result."""
@@ -403,6 +363,7 @@ class BatchEngine:
         active = [(s, s.job) for s in self._slots if s.job is not None]
         if not active:
             return True
+        active = self.lora.take_turn(active)  # (the requests of one adapter set per step)
         plan = self._fill_batch(active)
         try:
             self._context.decode(self._batch)
@@ -426,7 +387,7 @@ class BatchEngine:
         free = [s for s in self._slots if s.job is None]
         while self._waiting and free:
             job = self._admitting = self._waiting.popleft()
-            slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
+            slot = self.lora.admit(free, job)
             free.remove(slot)
             keep = keep_cached_prefix(self._context, slot.seq, slot.cached, job.prompt)
             job.to_decode = job.prompt[keep:]

@@ -76,6 +76,15 @@ class InfillUnsupportedError(InvalidArgumentError):
     names each missing one)."""
 
 
+class LoraAdapterError(InvalidArgumentError):
+    """A LoRA adapter that cannot be used: a file that is not a LoRA GGUF for this model's architecture, an
+    activated LoRA (aLoRA, not supported), a scale that is not a finite number, an adapter id that was not loaded.
+    `param` is "lora" (the server's field and Model's argument)."""
+
+    def __init__(self, message: str, native_log: list[str] | None = None, *, param: str | None = "lora") -> None:
+        super().__init__(message, native_log, param=param)
+
+
 class DecodeError(LlamaError):
     """llama_decode/llama_encode failed."""
 

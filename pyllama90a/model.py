@@ -23,29 +23,19 @@ from .core import GenerationRequest, GenerationSequence, completion_of, keep_cac
 from .core.outputs import Completion, Piece, Timings, Usage
 from .core.tool_output import ToolCallOutput
 from .embedding import embed_inputs, embedding_inputs
-from .errors import (
-    INT32_MAX,
-    BusyError,
-    ClosedError,
-    ContextOverflowError,
-    InvalidArgumentError,
-    LlamaError,
-    flag,
-    fs_path,
-    int_in_range,
-    token_ids,
-    utf8,
-)
+from .errors import BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, flag, fs_path, token_ids, utf8
+from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
+from .model_cache import CacheControl
 from .model_file import ModelFile, check_header
 from .model_open import checked_file, context_params, load_weights, model_path, open_context
-from .native import Batch, ContextHandle, ContextParams, ModelHandle
+from .native import ContextHandle, ContextParams, ModelHandle
 from .placement import Placement
 from .sampling import SamplingParams
 from .state_file import StateIdentity, restore_state, write_state_file
 
 
-class Model:
+class Model(CacheControl):
     """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.
 
     KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off", "hybrid" or "auto".
@@ -63,10 +53,11 @@ class Model:
 
     def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
-                 **settings: Any) -> None:
+                 lora: Sequence[tuple[str | os.PathLike, float]] = (), **settings: Any) -> None:
         """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
         tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
-        rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement)."""
+        rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
+        lora: LoRA adapter GGUFs for this model with their scales, applied to every decode (see lora.py)."""
         context_settings = ContextSettings(**settings)
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         self._handle: ModelHandle | None = None  # both None once closed
@@ -75,13 +66,16 @@ class Model:
         self.path = Path(os.fsdecode(raw_path))
         params = self._settle(context_settings)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
-        self._open(file, load_weights(raw_path, n_gpu_layers, placement), params, context_settings.attention_paths)
+        handle = load_weights(raw_path, n_gpu_layers, placement)
+        self._lora = LoraAdapters.load(handle, file.header.architecture, lora)  # (freed by close, or with it)
+        self._open(file, handle, params, context_settings.attention_paths)
 
     def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
         of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context settings; the
-        file and n_gpu_layers are this Model's. Each Model has its own context, lock and close(): the two may
-        run on different threads at once, and the weights stay loaded until the last of them is closed."""
+        file and n_gpu_layers are this Model's, not its LoRA adapters. Each Model has its own context, lock and
+        close(): the two may run on different threads at once, and the weights stay loaded until the last of them is
+        closed."""
         # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
         # whatever this Model does meanwhile
         context_settings = ContextSettings(**settings)
@@ -99,6 +93,7 @@ class Model:
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
+        self._lora = LoraAdapters()
         s = settings
         params = context_params(s)
         self.ctk, self.ctv, self.flash_attn = params.type_k, params.type_v, params.flash_attn
@@ -119,6 +114,7 @@ class Model:
         context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
                                                                       attention_paths)
         self._handle, self._context = handle, context
+        self._lora.apply(context, self._lora.scales)
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -130,6 +126,7 @@ class Model:
             context, self._context, self._handle = self._context, None, None
             if context is not None:
                 context.close()
+                self._lora.close()  # (after the context that applied them)
 
     def __enter__(self) -> Model:
         return self
@@ -231,6 +228,11 @@ class Model:
             self._attention_paths = paths
 
     @property
+    def lora(self) -> LoraAdapters:
+        """The LoRA adapters loaded with this Model (id, path, scale each), applied to its context."""
+        return self._lora
+
+    @property
     def devices(self) -> tuple[str, ...]:
         """The devices the offloaded layers may go to, in llama.cpp's order ("name (description)"; RPC workers'
         first): what tensor_split's shares and main_gpu refer to. Empty: the model runs on the CPU."""
@@ -292,65 +294,6 @@ class Model:
     def _decode(self, context: ContextHandle, tokens: list[int]) -> None:
         context.decode_tokens(tokens)
         self._kv_tokens.extend(tokens)
-
-    def _fitting_tokens(self, tokens: Sequence[int], after: int) -> list[int]:
-        """`tokens` as a list, checked to be valid ids that fit the context after `after` cached ones."""
-        tokens = token_ids(tokens, self.handle.n_vocab)
-        if not tokens:
-            raise InvalidArgumentError("tokens is empty")
-        n_ctx = self.n_ctx_seq
-        if after + len(tokens) > n_ctx:
-            raise ContextOverflowError(f"{after} cached + {len(tokens)} new tokens do not fit n_ctx={n_ctx}")
-        return tokens
-
-    @property
-    def n_cached(self) -> int:
-        """How many tokens the KV cache holds (sequence 0)."""
-        with self._using_model():
-            return len(self._kv_tokens)
-
-    def eval(self, tokens: Sequence[int]) -> None:
-        """Decode `tokens` after the cached ones (positions continue); for manual cache control and benchmarks."""
-        with self._using_context("eval") as context:
-            tokens = self._fitting_tokens(tokens, len(self._kv_tokens))
-            for start in range(0, len(tokens), context.n_batch):
-                self._decode(context, tokens[start:start + context.n_batch])
-            context.synchronize()
-
-    def last_logits(self) -> np.ndarray:
-        """A copy of the logits after the last evaluated token, shape (n_vocab,)."""
-        with self._using_context("read the logits") as context:
-            if not self._kv_tokens:
-                raise LlamaError("nothing was evaluated yet")
-            return context.logits_row(-1).copy()
-
-    def truncate(self, n_tokens: int) -> None:
-        """Keep only the first `n_tokens` cached tokens."""
-        int_in_range("n_tokens", n_tokens, 0, INT32_MAX)  # a position (int32)
-        with self._using_context("truncate the cache") as context:
-            if n_tokens >= len(self._kv_tokens):
-                return
-            if not context.trim_sequence(0, n_tokens):  # pragma: no cover - never for a KV cache
-                raise LlamaError("llama.cpp could not truncate the cache")
-            del self._kv_tokens[n_tokens:]
-
-    def logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
-        with self._using_context("compute logits") as context:
-            tokens = self._fitting_tokens(tokens, 0)
-            context.clear()
-            self._kv_tokens = []
-            out = np.empty((len(tokens), context.model.n_vocab), dtype=np.float32)
-            with Batch(context.n_batch) as batch:
-                for start in range(0, len(tokens), context.n_batch):
-                    chunk = tokens[start:start + context.n_batch]
-                    batch.clear()
-                    batch.add(chunk, start, 0, logits="all")
-                    context.decode(batch)
-                    self._kv_tokens.extend(chunk)
-                    for i in range(len(chunk)):
-                        out[start + i] = context.logits_row(i)
-        return out
 
     # -- generation ----------------------------------------------------------------------------------
 

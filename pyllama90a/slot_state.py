@@ -8,10 +8,15 @@ with the same model file, KV types and slot size takes it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .errors import LlamaError, StateFileError
+from .errors import BusyError, LlamaError, StateFileError, fs_path, int_in_range
 from .native import ContextHandle
 from .state_file import StateIdentity, read_state_file, write_state_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import Model
 
 ONE_SEQUENCE = 0  # the identity's n_seq_max of a slot's file
 
@@ -40,3 +45,55 @@ def restore_slot(context: ContextHandle, seq: int, path: bytes, identity: StateI
         raise StateFileError(f"llama.cpp refused the slot state in {os.fsdecode(path)}; the slot is empty now",
                              refusal.native_log) from None
     return tokens, len(payload)
+
+
+class SlotFiles:
+    """BatchEngine's slot files: each action runs on the engine thread between two decode steps, on an idle
+    slot (a `seq` and the `cached` tokens in its cells)."""
+
+    model: Model
+    parallel: int
+    n_ctx_slot: int
+    _context: ContextHandle
+    _slots: Sequence[Any]
+    _between_steps: Callable[[Callable[[], Any]], Any]
+
+    def save_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
+        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state)."""
+        raw = fs_path("path", path)
+
+        def save() -> tuple[int, int]:
+            s = self._idle_slot(slot, "save")
+            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity())
+        return self._between_steps(save)
+
+    def restore_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
+        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot):
+        (tokens restored, bytes read). A bad file is a StateFileError, and the slot keeps its cells."""
+        raw = fs_path("path", path)
+
+        def restore() -> tuple[int, int]:
+            s = self._idle_slot(slot, "restore")
+            tokens, n_bytes = restore_slot(self._context, s.seq, raw, self._slot_identity())
+            s.cached[:] = tokens
+            return len(tokens), n_bytes
+        return self._between_steps(restore)
+
+    def erase_slot(self, slot: int) -> int:
+        """Empty an idle slot's KV cells; how many tokens it held."""
+        def erase() -> int:
+            s = self._idle_slot(slot, "erase")
+            n = len(s.cached)
+            self._context.clear_sequence(s.seq)
+            s.cached.clear()
+            return n
+        return self._between_steps(erase)
+
+    def _slot_identity(self) -> StateIdentity:
+        return slot_identity(self.model.fingerprint, self.model.ctk, self.model.ctv, self.n_ctx_slot)
+
+    def _idle_slot(self, slot: int, action: str) -> Any:  # engine thread
+        int_in_range("slot", slot, 0, self.parallel - 1)
+        if self._slots[slot].job is not None:
+            raise BusyError(f"cannot {action} slot {slot}: it is generating")
+        return self._slots[slot]

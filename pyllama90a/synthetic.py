@@ -25,7 +25,7 @@ import os
 import sys
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +41,10 @@ __all__ = [
     "import_gguf",
     "synthetic_model",
     "write_synthetic",
+    "write_synthetic_lora",
 ]
 
-WEIGHT_TYPES = ("f16", "q8_0", "q4_0")
+WEIGHT_TYPES = ("f16", "q8_0", "q4_0", "f32")  # f32: exact weights, for checks against numpy (LoRA merges)
 METHODS = ("fast", "quantize")
 WEIGHT_STD = 0.02
 RMS_EPS = 1e-5
@@ -244,7 +245,7 @@ def _make_tensor(gguf: types.ModuleType, rng: np.random.Generator, np_shape: tup
                  weight_type: str, method: str) -> np.ndarray:
     if len(np_shape) == 1:
         return np.ones(np_shape, dtype=np.float32)
-    if weight_type != "f16" and method == "fast":
+    if weight_type in ("q4_0", "q8_0") and method == "fast":
         return _fast_blocks(rng, np_shape, weight_type)
     data = rng.standard_normal(np_shape, dtype=np.float32)
     data *= np.float32(WEIGHT_STD)
@@ -253,14 +254,14 @@ def _make_tensor(gguf: types.ModuleType, rng: np.random.Generator, np_shape: tup
 
 def _qtype(gguf: types.ModuleType, weight_type: str) -> Any:
     return {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
-            "q4_0": gguf.GGMLQuantizationType.Q4_0}[weight_type]
+            "q4_0": gguf.GGMLQuantizationType.Q4_0, "f32": gguf.GGMLQuantizationType.F32}[weight_type]
 
 
 def _tensor_nbytes(np_shape: tuple[int, ...], weight_type: str) -> int:
     n = int(np.prod(np_shape))
     if len(np_shape) == 1:
         return 4 * n
-    return {"f16": 2 * n, "q8_0": n // 32 * 34, "q4_0": n // 32 * 18}[weight_type]
+    return {"f16": 2 * n, "q8_0": n // 32 * 34, "q4_0": n // 32 * 18, "f32": 4 * n}[weight_type]
 
 
 def _resolve_shape(shape: str | Shape) -> Shape:
@@ -276,7 +277,7 @@ def _check_args(shape: Shape, weight_type: str, method: str) -> None:
         raise ValueError(f"weight_type must be one of {', '.join(WEIGHT_TYPES)}, got {weight_type!r}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if weight_type != "f16":
+    if weight_type in ("q4_0", "q8_0"):
         for what, n in (("n_embd", shape.n_embd), ("n_ff", shape.n_ff)):
             if n % 32:
                 raise ValueError(f"{weight_type} needs rows that are a multiple of 32; {what} is {n}")
@@ -289,15 +290,19 @@ def file_size_estimate(shape: str | Shape, weight_type: str = "q4_0") -> int:
 
 
 def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_type: str = "q4_0",
-                    seed: int = 0, method: str = "fast", fim: Sequence[str] = ()) -> Path:
+                    seed: int = 0, method: str = "fast", fim: Sequence[str] = (),
+                    adjust: Callable[[str, np.ndarray], np.ndarray] | None = None) -> Path:
     """Write a random-weight llama GGUF of `shape` (a SHAPES name or a Shape) to `path`.
 
-    2-D weights are `weight_type` (f16, q8_0 or q4_0), norms f32 ones. fim: the FIM tokens (FIM_TEXTS' kinds)
-    the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). The file
-    is written under a temporary name next to `path` and renamed at the end, one tensor in memory at a time.
+    2-D weights are `weight_type` (f16, q8_0, q4_0 or f32), norms f32 ones. adjust: (name, weights) -> the
+    weights written instead, for f32 files (e.g. a LoRA merged into them by hand). fim: the FIM tokens (FIM_TEXTS'
+    kinds) the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). The
+    file is written under a temporary name next to `path` and renamed at the end, one tensor in memory at a time.
     """
     s = _resolve_shape(shape)
     _check_args(s, weight_type, method)
+    if adjust is not None and weight_type != "f32":
+        raise ValueError("adjust needs weight_type='f32' (it edits the weights as they are written)")
     tokens, scores, token_types = _vocab(s.n_vocab, fim)  # (checks fim)
     gguf = import_gguf()
     path = Path(path)
@@ -307,7 +312,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
     writer = gguf.GGUFWriter(tmp, "llama")
     try:
         file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                     "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[weight_type]
+                     "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "f32": gguf.LlamaFileType.ALL_F32}[weight_type]
         writer.add_name(f"synthetic-{s.name}-{weight_type}")
         writer.add_description("random weights written by pyllama90a.synthetic; output text is meaningless")
         writer.add_context_length(s.n_ctx_train)
@@ -321,7 +326,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         writer.add_rope_dimension_count(s.head_dim)
         writer.add_vocab_size(s.n_vocab)
         writer.add_file_type(int(file_type))
-        if weight_type != "f16":
+        if weight_type in ("q4_0", "q8_0"):
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
         writer.add_tokenizer_model("llama")
@@ -349,7 +354,8 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         writer.write_ti_data_to_file()
         for index, (_name, np_shape) in enumerate(plan):
             rng = np.random.default_rng([seed, index])  # each tensor its own stream: order-independent
-            writer.write_tensor_data(_make_tensor(gguf, rng, np_shape, weight_type, method))
+            data = _make_tensor(gguf, rng, np_shape, weight_type, method)
+            writer.write_tensor_data(data if adjust is None else np.asarray(adjust(name, data), dtype=np.float32))
         writer.flush()
         writer.close()
         os.replace(tmp, path)
@@ -358,6 +364,50 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def write_synthetic_lora(shape: str | Shape, path: str | os.PathLike[str], targets: Sequence[str], *, rank: int = 4,
+                         alpha: float = 8.0, std: float = 0.05, seed: int = 0, architecture: str = "llama",
+                         extra: Mapping[str, Any] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Write a random LoRA adapter GGUF for the synthetic `shape` to `path`, adapting the weight matrices named
+    in `targets` (e.g. "blk.0.attn_q.weight"), as llama.cpp's loader reads one: F32 `<name>.lora_a` of numpy
+    shape (rank, n_in) and `<name>.lora_b` of (n_out, rank), noise of `std` (B @ A then changes the weights by
+    about as much as they are: a visible effect), adapter.lora.alpha = `alpha`. A decode with scale s
+    then computes with W + s * alpha / rank * B @ A. `architecture` and `extra` (metadata key -> value: str,
+    float, int or a list of ints) make files a loader must refuse. Returns name -> (A, B)."""
+    s = _resolve_shape(shape)
+    shapes = dict(_tensor_plan(s))
+    unknown = [t for t in targets if len(shapes.get(t, ())) != 2]
+    if unknown:
+        raise ValueError(f"not weight matrices of shape {s.name!r}: {', '.join(unknown)}")
+    gguf = import_gguf()
+    writer = gguf.GGUFWriter(Path(path), architecture)
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        writer.add_type("adapter")
+        writer.add_string("adapter.type", "lora")
+        writer.add_float32("adapter.lora.alpha", float(alpha))
+        for key, value in (extra or {}).items():
+            if isinstance(value, list):
+                writer.add_array(key, value)
+            elif isinstance(value, str):
+                writer.add_string(key, value)
+            else:
+                (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(key, value)
+        for index, name in enumerate(targets):
+            n_out, n_in = shapes[name]
+            rng = np.random.default_rng([seed, index])
+            a = rng.standard_normal((rank, n_in), dtype=np.float32) * np.float32(std)
+            b = rng.standard_normal((n_out, rank), dtype=np.float32) * np.float32(std)
+            writer.add_tensor(f"{name}.lora_a", a)
+            writer.add_tensor(f"{name}.lora_b", b)
+            pairs[name] = (a, b)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return pairs
 
 
 def _home() -> Path:

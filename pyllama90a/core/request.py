@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..constrained import Constraint
 from ..errors import InvalidArgumentError, flag, positive_int, utf8
+from ..lora import RequestedLora, requested_lora
 from ..sampling import SamplingParams
 
 MAX_TOP_LOGPROBS = 20  # alternatives reported per token, at most (OpenAI's top_logprobs bound)
@@ -35,7 +36,8 @@ class GenerationRequest:
     dataclasses.replace checks again): the sampling, the stop strings, max_tokens, logprobs (None, or how many
     alternatives to report per token), ignore_eos (generate max_tokens past end-of-generation tokens, for
     benchmarks), the output constraint and the logit_bias (token id -> bias; checked against a vocabulary when
-    GenerationSequence compiles it)."""
+    GenerationSequence compiles it), and the LoRA adapters it runs with ((id, scale) pairs, or {id: scale} made
+    into them; None: the defaults; see lora.py)."""
 
     max_tokens: int = 256
     stops: tuple[str, ...] = ()
@@ -44,8 +46,10 @@ class GenerationRequest:
     logit_bias: Mapping[object, object] | None = None
     logprobs: int | None = None
     ignore_eos: bool = False
+    lora: RequestedLora | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "lora", requested_lora(self.lora))
         positive_int("max_tokens", self.max_tokens)
         if not isinstance(self.stops, tuple) or check_stops(self.stops) != self.stops:  # (check_stops raises)
             raise InvalidArgumentError("stops must be a tuple of stop strings (see check_stops)")
@@ -67,7 +71,8 @@ class GenerationRequest:
     @classmethod
     def of(cls, *, max_tokens: object = 256, stop: object = (), logprobs: object = None, ignore_eos: object = False,
            constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
-           **sampling: object) -> GenerationRequest:
-        """A request from the arguments users pass (stop as a str, a list or None; the SamplingParams fields)."""
+           lora: object = None, **sampling: object) -> GenerationRequest:
+        """A request from the arguments users pass (stop as a str, a list or None; lora as {id: scale}; the
+        SamplingParams fields)."""
         return cls(max_tokens, check_stops(stop), SamplingParams(**sampling), constraint,  # type: ignore[arg-type]
-                   logit_bias, logprobs, ignore_eos)  # type: ignore[arg-type]
+                   logit_bias, logprobs, ignore_eos, lora)  # type: ignore[arg-type]

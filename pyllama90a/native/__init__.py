@@ -10,6 +10,7 @@ compiled library (`pyllama90a._native`, built from src/ against the patched llam
               becomes a LlamaError, carrying the lines llama.cpp logged during that call on that thread
 - model.py    ModelHandle: llama_model* (weights, vocabulary, metadata, built-in chat templates)
 - context.py  ContextHandle: llama_context* (decode, logits, sequences, state, sizes); ContextParams
+- lora.py     LoraHandle: llama_adapter_lora* (a LoRA adapter loaded for a model; a context applies it)
 - batch.py    Batch: llama_batch
 - sampler.py  SamplerChain: a llama_sampler* chain
 - ggml.py     ggml-level facts: KV type numbers and row sizes, backend devices, system info
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 from .batch import Batch
 from .context import ContextHandle, ContextParams
+from .lora import LoraHandle
 from .model import ModelHandle
 from .sampler import SamplerChain
 
-__all__ = ["Batch", "ContextHandle", "ContextParams", "ModelHandle", "SamplerChain"]
+__all__ = ["Batch", "ContextHandle", "ContextParams", "LoraHandle", "ModelHandle", "SamplerChain"]

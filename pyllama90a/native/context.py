@@ -30,6 +30,7 @@ from .model import ModelHandle
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)
     from .batch import Batch
+    from .lora import LoraHandle
 
 POOLING = {"model": "LLAMA_POOLING_TYPE_UNSPECIFIED", "mean": "LLAMA_POOLING_TYPE_MEAN"}
 
@@ -148,6 +149,7 @@ class ContextHandle:
         self.n_batch: int = lib.llama_n_batch(ptr)
         self.n_ubatch: int = lib.llama_n_ubatch(ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(ptr)
+        self._loras: tuple[LoraHandle, ...] = ()  # the adapters applied: referenced, so never freed under it
         # the attention-path bits that are this context's mode rather than a path choice: kept through every
         # set_attention_paths
         self._mode_bits = lib.LLAMA_PYL_ATTN_HYBRID if params.flash_attn == "hybrid" else 0
@@ -301,6 +303,23 @@ class ContextHandle:
     def _check_sequence(self, seq: int) -> None:
         # llama.cpp asserts (aborting the process) on a sequence id outside [0, n_seq_max)
         int_in_range("seq", seq, 0, self.n_seq_max - 1)
+
+    # -- LoRA adapters -------------------------------------------------------------------------------------------
+
+    def set_loras(self, adapters: Sequence[LoraHandle], scales: Sequence[float]) -> None:
+        """Apply `adapters` (loaded for this context's model) with `scales` to every later decode, for all
+        sequences alike (llama.cpp's adapters are per context); a scale of 0 leaves an adapter out. The scales
+        are checked by the caller (finite floats)."""
+        ctx = self._live()
+        if len(adapters) != len(scales) or any(a.closed or a.model is not self.model for a in adapters):
+            raise InvalidArgumentError("set_loras takes open adapters of this context's model, one scale each")
+        # (llama.cpp asserts, ending the process, on NULL arrays with a count: none is given as NULLs and 0)
+        ptrs = ffi.new("struct llama_adapter_lora *[]", [a.ptr for a in adapters]) if adapters else ffi.NULL
+        values = ffi.new("float[]", list(scales)) if adapters else ffi.NULL
+        with NativeCall() as call:
+            rc = lib.llama_set_adapters_lora(ctx, ptrs, len(adapters), values)
+        call.check(rc == 0, LlamaError, f"llama.cpp could not apply {len(adapters)} LoRA adapters")
+        self._loras = tuple(adapters)
 
     # -- state ---------------------------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import re
 import sys
@@ -87,6 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--main-gpu", type=int, default=_env("main-gpu", 0), help="device index for --split-mode none")
     p.add_argument("--rpc", default=_env("rpc", None), type=lambda v: v.split(","),
                    help="comma-separated host:port of pyllama90a.worker processes whose devices join the split")
+    p.add_argument("--lora", action="append", type=lora_flag, metavar="PATH[:SCALE]",
+                   help="a LoRA adapter GGUF for the model, with its default scale (default 1.0); repeat for more "
+                        "(ids 0, 1, ... in that order: GET /lora-adapters). PYLLAMA90A_LORA: comma-separated")
     p.add_argument("--threads", type=int, default=_env("threads", None), help="CPU threads (default: cores)")
     p.add_argument("--queue-size", type=int, default=_env("queue-size", 64),
                    help="requests that may wait for a slot; more get 429 (default 64)")
@@ -131,6 +135,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
     args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
+    if args.lora is None:  # (an appended flag takes no default from the environment)
+        try:
+            args.lora = [lora_flag(spec) for spec in str(_env("lora", "")).split(",") if spec]
+        except argparse.ArgumentTypeError as e:
+            p.error(f"{ENV}LORA: {e}")
     # a default taken from the environment is not checked by argparse: check every flag with choices here
     for action in p._actions:
         value = getattr(args, action.dest, None)
@@ -156,6 +165,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as e:
         p.error(str(e))
     return args
+
+
+def lora_flag(text: str) -> tuple[str, float]:
+    """--lora PATH[:SCALE] as (path, scale); a path holding ':' takes a scale after its last one."""
+    path, sep, scale = text.rpartition(":")
+    try:
+        value = float(scale)
+    except ValueError:  # (no scale: a colon, if any, is the path's)
+        return text, 1.0
+    if not (sep and path):
+        return text, 1.0
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"the scale of --lora {text!r} must be a finite number")
+    return path, value
 
 
 def cors_origins(text: str) -> tuple[str, ...]:
@@ -209,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                                parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
                                n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
                                split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
-                               rpc=args.rpc or ())
+                               rpc=args.rpc or (), lora=args.lora)
 
         engine = make_engine()
     except (LlamaError, OSError) as e:

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from ..errors import ClosedError, LlamaError
-from . import native_routes
+from . import lora_routes, native_routes
 from .embeddings import embeddings as serve_embeddings
 from .errors import APIError, answer
 from .generation import generate
@@ -104,6 +104,7 @@ def create_app(state: ServerState) -> FastAPI:
         return await serve_embeddings(state, request, native=False)
 
     native_routes.register(app, state, docs)
+    lora_routes.register(app, state, docs)
     return app
 
 
@@ -112,7 +113,7 @@ def create_app(state: ServerState) -> FastAPI:
 PUBLIC_ROUTES = frozenset({"/health", "/metrics", "/openapi.json"})
 # the routes /metrics counts responses of by name (others as "other")
 _ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-           "/models", "/chat/completions", *native_routes.PATHS}
+           "/models", "/chat/completions", *native_routes.PATHS, *lora_routes.PATHS}
 
 LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 

@@ -17,6 +17,7 @@ from ..errors import (
     InfillUnsupportedError,
     InvalidArgumentError,
     LlamaError,
+    LoraAdapterError,
     QueueFullError,
     StateFileError,
     UnsupportedChatTemplateError,
@@ -80,6 +81,7 @@ ANSWERS: dict[type[BaseException], Answer] = {
     UnsupportedChatTemplateError: Answer(400, code="chat_template_unsupported", param=lambda exc, inputs: "messages"),
     ChatTemplateError: Answer(400, code="chat_template_error", param=lambda exc, inputs: "messages"),
     InfillUnsupportedError: Answer(400, code="infill_not_supported"),  # /infill on a model without FIM tokens
+    LoraAdapterError: Answer(400, code="invalid_lora", param=lambda exc, inputs: "lora"),  # an id not loaded, a scale
     InvalidArgumentError: Answer(400),  # the request's own doing, found while it was served
     LlamaError: Answer(500, "server_error", message="generation failed: {}"),
 }

@@ -60,6 +60,7 @@ SLOT_ACTION = _obj("id_slot", id_slot=INT, filename=STR, n_saved=INT, n_written=
 PROPS = _obj("default_generation_settings total_slots model_path chat_template", default_generation_settings=OBJ,
              total_slots=INT, model_path=STR, chat_template=STR)
 SLOTS = {"type": "array", "items": _obj("id n_ctx is_processing", id=INT, n_ctx=INT, is_processing=BOOL)}
+LORA_ADAPTERS = {"type": "array", "items": _obj("id path scale", id=INT, path=STR, scale={"type": "number"})}
 NATIVE_EMBEDDINGS = {"type": "array", "items": _obj("index embedding", index=INT, embedding={"type": "array"})}
 
 
@@ -180,6 +181,14 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
                           **_errors(400, 401, 409, 413, 501, 503)}},
         "slots": {"summary": "The slots and whether each is generating (fail_on_no_slot=1: 503 when none is free)",
                   "responses": {200: _json("one entry per slot", SLOTS), **_errors(400, 401, 503)}},
+        "lora_adapters": {"summary": "The LoRA adapters loaded (--lora) with their default scales",
+                          "responses": {200: _json("one entry per adapter, by id", LORA_ADAPTERS),
+                                        **_errors(401, 503)}},
+        "set_lora_adapters": {
+            "summary": "Set the default scales of the adapters named (others keep theirs) for requests from now on",
+            "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"type": "array", "items": request_schema(p.LoraScale, limits)}}}}},
+            "responses": {200: _json("done", _obj("success", success=BOOL)), **_errors(400, 401, 413, 503)}},
         "metrics": {"summary": "Prometheus metrics", "responses": {
             200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}},
     }

@@ -19,7 +19,7 @@ from ..chat_template import Messages, normalize_messages
 from ..constrained import Constraint, constraint_from
 from ..core import GenerationRequest
 from ..core.request import MAX_TOP_LOGPROBS
-from ..errors import about
+from ..errors import LoraAdapterError, about
 from ..fim import CHUNK_FILENAME, infill_prompt
 from ..sampling import SamplingParams
 from ..toolcalls import Tools, check_tool_choice, check_tools
@@ -133,6 +133,20 @@ class StreamOptions(ProtocolModel):
     include_usage: bool = False
 
 
+class LoraScale(ProtocolModel):
+    """One LoRA adapter of a request's `lora` (or of POST /lora-adapters): its id (GET /lora-adapters) and scale."""
+    id: Annotated[int, Between(0, 2**31 - 1)]
+    scale: float
+
+
+def lora_scales(items: list[LoraScale]) -> dict[int, float]:
+    """[{id, scale}, ...] as {id: scale}; an id twice is a 400 naming `lora`."""
+    scales = {item.id: item.scale for item in items}
+    if len(scales) != len(items):
+        raise LoraAdapterError("lora names an adapter id twice")
+    return scales
+
+
 class GenerationBody(Harmless):
     """The fields of every generation route."""
     refused = REQUEST_FIELDS
@@ -159,6 +173,9 @@ class GenerationBody(Harmless):
     seed: Annotated[int, Between(-(2**63), 2**64 - 1)] | None = None
     stop: Annotated[Any, AfterValidator(_stops), WithJsonSchema({"anyOf": [
         {"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 16}]})] = ()
+    lora: list[LoraScale] | None = Field(None, description="the LoRA adapters this request runs with, by id "
+                                         "(GET /lora-adapters), as llama-server's: adapters not named are off; "
+                                         "absent: the server's default scales")
 
     def _constraint(self) -> Constraint | None:
         """OpenAI's response_format, or llama.cpp's grammar or json_schema ("" and {} mean none, as there)."""
@@ -178,7 +195,8 @@ class GenerationBody(Harmless):
         if self.seed is not None:
             sampling["seed"] = self.seed % 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF means "random"
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
-                                    self.logit_bias or None, logprobs, self.ignore_eos)
+                                    self.logit_bias or None, logprobs, self.ignore_eos,
+                                    None if self.lora is None else tuple(lora_scales(self.lora).items()))
         return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how)
 
     def _max_tokens(self, limits: Limits, default: int) -> int:

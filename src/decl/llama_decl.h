@@ -10,6 +10,7 @@ struct llama_context;
 struct llama_vocab;
 struct llama_sampler;
 struct llama_memory_i;
+struct llama_adapter_lora;
 typedef struct llama_memory_i * llama_memory_t;
 
 enum llama_flash_attn_type {
@@ -136,6 +137,13 @@ bool llama_state_load_file(struct llama_context * ctx, const char * path_session
                            size_t n_token_capacity, size_t * n_token_count_out);
 bool llama_state_save_file(struct llama_context * ctx, const char * path_session, const llama_token * tokens,
                            size_t n_token_count);
+
+/* LoRA adapters: loaded for one model (freed with it if not before), applied per context, not per sequence */
+struct llama_adapter_lora * llama_adapter_lora_init(struct llama_model * model, const char * path_lora);
+void llama_adapter_lora_free(struct llama_adapter_lora * adapter);
+uint64_t llama_adapter_get_alora_n_invocation_tokens(const struct llama_adapter_lora * adapter);
+int32_t llama_set_adapters_lora(struct llama_context * ctx, struct llama_adapter_lora ** adapters, size_t n_adapters,
+                                float * scales);
 
 /* decoding */
 struct llama_batch llama_batch_get_one(llama_token * tokens, int32_t n_tokens);
