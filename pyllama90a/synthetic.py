@@ -352,7 +352,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for index, (_name, np_shape) in enumerate(plan):
+        for index, (name, np_shape) in enumerate(plan):
             rng = np.random.default_rng([seed, index])  # each tensor its own stream: order-independent
             data = _make_tensor(gguf, rng, np_shape, weight_type, method)
             writer.write_tensor_data(data if adjust is None else np.asarray(adjust(name, data), dtype=np.float32))
