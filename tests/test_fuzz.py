@@ -20,7 +20,8 @@ from pyllama90a.fuzz.__main__ import main as fuzz_main
 from pyllama90a.fuzz.bases import load_base
 from pyllama90a.fuzz.campaign import Finding, Limits, shrink
 from pyllama90a.fuzz.gguf_file import ARRAY, F32, STRING, U32
-from pyllama90a.fuzz.gguf_mutations import MUTATION_CLASSES, generate_case, typed, write_case
+from pyllama90a.fuzz.gguf_generator import MUTATION_CLASSES, generate_case
+from pyllama90a.fuzz.gguf_mutations import typed, write_case
 from pyllama90a.fuzz.model_case import case_job
 from pyllama90a.fuzz.runner import run_one
 from pyllama90a.gguf_header import read_header

@@ -17,7 +17,8 @@ from typing import Any
 
 from .api_cases import api_job, generate_api_case, generate_untrusted_case
 from .bases import available_bases, load_base
-from .gguf_mutations import describe, generate_case, write_case
+from .gguf_generator import generate_case
+from .gguf_mutations import describe, write_case
 from .model_case import case_job
 from .runner import DEFECTS, OUTCOMES, Outcome, run_jobs
 
