@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -78,3 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         write_results(args.out, "constrained", {"free": rates["free"], "json_schema": rates["json_schema"],
                                                 "parallel": args.parallel, "tokens": args.tokens}, table)
     return 0
+
+
+if __name__ == "__main__":  # (also reached as `python -m pyllama90a.bench constrained`)
+    sys.exit(main(sys.argv[1:]))

@@ -164,3 +164,7 @@ def main(argv: list[str]) -> int:
     if args.out:
         write_results(Path(args.out), "server", result, table)
     return 0
+
+
+if __name__ == "__main__":  # (also reached as `python -m pyllama90a.bench server`)
+    sys.exit(main(sys.argv[1:]))
