@@ -46,7 +46,7 @@ class LoraTurns:
         with self._lock:
             return self._defaults
 
-    def set_defaults(self, scales: Mapping[int, float]) -> Scales:
+    def set_defaults(self, scales: Mapping[int, float] | RequestedLora) -> Scales:
         """Change the default scale of the adapters named ({id: scale}; the others keep theirs) for requests
         queued from now on; returns every adapter's default. LoraAdapterError for a bad id or scale."""
         named = dict(requested_lora(scales) or ())

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from .errors import APIError
-from .protocol import LoraScale, lora_scales
+from .protocol import LoraScale, lora_pairs
 from .protocol_base import parse
 from .request_body import read_json
 from .state import ServerState
@@ -35,5 +35,5 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
         if not isinstance(body, list):
             raise APIError(400, 'the body must be a list of {"id": ..., "scale": ...} objects', param="lora")
         items = [parse(LoraScale, item, state.limits)[0] for item in body]
-        state.engine.lora.set_defaults(lora_scales(items))  # (a bad id or scale: LoraAdapterError, a 400)
+        state.engine.lora.set_defaults(lora_pairs(items))  # (a bad id or scale: LoraAdapterError, a 400)
         return {"success": True}

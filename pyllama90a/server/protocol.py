@@ -19,8 +19,9 @@ from ..chat_template import Messages, normalize_messages
 from ..constrained import Constraint, constraint_from
 from ..core import GenerationRequest
 from ..core.request import MAX_TOP_LOGPROBS
-from ..errors import LoraAdapterError, about
+from ..errors import about
 from ..fim import CHUNK_FILENAME, infill_prompt
+from ..lora import RequestedLora
 from ..sampling import SamplingParams
 from ..toolcalls import Tools, check_tool_choice, check_tools
 from .errors import APIError
@@ -139,12 +140,10 @@ class LoraScale(ProtocolModel):
     scale: float
 
 
-def lora_scales(items: list[LoraScale]) -> dict[int, float]:
-    """[{id, scale}, ...] as {id: scale}; an id twice is a 400 naming `lora`."""
-    scales = {item.id: item.scale for item in items}
-    if len(scales) != len(items):
-        raise LoraAdapterError("lora names an adapter id twice")
-    return scales
+def lora_pairs(items: list[LoraScale]) -> RequestedLora:
+    """[{id, scale}, ...] as (id, scale) pairs, in their order: lora.requested_lora checks them (an id twice is a
+    LoraAdapterError, a 400 naming `lora`) where GenerationRequest and the engine's defaults take them."""
+    return tuple((item.id, item.scale) for item in items)
 
 
 class GenerationBody(Harmless):
@@ -196,7 +195,7 @@ class GenerationBody(Harmless):
             sampling["seed"] = self.seed % 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF means "random"
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
                                     self.logit_bias or None, logprobs, self.ignore_eos,
-                                    None if self.lora is None else tuple(lora_scales(self.lora).items()))
+                                    None if self.lora is None else lora_pairs(self.lora))
         return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how)
 
     def _max_tokens(self, limits: Limits, default: int) -> int:
