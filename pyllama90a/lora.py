@@ -10,6 +10,7 @@ only after invocation tokens) is refused.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from .errors import (
 )
 from .gguf_header import read_header
 from .native import ContextHandle, LoraHandle, ModelHandle
+from .state_file import NO_ADAPTERS, model_fingerprint
 
 FLOAT_MAX = 3.4028234663852886e38  # a scale is a C float: a larger double would become inf
 ALORA_PREFIX = "adapter.alora."    # the keys of an activated LoRA (adapter.alora.invocation_tokens)
@@ -92,10 +94,10 @@ def lora_files(specs: object) -> list[tuple[bytes, float]]:
     return files
 
 
-def check_adapter_file(path: Path, architecture: object) -> None:
+def check_adapter_file(path: Path, architecture: object) -> bytes:
     """LoraAdapterError unless `path` is a LoRA GGUF for `architecture` (a model's general.architecture) that
     is not an aLoRA: what llama.cpp's loader would refuse, said before it reads the tensors, and what it would
-    take but pyllama90a does not support."""
+    take but pyllama90a does not support. Its fingerprint (state_file.model_fingerprint) when it is."""
     try:
         header = read_header(path)
     except ModelFormatError as e:
@@ -112,22 +114,25 @@ def check_adapter_file(path: Path, architecture: object) -> None:
     if header.architecture != architecture:
         raise LoraAdapterError(f"{path} is a LoRA adapter for architecture {header.architecture!r}, but the "
                                f"model's is {architecture!r}")
+    return model_fingerprint(path, header.data_offset)
 
 
 class LoraAdapters(Sequence[LoraInfo]):
     """The LoRA adapters loaded for one Model, by id (their order in Model's `lora`), with the scales they were
-    loaded with. Freed by close() (after the context that applied them) or with their last reference."""
+    loaded with. Freed by close() (after the context that applied them) or with their last reference.
+    `fingerprint` names the files, in order, for state files (cells computed with adapters are theirs alone)."""
 
-    def __init__(self, handles: Sequence[LoraHandle] = (), scales: Sequence[float] = ()) -> None:
+    def __init__(self, handles: Sequence[LoraHandle] = (), scales: Sequence[float] = (),
+                 fingerprints: Sequence[bytes] = ()) -> None:
         self._handles, self.scales = tuple(handles), tuple(scales)
+        self.fingerprint = hashlib.sha256(b"".join(fingerprints)).digest() if fingerprints else NO_ADAPTERS
 
     @classmethod
     def load(cls, model: ModelHandle, architecture: object, specs: object) -> LoraAdapters:
         """The adapters of `specs` (Model's `lora`) for `model`, whose GGUF says `architecture`: every file
         checked before any is loaded; on a failure, those loaded are freed."""
         files = lora_files(specs)
-        for raw, _ in files:
-            check_adapter_file(Path(os.fsdecode(raw)), architecture)
+        fingerprints = [check_adapter_file(Path(os.fsdecode(raw)), architecture) for raw, _ in files]
         handles: list[LoraHandle] = []
         try:
             for raw, _ in files:
@@ -139,7 +144,7 @@ class LoraAdapters(Sequence[LoraInfo]):
             for handle in handles:
                 handle.close()
             raise
-        return cls(handles, [scale for _, scale in files])
+        return cls(handles, [scale for _, scale in files], fingerprints)
 
     @overload
     def __getitem__(self, i: int) -> LoraInfo: ...

@@ -447,7 +447,8 @@ class Model(CacheControl):
             write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes())
 
     def load_state(self, path: str | os.PathLike) -> None:
-        """Restore a state written by save_state() of a Model with the same model file, KV types and n_ctx.
+        """Restore a state written by save_state() of a Model with the same model file, KV types, n_ctx and LoRA
+        adapters at the same scales.
 
         A missing, corrupt or mismatched file raises StateFileError and leaves the cache as it was."""
         raw_path = fs_path("path", path)
@@ -455,7 +456,8 @@ class Model(CacheControl):
             restore_state(context, raw_path, self._state_identity(context), self.n_ctx_seq, self._kv_tokens)
 
     def _state_identity(self, context: ContextHandle) -> StateIdentity:
-        return StateIdentity(self.fingerprint, self.ctk, self.ctv, context.n_ctx, context.n_seq_max)
+        return StateIdentity(self.fingerprint, self.ctk, self.ctv, context.n_ctx, context.n_seq_max,
+                             self._lora.fingerprint, self._lora.scales)
 
     @property
     def fingerprint(self) -> bytes:

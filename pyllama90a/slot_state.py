@@ -3,7 +3,9 @@
 The file format and every check are Model.save_state's (state_file.py), for one sequence: llama.cpp's state of
 that sequence alone (llama_state_seq_get_data) and the tokens it holds. The identity's n_seq_max is 0, which no
 context has, so a slot's file and a Model's state file are never taken for each other; any slot of an engine
-with the same model file, KV types and slot size takes it.
+with the same model file, KV types, slot size and LoRA adapters takes it. The file records the adapter scales
+its cells were computed with (the slot's request's), and the slot restored runs with them: its cells serve only
+a request with that set (engine_lora.py).
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ if TYPE_CHECKING:  # pragma: no cover
 ONE_SEQUENCE = 0  # the identity's n_seq_max of a slot's file
 
 
-def slot_identity(model_sha256: bytes, type_k: str, type_v: str, n_ctx_slot: int) -> StateIdentity:
-    return StateIdentity(model_sha256, type_k, type_v, n_ctx_slot, ONE_SEQUENCE)
+def slot_identity(model: Model, n_ctx_slot: int, lora_scales: tuple[float, ...] | None) -> StateIdentity:
+    """A slot's file of `model` (its weights, KV types and adapters) with cells computed with `lora_scales`
+    (None, in what a restore expects: any)."""
+    return StateIdentity(model.fingerprint, model.ctk, model.ctv, n_ctx_slot, ONE_SEQUENCE, model.lora.fingerprint,
+                         lora_scales)
 
 
 def save_slot(context: ContextHandle, seq: int, tokens: list[int], path: bytes, identity: StateIdentity) -> int:
@@ -32,19 +37,23 @@ def save_slot(context: ContextHandle, seq: int, tokens: list[int], path: bytes, 
     return len(payload)
 
 
-def restore_slot(context: ContextHandle, seq: int, path: bytes, identity: StateIdentity) -> tuple[list[int], int]:
-    """Give sequence `seq` the cells in the file at `path` (read_state_file's checks first); its tokens and the
-    bytes of llama.cpp's state read. The sequence is emptied first; when llama.cpp refuses the payload it stays
-    empty and StateFileError says so."""
-    tokens, payload = read_state_file(path, identity, identity.n_ctx, context.model.n_vocab)
+def restore_slot(context: ContextHandle, seq: int, path: bytes, identity: StateIdentity,
+                 cached: list[int]) -> tuple[tuple[float, ...], int]:
+    """Give sequence `seq` the cells in the file at `path` (read_state_file's checks first); the LoRA scales they
+    were computed with and the bytes of llama.cpp's state read. `cached`, the tokens in its cells, is kept true:
+    the file's, or empty when llama.cpp refuses the payload (the sequence is emptied first; StateFileError says
+    so), or unchanged when a check refuses the file."""
+    tokens, payload, lora_scales = read_state_file(path, identity, identity.n_ctx, context.model.n_vocab)
     context.clear_sequence(seq)
+    cached.clear()
     try:
         context.set_sequence_state(seq, payload)
     except LlamaError as refusal:
         context.clear_sequence(seq)
         raise StateFileError(f"llama.cpp refused the slot state in {os.fsdecode(path)}; the slot is empty now",
                              refusal.native_log) from None
-    return tokens, len(payload)
+    cached[:] = tokens
+    return lora_scales, len(payload)
 
 
 class SlotFiles:
@@ -64,19 +73,19 @@ class SlotFiles:
 
         def save() -> tuple[int, int]:
             s = self._idle_slot(slot, "save")
-            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity())
+            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity(s.lora))
         return self._between_steps(save)
 
     def restore_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
         """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot):
-        (tokens restored, bytes read). A bad file is a StateFileError, and the slot keeps its cells."""
+        (tokens restored, bytes read); the slot runs with the LoRA scales its cells were computed with. A bad
+        file is a StateFileError: the slot keeps its cells when a check refuses it, is empty when llama.cpp does."""
         raw = fs_path("path", path)
 
         def restore() -> tuple[int, int]:
             s = self._idle_slot(slot, "restore")
-            tokens, n_bytes = restore_slot(self._context, s.seq, raw, self._slot_identity())
-            s.cached[:] = tokens
-            return len(tokens), n_bytes
+            s.lora, n_bytes = restore_slot(self._context, s.seq, raw, self._slot_identity(None), s.cached)
+            return len(s.cached), n_bytes
         return self._between_steps(restore)
 
     def erase_slot(self, slot: int) -> int:
@@ -89,8 +98,8 @@ class SlotFiles:
             return n
         return self._between_steps(erase)
 
-    def _slot_identity(self) -> StateIdentity:
-        return slot_identity(self.model.fingerprint, self.model.ctk, self.model.ctv, self.n_ctx_slot)
+    def _slot_identity(self, lora_scales: tuple[float, ...] | None) -> StateIdentity:
+        return slot_identity(self.model, self.n_ctx_slot, lora_scales)
 
     def _idle_slot(self, slot: int, action: str) -> Any:  # engine thread
         int_in_range("slot", slot, 0, self.parallel - 1)

@@ -9,7 +9,11 @@ Layout, little-endian:
     header   magic b"PL90STAT", format version (u32), sha256 of the model's GGUF header and weight samples (32 bytes),
              K type, V type (8 bytes each, NUL-padded names), n_ctx, n_seq_max, n_tokens (u32 each),
              payload size (u64)
-    tokens   n_tokens x int32: what sequence 0 of the cache holds, in order
+    lora     (version 3) sha256 of the LoRA adapters' fingerprints (32 zero bytes: none), n_scales (u32), and
+             n_scales x float64: the scale of each adapter the cells were computed with
+    tokens   n_tokens x int32: what the sequence holds, in order
+
+Version 2 files (before LoRA adapters) are read as saved with none.
     payload  llama.cpp's state bytes
     sha256   of everything above (32 bytes)
 """
@@ -32,8 +36,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .native import ContextHandle
 
 MAGIC = b"PL90STAT"
-FORMAT_VERSION = 2  # 2: the model identity covers samples of the weights
+FORMAT_VERSION = 3  # 2: the model identity covers samples of the weights; 3: and the LoRA adapters and scales
+READABLE_VERSIONS = (2, 3)
 _HEADER = struct.Struct("<8sI32s8s8sIIIQ")
+_LORA = struct.Struct("<32sI")  # (version 3) the adapters' fingerprint, the number of float64 scales after it
+NO_ADAPTERS = bytes(32)  # the adapters' fingerprint of a Model without any
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _CHUNK = 1 << 20
 
@@ -47,6 +54,10 @@ class StateIdentity:
     type_v: str
     n_ctx: int
     n_seq_max: int
+    adapters_sha256: bytes = NO_ADAPTERS  # LoraAdapters.fingerprint: which LoRA adapters were loaded
+    # the adapters' scales the cells were computed with; in an expected identity None takes any (a BatchEngine
+    # slot runs with the scales of the file it restores)
+    lora_scales: tuple[float, ...] | None = ()
 
 
 SAMPLES, SAMPLE_BYTES = 256, 4096  # of the tensor data, evenly spaced: 1 MiB read, whatever the model's size
@@ -89,8 +100,11 @@ def write_state_file(path: bytes, identity: StateIdentity, tokens: Sequence[int]
         raise StateFileError(f"{name}: cannot write a state file there: {e.strerror}") from None
     if mode is not None and not stat.S_ISREG(mode):  # never replace or write into a directory, FIFO or device
         raise StateFileError(f"{name}: exists and is not a regular file")
+    scales = identity.lora_scales
+    assert scales is not None, "a state file records the scales its cells were computed with"
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, identity.model_sha256, _type_field(identity.type_k),
                           _type_field(identity.type_v), identity.n_ctx, identity.n_seq_max, len(tokens), len(payload))
+    header += _LORA.pack(identity.adapters_sha256, len(scales)) + struct.pack(f"<{len(scales)}d", *scales)
     token_bytes = struct.pack(f"<{len(tokens)}i", *tokens)
     digest = hashlib.sha256()
     for part in (header, token_bytes, payload):
@@ -115,11 +129,12 @@ def write_state_file(path: bytes, identity: StateIdentity, tokens: Sequence[int]
         raise
 
 
-def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_vocab: int) -> tuple[list[int], bytes]:
-    """The tokens and llama.cpp payload of the state file at `path`, after checking, in this order: a regular
-    file, magic, format version, sizes against the file size (truncated or extended), the checksum (any
-    flipped bit), then that it was saved by a Model like `expected` and holds at most `max_tokens` valid ids.
-    Every failure is a StateFileError naming the problem."""
+def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int,
+                    n_vocab: int) -> tuple[list[int], bytes, tuple[float, ...]]:
+    """The tokens, llama.cpp payload and LoRA scales of the state file at `path`, after checking, in this
+    order: a regular file, magic, format version, sizes against the file size (truncated or extended), the
+    checksum (any flipped bit), then that it was saved by a Model like `expected` and holds at most
+    `max_tokens` valid ids. Every failure is a StateFileError naming the problem."""
     f, name, size = open_regular_file(path, StateFileError)
     with f:
         header = _read_exactly(f, _HEADER.size, name, "its header")
@@ -127,10 +142,20 @@ def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_voc
             _HEADER.unpack(header)
         if magic != MAGIC:
             raise StateFileError(f"{name}: not a pyllama90a state file (it starts with {magic!r}, not {MAGIC!r})")
-        if version != FORMAT_VERSION:
-            raise StateFileError(f"{name}: state file format version {version}; this pyllama90a reads version "
-                                 f"{FORMAT_VERSION}")
-        expected_size = _HEADER.size + 4 * n_tokens + payload_bytes + _DIGEST_BYTES
+        if version not in READABLE_VERSIONS:
+            raise StateFileError(f"{name}: state file format version {version}; this pyllama90a reads versions "
+                                 f"{', '.join(map(str, READABLE_VERSIONS))}")
+        adapters_sha256, scales = NO_ADAPTERS, ()
+        if version >= 3:
+            lora = _read_exactly(f, _LORA.size, name, "its LoRA adapters")
+            adapters_sha256, n_scales = _LORA.unpack(lora)
+            if _HEADER.size + _LORA.size + 8 * n_scales > size:
+                raise StateFileError(f"{name}: the header describes {n_scales} LoRA scales, more than the file holds "
+                                     f"(truncated or damaged)")
+            scale_bytes = _read_exactly(f, 8 * n_scales, name, "its LoRA scales")
+            scales = struct.unpack(f"<{n_scales}d", scale_bytes)
+            header += lora + scale_bytes
+        expected_size = len(header) + 4 * n_tokens + payload_bytes + _DIGEST_BYTES
         if expected_size != size:
             raise StateFileError(f"{name}: the header describes {expected_size} bytes but the file has {size} "
                                  f"(truncated or damaged)")
@@ -142,7 +167,8 @@ def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_voc
         digest.update(part)
     if digest.digest() != stored_digest:
         raise StateFileError(f"{name}: checksum mismatch: the file is corrupt")
-    saved = StateIdentity(model_sha256, _type_name(type_k), _type_name(type_v), n_ctx, n_seq_max)
+    saved = StateIdentity(model_sha256, _type_name(type_k), _type_name(type_v), n_ctx, n_seq_max, adapters_sha256,
+                          scales)
     _check_identity(name, saved, expected)
     tokens = list(struct.unpack(f"<{n_tokens}i", token_bytes))
     if n_tokens > max_tokens:
@@ -150,7 +176,7 @@ def read_state_file(path: bytes, expected: StateIdentity, max_tokens: int, n_voc
                              f"context holds")
     if not all(0 <= t < n_vocab for t in tokens):
         raise StateFileError(f"{name}: holds token ids outside this model's vocabulary [0, {n_vocab})")
-    return tokens, payload
+    return tokens, payload, scales
 
 
 def restore_state(context: ContextHandle, path: bytes, expected: StateIdentity, max_tokens: int,
@@ -158,7 +184,7 @@ def restore_state(context: ContextHandle, path: bytes, expected: StateIdentity, 
     """Give `context` the state in the file at `path` (read_state_file's checks first). `cached`, the tokens in
     the cache, is kept true whatever happens: the file's tokens, or unchanged when llama.cpp refuses the payload
     and the previous cache is put back (StateFileError says so)."""
-    tokens, payload = read_state_file(path, expected, max_tokens, context.model.n_vocab)
+    tokens, payload, _ = read_state_file(path, expected, max_tokens, context.model.n_vocab)
     previous = context.state_bytes()  # llama.cpp may have changed the cache by the time it refuses
     try:
         context.set_state(payload)
@@ -185,6 +211,18 @@ def _check_identity(name: str, saved: StateIdentity, expected: StateIdentity) ->
         was, want = getattr(saved, field), getattr(expected, field)
         if was != want:
             raise StateFileError(f"{name}: was saved with {what} {was}, this Model has {what} {want}")
+    if saved.adapters_sha256 != expected.adapters_sha256:
+        raise StateFileError(f"{name}: was saved with {_adapters(saved)} loaded, this Model has "
+                             f"{_adapters(expected)} (its cells were computed with those adapters)")
+    if expected.lora_scales is not None and saved.lora_scales != expected.lora_scales:
+        raise StateFileError(f"{name}: was saved with LoRA scales {list(saved.lora_scales or ())}, this Model applies "
+                             f"{list(expected.lora_scales)} (its cells were computed with those scales)")
+
+
+def _adapters(identity: StateIdentity) -> str:
+    if identity.adapters_sha256 == NO_ADAPTERS:
+        return "no LoRA adapters"
+    return f"LoRA adapters of fingerprint {identity.adapters_sha256.hex()[:16]}..."
 
 
 def _read_exactly(f: BinaryIO, n: int, name: str, what: str) -> bytes:

@@ -197,6 +197,70 @@ def test_engine_refuses_bad_sets_when_queued(files) -> None:
         assert engine.lora.set_defaults({0: 0.25}) == (0.25,)
 
 
+# -- state files ------------------------------------------------------------------------------------------------
+
+def test_model_state_files_name_their_adapters_and_scales(files, tmp_path) -> None:
+    a_at = [(files["a"], 1.0)]
+    with pl.Model(files["base"], lora=a_at, **EXACT) as m:
+        m.eval(PROMPT)
+        m.save_state(tmp_path / "a.state")
+    with pl.Model(files["base"], **EXACT) as m:
+        m.eval(PROMPT)
+        m.save_state(tmp_path / "base.state")
+        with pytest.raises(pl.StateFileError, match=r"saved with LoRA adapters of fingerprint .* this Model has no "
+                                                    r"LoRA adapters"):
+            m.load_state(tmp_path / "a.state")
+    with pl.Model(files["base"], lora=[(files["a"], 0.5)], **EXACT) as m:
+        with pytest.raises(pl.StateFileError, match=r"saved with LoRA scales \[1.0\], this Model applies \[0.5\]"):
+            m.load_state(tmp_path / "a.state")
+        with pytest.raises(pl.StateFileError, match="saved with no LoRA adapters loaded"):
+            m.load_state(tmp_path / "base.state")
+    with pl.Model(files["base"], lora=[(files["b"], 1.0)], **EXACT) as m, \
+            pytest.raises(pl.StateFileError, match="this Model has LoRA adapters of fingerprint"):
+        m.load_state(tmp_path / "a.state")  # (another adapter file at the same scale)
+    with pl.Model(files["base"], lora=a_at, **EXACT) as m:
+        m.load_state(tmp_path / "a.state")
+        again = m.generate(PROMPT, max_tokens=8, temperature=0)
+        assert again.timings.prompt_tokens_evaluated == 1 and again.tokens == _reference(files, (1.0, 0.0))
+
+
+def test_a_restored_slot_runs_with_the_scales_its_cells_were_computed_with(files, tmp_path) -> None:
+    # one slot: a file saved after set A, restored into the slot while set B ran there last. A request with set B
+    # and the same prompt must not take A's cells (its tokens and logprobs are a Model's with B); one with set A
+    # takes them (only the last prompt token is decoded again)
+    set_a, set_b = {0: 1.0}, {1: 0.5}
+    settings = {k: v for k, v in EXACT.items() if k != "n_ctx"}
+    with pl.BatchEngine(files["base"], lora=[(files["a"], 1.0), (files["b"], 0.5)], parallel=1, n_ctx=256,
+                        **settings) as engine:
+        with_a = _generated(_collect(engine, set_a))
+        engine.save_slot(0, tmp_path / "a.slot")
+        _generated(_collect(engine, set_b))
+        engine.restore_slot(0, tmp_path / "a.slot")
+        tokens, logprobs = _generated(_collect(engine, set_b))
+        assert tokens == _reference(files, _scales(set_b))
+        assert np.abs(np.array(logprobs) - _reference_logprobs(files, _scales(set_b), tokens)).max() < 1e-3
+        engine.restore_slot(0, tmp_path / "a.slot")
+        decoded = engine.stats().prompt_tokens_decoded
+        assert _generated(_collect(engine, set_a))[0] == with_a[0]
+        assert engine.stats().prompt_tokens_decoded - decoded <= 1
+
+
+def test_a_server_loaded_again_keeps_its_default_scales(files) -> None:
+    # (what the server does when lost RPC workers come back: a new engine in place of the old)
+    from pyllama90a.server.state import ServerState
+
+    def engine() -> pl.BatchEngine:
+        return pl.BatchEngine(files["base"], lora=[(files["a"], 1.0), (files["b"], 0.5)], parallel=1, n_ctx=256,
+                              n_threads=2)
+    state = ServerState(engine(), "base")
+    try:
+        state.engine.lora.set_defaults({0: 0.25})  # (as POST /lora-adapters)
+        state.replace_engine(engine())
+        assert state.engine.lora.defaults == (0.25, 0.5)
+    finally:
+        state.engine.close()
+
+
 # -- the server ------------------------------------------------------------------------------------------------
 
 def test_lora_flag() -> None:

@@ -63,3 +63,25 @@ def test_busy_slots_and_bad_numbers_are_refused(engine, tmp_path):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert engine.erase_slot(busy) > 0
+
+
+def test_a_payload_llama_cpp_refuses_leaves_the_slot_empty(engine, tmp_path):
+    # a file every check of ours passes (its checksum is right) whose llama.cpp state is cut in half: llama.cpp
+    # refuses it after the slot's cells were emptied, so the slot must say it holds nothing, or the next request
+    # with that prompt would take cells that are gone for its own
+    from pyllama90a.slot_state import slot_identity
+    from pyllama90a.state_file import read_state_file, write_state_file
+
+    _run(engine)
+    slot = next(i for i, (_, n_cached) in enumerate(engine.slot_usage()) if n_cached)
+    good = tmp_path / "slot.bin"
+    engine.save_slot(slot, good)
+    expected = slot_identity(engine.model, engine.n_ctx_slot, None)
+    tokens, payload, scales = read_state_file(bytes(good), expected, engine.n_ctx_slot, engine.model.handle.n_vocab)
+    cut = tmp_path / "cut.bin"
+    write_state_file(bytes(cut), slot_identity(engine.model, engine.n_ctx_slot, scales), tokens,
+                     memoryview(payload[:len(payload) // 2]))
+    with pytest.raises(pl.StateFileError, match=r"llama.cpp refused the slot state .* the slot is empty now"):
+        engine.restore_slot(slot, cut)
+    assert engine.slot_usage()[slot] == (False, 0)
+    assert engine.restore_slot(slot, good)[0] == len(tokens)  # a good file still restores into it

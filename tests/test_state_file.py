@@ -57,13 +57,29 @@ def test_header_says_what_it_is(saved) -> None:
     assert data.startswith(MAGIC) and int.from_bytes(data[8:12], "little") == FORMAT_VERSION
 
 
+def test_a_version_2_file_loads_as_saved_without_adapters(saved, busy_model, tmp_path) -> None:
+    # version 2 (before LoRA adapters) is version 3 without the LoRA part: written by hand from a version 3 file
+    import hashlib
+
+    path, first = saved
+    data = path.read_bytes()
+    assert data[80:116] == bytes(36)  # (no adapters, no scales)
+    body = data[:8] + (2).to_bytes(4, "little") + data[12:80] + data[116:-32]
+    old = tmp_path / "v2.state"
+    old.write_bytes(body + hashlib.sha256(body).digest())
+    m, _ = busy_model
+    m.load_state(old)
+    again = _greedy(m, PROMPT)
+    assert again.timings.prompt_tokens_evaluated == 1 and again.tokens == first.tokens
+
+
 def test_every_flipped_byte_is_refused_and_the_cache_is_kept(saved, busy_model, tmp_path) -> None:
     path, _ = saved
     m, before = busy_model
     data = path.read_bytes()
     # 24 offsets: every header field, the token list, the payload from start to end, the checksum
-    header_end = 80  # the fixed part of the header
-    offsets = sorted({0, 5, 8, 12, 30, 44, 52, 60, 64, 68, 72, 76, header_end, header_end + 5,
+    header_end = 80 + 36  # the fixed part of the header, and its LoRA part (no adapters, no scales)
+    offsets = sorted({0, 5, 8, 12, 30, 44, 52, 60, 64, 68, 72, 76, 80, 100, 112, header_end, header_end + 5,
                       *(header_end + len(data) * k // 12 for k in range(1, 10)), len(data) - 20, len(data) - 1})
     offsets = [o for o in offsets if o < len(data)]
     assert len(offsets) >= 24

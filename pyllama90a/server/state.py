@@ -44,8 +44,10 @@ class ServerState:
         self.workers = WorkerRecovery(lambda: self.engine, self.replace_engine, self.reopen)
 
     def replace_engine(self, engine: BatchEngine) -> None:
-        """Serve from `engine` (the model loaded again) and close the old one, and the embedder on its weights
-        (made again on first use)."""
+        """Serve from `engine` (the model loaded again, with the old one's default LoRA scales: POST
+        /lora-adapters may have changed them) and close the old one, and the embedder on its weights (made again
+        on first use)."""
+        engine.lora.set_defaults(dict(enumerate(self.engine.lora.defaults)))
         old, self.engine = self.engine, engine
         with self.embed_lock:
             embedder, self.embedder = self.embedder, None
