@@ -109,7 +109,7 @@ class EngineStats:
 class BatchEngine(slot_state.SlotFiles):
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, parallel: int = 4, queue_size: int = 64,
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, parallel: int = 4, queue_size: int = 64,
                  n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
         """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
         attention_paths) and Model's placement (split_mode, tensor_split, main_gpu, rpc), as keywords. n_ctx is

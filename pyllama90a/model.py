@@ -51,9 +51,9 @@ class Model(CacheControl):
     context under another thread's call.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
-                 lora: Sequence[tuple[str | os.PathLike, float]] = (), **settings: Any) -> None:
+                 lora: Sequence[tuple[str | os.PathLike[str], float]] = (), **settings: Any) -> None:
         """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
         tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
         rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
@@ -438,7 +438,7 @@ class Model(CacheControl):
 
     # -- state -----------------------------------------------------------------------------------------
 
-    def save_state(self, path: str | os.PathLike) -> None:
+    def save_state(self, path: str | os.PathLike[str]) -> None:
         """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
         model, KV types and n_ctx and a checksum (state_file.py). The file appears whole or not at all, readable
         by its owner only (it holds the conversation)."""
@@ -446,7 +446,7 @@ class Model(CacheControl):
         with self._using_context("save the state") as context:
             write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes())
 
-    def load_state(self, path: str | os.PathLike) -> None:
+    def load_state(self, path: str | os.PathLike[str]) -> None:
         """Restore a state written by save_state() of a Model with the same model file, KV types and n_ctx.
 
         A missing, corrupt or mismatched file raises StateFileError and leaves the cache as it was."""
