@@ -22,13 +22,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
 from .core import GenerationRequest, GenerationSequence, TokenLogprob, keep_cached_prefix
-from .core.outputs import Usage
+from .core.outputs import FinishReason, Usage
 from .engine_lora import LoraTurns
 from .errors import (
     BusyError,
@@ -53,7 +53,8 @@ class Chunk:
     text: str = ""
     tokens: tuple[int, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
-    finish_reason: str | None = None  # "stop", "length", or "error"
+    # "stop" or "length" (the engine reads no tool calls: the server does, with core.ToolCallOutput), or "error"
+    finish_reason: FinishReason | Literal["error"] | None = None
     usage: Usage | None = None
     error: Exception | None = None
 
@@ -437,7 +438,7 @@ class BatchEngine(slot_state.SlotFiles):
                 job.unsent.extend(tokens)
         return len(tokens)
 
-    def _finish(self, slot: _Slot, job: _Job, reason: str, tokens: tuple[int, ...] = (),
+    def _finish(self, slot: _Slot, job: _Job, reason: Literal["stop", "length"], tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)

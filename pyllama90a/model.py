@@ -414,14 +414,15 @@ class Model(CacheControl):
             if step.text:
                 yield Piece(step.text, pending)
                 pending = []
-            self._decode(context, [step.token])  # type: ignore[list-item]  # (a step that goes on made a token)
+            assert step.token is not None  # (a step that goes on made a token)
+            self._decode(context, [step.token])
         t2 = time.perf_counter()
         generated = sequence.generated
         completion = Completion(
-            text=sequence.text.text, tokens=generated, finish_reason=step.finish,  # type: ignore[arg-type]
+            text=sequence.text.text, tokens=generated, finish_reason=step.finish,
             usage=Usage(len(prompt), len(generated)),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(step.text, pending, step.finish, completion)  # type: ignore[arg-type]
+        yield Piece(step.text, pending, step.finish, completion)
 
     # -- embeddings ----------------------------------------------------------------------------------
 
