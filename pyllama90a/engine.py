@@ -22,12 +22,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
-from .core import GenerationRequest, GenerationSequence, TokenLogprob, keep_cached_prefix
+from .core import GenerationRequest, GenerationSequence, RequestOptions, TokenLogprob, keep_cached_prefix
 from .core.outputs import FinishReason, Usage
 from .engine_lora import LoraTurns
 from .errors import (
@@ -43,6 +43,12 @@ from .errors import (
 )
 from .model import Model
 from .native import Batch
+
+if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
+    from typing_extensions import Unpack
+
+    from .lora import RequestedLora
+    from .sampling import SamplingOptions
 
 log = logging.getLogger(__name__)
 
@@ -160,20 +166,21 @@ class BatchEngine(slot_state.SlotFiles):
         return prepare_chat(self.model, messages).tokens
 
     def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
-               stop: str | Sequence[str] = (), logprobs: int | None = None, ignore_eos: bool = False,
+               stop: str | Sequence[str] | None = (), logprobs: int | None = None, ignore_eos: bool = False,
                constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
-               **sampling: object) -> Handle:
+               lora: Mapping[int, float] | RequestedLora | None = None, **sampling: Unpack[SamplingOptions]) -> Handle:
         """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
 
         logprobs: None, or how many most likely alternatives to report with each token's log-probability.
         ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
         constraint: a pyllama90a.constrained Constraint (JSON schema, regex, grammar) the output must match.
         logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
+        lora: {adapter id: scale} for this request (None: the engine's default scales; engine_lora.py).
 
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
         request = GenerationRequest.of(max_tokens=max_tokens, stop=stop, logprobs=logprobs, ignore_eos=ignore_eos,
-                                       constraint=constraint, logit_bias=logit_bias, **sampling)
+                                       constraint=constraint, logit_bias=logit_bias, lora=lora, **sampling)
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
@@ -196,10 +203,10 @@ class BatchEngine(slot_state.SlotFiles):
             self._cv.notify()
         return Handle(self, job)
 
-    def stream(self, prompt: str | Sequence[int], **kwargs: object) -> Iterator[Chunk]:
+    def stream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> Iterator[Chunk]:
         """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request."""
         chunks: queue.Queue[Chunk] = queue.Queue()
-        handle = self.submit(prompt, chunks.put, **kwargs)  # type: ignore[arg-type]
+        handle = self.submit(prompt, chunks.put, **kwargs)
         try:
             while True:
                 chunk = chunks.get()
@@ -210,12 +217,13 @@ class BatchEngine(slot_state.SlotFiles):
         finally:
             handle.cancel()
 
-    def astream(self, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Chunk]:
+    def astream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> AsyncIterator[Chunk]:
         """submit() as an async iterator of Chunks; cancelling the task or closing the iterator cancels the request
         (engine_async.py)."""
         return engine_async.astream(self, prompt, **kwargs)
 
-    async def acomplete(self, prompt: str | Sequence[int], **kwargs: object) -> engine_async.EngineCompletion:
+    async def acomplete(self, prompt: str | Sequence[int],
+                        **kwargs: Unpack[RequestOptions]) -> engine_async.EngineCompletion:
         """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
         return await engine_async.acomplete(self, prompt, **kwargs)
 

@@ -87,6 +87,23 @@ def test_mypy_is_strict_on_the_core_and_the_server_only(tmp_path: Path) -> None:
     assert "tools/planted.py" not in out.stdout, out.stdout
 
 
+def test_the_keyword_typeddicts_name_what_they_stand_for() -> None:
+    """SamplingOptions and RequestOptions type **kwargs for mypy only (Unpack): their keys are SamplingParams'
+    fields, and those with GenerationRequest.of's keywords, which BatchEngine.submit takes too."""
+    import dataclasses
+    import inspect
+
+    from pyllama90a.core import GenerationRequest, RequestOptions
+    from pyllama90a.engine import BatchEngine
+    from pyllama90a.sampling import SamplingOptions, SamplingParams
+
+    fields = {f.name for f in dataclasses.fields(SamplingParams)}
+    assert set(SamplingOptions.__annotations__) == fields
+    for function in (GenerationRequest.of, BatchEngine.submit):
+        keywords = {p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY}
+        assert set(RequestOptions.__annotations__) == keywords | fields, function
+
+
 def test_the_installed_package_is_marked_typed() -> None:
     """py.typed (PEP 561) ships in the package, so that users' type checkers read its annotations."""
     import pyllama90a
