@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import engine_async, slot_state
 from .chat import prepare_chat
@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the typ
     from .sampling import SamplingOptions
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class BatchEngine(slot_state.SlotFiles):
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
         self._batch = Batch(self._context.n_batch)
         self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
-        self._slots = [_Slot(seq) for seq in range(parallel)]
+        self._slots: list[_Slot] = [_Slot(seq) for seq in range(parallel)]
         self._waiting: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
         self._stopping = False   # no more work: close() was called or the engine thread failed
@@ -148,7 +149,7 @@ class BatchEngine(slot_state.SlotFiles):
         self._freed = False
         self._failure: BaseException | None = None
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
-        self._tasks: list[tuple[Callable[[], Any], Future]] = []  # run by the engine thread between two steps
+        self._tasks: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the engine thread between two steps
         self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
@@ -160,7 +161,7 @@ class BatchEngine(slot_state.SlotFiles):
         """Text (tokenized with BOS as the model wants) or a list of token ids (checked) to a prompt's tokens."""
         return self.model.prompt_tokens(prompt)
 
-    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn.
         (For tools and their constraint, pyllama90a.chat.prepare_chat(engine.model, ...).)"""
         return prepare_chat(self.model, messages).tokens
@@ -227,11 +228,11 @@ class BatchEngine(slot_state.SlotFiles):
         """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
         return await engine_async.acomplete(self, prompt, **kwargs)
 
-    def _between_steps(self, task: Callable[[], Any]) -> Any:
+    def _between_steps(self, task: Callable[[], T]) -> T:
         """Run `task` on the engine thread between two decode steps (it owns the context) and return its result."""
         if threading.current_thread() is self._thread:  # (an on_chunk callback) it would wait for itself
             raise BusyError("slot files cannot be used from the engine thread (on_chunk)")
-        done: Future = Future()
+        done: Future[T] = Future()
         with self._cv:
             self._check_running()
             self._tasks.append((task, done))

@@ -332,10 +332,11 @@ class Model(CacheControl):
             raise InvalidArgumentError("prompt is empty")
         return self.tokenize(prompt, add_special=True, parse_special=False)
 
-    def chat(self, messages: Sequence[dict], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
-             top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
-             presence_penalty: float = 0.0, seed: int | None = None, stop: str | Sequence[str] | None = (),
-             stream: bool = False, tools: Sequence[dict] | None = None, tool_choice: object = None,
+    def chat(self, messages: Sequence[dict[str, Any]], *, max_tokens: int = 256, temperature: float = 0.8,
+             top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+             frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
+             stop: str | Sequence[str] | None = (), stream: bool = False,
+             tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
              parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None) -> Completion | Iterator[Piece]:
@@ -373,8 +374,9 @@ class Model(CacheControl):
                 self._chat_template_read = True
             return self._chat_template
 
-    def apply_chat_template(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
-                            add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], /, *,
+                            tools: Sequence[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
+                            **template_kwargs: Any) -> str:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
         return render_chat(self, messages, tools or (), add_generation_prompt, template_kwargs)
 
