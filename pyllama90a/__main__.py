@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 
 from .kv_types import FLASH_ATTN_MODES, KV_TYPES
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import LlamaError
 
     try:
-        return args.func(args)
+        command: Callable[[argparse.Namespace], int] = args.func  # (set_defaults(func=...) of its subcommand)
+        return command(args)
     except LlamaError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

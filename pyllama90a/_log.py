@@ -12,10 +12,13 @@ import atexit
 import collections
 import logging
 import threading
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ._native import ffi, lib
 from .errors import LlamaError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._native import CData  # (only in the stub, _native.pyi)
 
 logger = logging.getLogger("pyllama90a.native")
 logger.addHandler(logging.NullHandler())
@@ -28,7 +31,7 @@ _thread = threading.local()
 
 
 @ffi.def_extern()
-def pyllama90a_on_log(level: int, text) -> None:  # text: a char*, from C
+def pyllama90a_on_log(level: int, text: CData) -> None:  # text: a char*, from C
     # llama.cpp may send one line in several pieces: join them until the newline
     buf = getattr(_thread, "partial", "") + ffi.string(text).decode("utf-8", "replace")
     if not buf.endswith("\n"):

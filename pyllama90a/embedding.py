@@ -14,15 +14,17 @@ from .output_checks import require_finite
 def embedding_inputs(text: str | Sequence[str | Sequence[int]], n_vocab: int) -> list[str | list[int]]:
     """The inputs of Model.embed as a list, each a non-empty str (valid UTF-8) or a list of valid token ids."""
     single = isinstance(text, str)
-    texts: list = [text] if single else list(text) if isinstance(text, (list, tuple)) else []
-    if not texts or not all(isinstance(t, (str, list, tuple)) and t for t in texts):
+    given: list[object] = [text] if single else list(text) if isinstance(text, (list, tuple)) else []
+    if not given or not all(isinstance(t, (str, list, tuple)) and t for t in given):
         raise InvalidArgumentError("embed() takes a non-empty str or a non-empty list of non-empty str or "
                                    "token-id lists")
-    for i, t in enumerate(texts):
+    texts: list[str | list[int]] = []
+    for i, t in enumerate(given):
         if isinstance(t, str):
             utf8("text" if single else f"text[{i}]", t)
+            texts.append(t)
         else:
-            texts[i] = token_ids(t, n_vocab)
+            texts.append(token_ids(t, n_vocab))
     return texts
 
 

@@ -22,13 +22,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import engine_async, slot_state
 from .chat import prepare_chat
 from .constrained import Constraint
-from .core import GenerationRequest, GenerationSequence, TokenLogprob, keep_cached_prefix
-from .core.outputs import Usage
+from .core import GenerationRequest, GenerationSequence, RequestOptions, TokenLogprob, keep_cached_prefix
+from .core.outputs import FinishReason, Usage
 from .engine_lora import LoraTurns
 from .errors import (
     BusyError,
@@ -44,7 +44,14 @@ from .errors import (
 from .model import Model
 from .native import Batch
 
+if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
+    from typing_extensions import Unpack
+
+    from .lora import RequestedLora
+    from .sampling import SamplingOptions
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,8 @@ class Chunk:
     text: str = ""
     tokens: tuple[int, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
-    finish_reason: str | None = None  # "stop", "length", or "error"
+    # "stop" or "length" (the engine reads no tool calls: the server does, with core.ToolCallOutput), or "error"
+    finish_reason: FinishReason | Literal["error"] | None = None
     usage: Usage | None = None
     error: Exception | None = None
 
@@ -109,7 +117,7 @@ class EngineStats:
 class BatchEngine(slot_state.SlotFiles):
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, parallel: int = 4, queue_size: int = 64,
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, parallel: int = 4, queue_size: int = 64,
                  n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
         """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
         attention_paths) and Model's placement (split_mode, tensor_split, main_gpu, rpc), as keywords. n_ctx is
@@ -131,7 +139,7 @@ class BatchEngine(slot_state.SlotFiles):
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
         self._batch = Batch(self._context.n_batch)
         self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
-        self._slots = [_Slot(seq) for seq in range(parallel)]
+        self._slots: list[_Slot] = [_Slot(seq) for seq in range(parallel)]
         self._waiting: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
         self._stopping = False   # no more work: close() was called or the engine thread failed
@@ -141,7 +149,7 @@ class BatchEngine(slot_state.SlotFiles):
         self._freed = False
         self._failure: BaseException | None = None
         self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
-        self._tasks: list[tuple[Callable[[], Any], Future]] = []  # run by the engine thread between two steps
+        self._tasks: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the engine thread between two steps
         self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
@@ -153,26 +161,27 @@ class BatchEngine(slot_state.SlotFiles):
         """Text (tokenized with BOS as the model wants) or a list of token ids (checked) to a prompt's tokens."""
         return self.model.prompt_tokens(prompt)
 
-    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn.
         (For tools and their constraint, pyllama90a.chat.prepare_chat(engine.model, ...).)"""
         return prepare_chat(self.model, messages).tokens
 
     def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
-               stop: str | Sequence[str] = (), logprobs: int | None = None, ignore_eos: bool = False,
+               stop: str | Sequence[str] | None = (), logprobs: int | None = None, ignore_eos: bool = False,
                constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
-               **sampling: object) -> Handle:
+               lora: Mapping[int, float] | RequestedLora | None = None, **sampling: Unpack[SamplingOptions]) -> Handle:
         """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
 
         logprobs: None, or how many most likely alternatives to report with each token's log-probability.
         ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
         constraint: a pyllama90a.constrained Constraint (JSON schema, regex, grammar) the output must match.
         logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
+        lora: {adapter id: scale} for this request (None: the engine's default scales; engine_lora.py).
 
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
         request = GenerationRequest.of(max_tokens=max_tokens, stop=stop, logprobs=logprobs, ignore_eos=ignore_eos,
-                                       constraint=constraint, logit_bias=logit_bias, **sampling)
+                                       constraint=constraint, logit_bias=logit_bias, lora=lora, **sampling)
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
@@ -195,10 +204,10 @@ class BatchEngine(slot_state.SlotFiles):
             self._cv.notify()
         return Handle(self, job)
 
-    def stream(self, prompt: str | Sequence[int], **kwargs: object) -> Iterator[Chunk]:
+    def stream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> Iterator[Chunk]:
         """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request."""
         chunks: queue.Queue[Chunk] = queue.Queue()
-        handle = self.submit(prompt, chunks.put, **kwargs)  # type: ignore[arg-type]
+        handle = self.submit(prompt, chunks.put, **kwargs)
         try:
             while True:
                 chunk = chunks.get()
@@ -209,20 +218,21 @@ class BatchEngine(slot_state.SlotFiles):
         finally:
             handle.cancel()
 
-    def astream(self, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Chunk]:
+    def astream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> AsyncIterator[Chunk]:
         """submit() as an async iterator of Chunks; cancelling the task or closing the iterator cancels the request
         (engine_async.py)."""
         return engine_async.astream(self, prompt, **kwargs)
 
-    async def acomplete(self, prompt: str | Sequence[int], **kwargs: object) -> engine_async.EngineCompletion:
+    async def acomplete(self, prompt: str | Sequence[int],
+                        **kwargs: Unpack[RequestOptions]) -> engine_async.EngineCompletion:
         """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
         return await engine_async.acomplete(self, prompt, **kwargs)
 
-    def _between_steps(self, task: Callable[[], Any]) -> Any:
+    def _between_steps(self, task: Callable[[], T]) -> T:
         """Run `task` on the engine thread between two decode steps (it owns the context) and return its result."""
         if threading.current_thread() is self._thread:  # (an on_chunk callback) it would wait for itself
             raise BusyError("slot files cannot be used from the engine thread (on_chunk)")
-        done: Future = Future()
+        done: Future[T] = Future()
         with self._cv:
             self._check_running()
             self._tasks.append((task, done))
@@ -437,7 +447,7 @@ class BatchEngine(slot_state.SlotFiles):
                 job.unsent.extend(tokens)
         return len(tokens)
 
-    def _finish(self, slot: _Slot, job: _Job, reason: str, tokens: tuple[int, ...] = (),
+    def _finish(self, slot: _Slot, job: _Job, reason: Literal["stop", "length"], tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)

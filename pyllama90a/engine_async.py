@@ -10,15 +10,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .core.outputs import Usage
+
+if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
+    from typing_extensions import Unpack
+
+    from .core import RequestOptions
 
 
 class Engine(Protocol):
     """What this module needs of a BatchEngine (engine.py imports this module: no import back)."""
 
-    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Any], None], **kwargs: Any) -> Any: ...
+    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Any], None],
+               **kwargs: Unpack[RequestOptions]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class EngineCompletion:
     usage: Usage
 
 
-async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: object) -> AsyncIterator[Any]:
+async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> AsyncIterator[Any]:
     """submit()'s chunks (engine.Chunk) as they come (kwargs: submit's); an error chunk raises its error."""
     loop = asyncio.get_running_loop()
     chunks: asyncio.Queue[Any] = asyncio.Queue()
@@ -38,7 +44,7 @@ async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: object)
     def deliver(chunk: Any) -> None:  # engine thread
         loop.call_soon_threadsafe(chunks.put_nowait, chunk)  # (a closed loop raises; the engine then cancels)
 
-    submitting = asyncio.ensure_future(asyncio.to_thread(engine.submit, prompt, deliver, **kwargs))  # type: ignore[arg-type]
+    submitting = asyncio.ensure_future(asyncio.to_thread(engine.submit, prompt, deliver, **kwargs))
     try:
         handle = await asyncio.shield(submitting)
     except asyncio.CancelledError:  # cancelled while the worker thread submits: cancel the request it queues
@@ -62,7 +68,7 @@ def last_chunk(chunk: Any) -> bool:
     return chunk.finish_reason is not None
 
 
-async def acomplete(engine: Engine, prompt: str | Sequence[int], **kwargs: object) -> EngineCompletion:
+async def acomplete(engine: Engine, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> EngineCompletion:
     """The whole result of a request (kwargs: submit's)."""
     text: list[str] = []
     tokens: list[int] = []

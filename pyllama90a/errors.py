@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -167,9 +167,11 @@ class PositiveSettings:
     float): the constraint, chat-template and worker limits. A bad value is a ValueError (the server names its
     flag); WHAT names the kind of setting in the message."""
     WHAT: ClassVar[str] = "setting"
+    if TYPE_CHECKING:  # pragma: no cover (every subclass is a dataclass: what dataclasses.fields takes)
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
                     or (f.type == "int" and not isinstance(value, int)) or not math.isfinite(value):
@@ -202,7 +204,9 @@ def fs_path(name: str, value: object) -> bytes:
     """A str or os.PathLike file path as the bytes C's open() gets; a NUL (which C would cut the path at)
     or another type is an InvalidArgumentError."""
     try:
-        raw = os.fsencode(value)  # type: ignore[arg-type]
+        if not isinstance(value, (str, bytes, os.PathLike)):
+            raise TypeError  # (what os.fsencode raises for it)
+        raw = os.fsencode(value)
     except TypeError:
         raise InvalidArgumentError(f"{name} must be a str or os.PathLike path, got {type(value).__name__}") from None
     except UnicodeEncodeError as e:  # only where the file system encoding is not UTF-8 with surrogateescape

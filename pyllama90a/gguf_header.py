@@ -111,10 +111,12 @@ class _Reader:
         self.f.seek(n, os.SEEK_CUR)
 
     def u32(self) -> int:
-        return _U32.unpack(self.read(4))[0]
+        n: int = _U32.unpack(self.read(4))[0]
+        return n
 
     def u64(self) -> int:
-        return _U64.unpack(self.read(8))[0]
+        n: int = _U64.unpack(self.read(8))[0]
+        return n
 
     def string_length(self, what: str) -> int:
         at, n = self.pos, self.u64()

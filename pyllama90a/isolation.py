@@ -185,7 +185,7 @@ def _worker_main() -> None:  # pragma: no cover - runs in the worker process
             return
         task, payload = pickle.loads(frame)
         try:
-            reply: tuple = ("ok", functions[task](payload))
+            reply: tuple[object, ...] = ("ok", functions[task](payload))
         except MemoryError:
             reply = ("error", "MemoryError", f"used more than the memory limit of {memory_mb} MiB", None)
         except BaseException as e:  # noqa: BLE001 - every failure of a task goes back to the caller
@@ -213,6 +213,7 @@ class _Worker:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
                                      start_new_session=True)  # (a Ctrl-C in the terminal goes to the server only)
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.pipes = self.proc.stdin, self.proc.stdout
         self.wfd, self.rfd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.ready = False
 
@@ -255,9 +256,9 @@ class _Worker:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):  # (not expected: SIGKILL is not refused)
             self.proc.wait(timeout=5)
-        for stream in (self.proc.stdin, self.proc.stdout):
+        for stream in self.pipes:
             with contextlib.suppress(OSError):
-                stream.close()  # type: ignore[union-attr]
+                stream.close()
 
 
 _lock = threading.Condition()

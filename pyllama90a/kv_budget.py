@@ -30,12 +30,15 @@ class KVBytes:
         return self.k_bytes + self.v_bytes
 
 
-def _per_cell_bytes(path: str | os.PathLike, ctk: str, ctv: str) -> tuple[int, int]:
+def _per_cell_bytes(path: str | os.PathLike[str], ctk: str, ctv: str) -> tuple[int, int]:
     from .native.ggml import row_size
 
     header = read_header(path)
     arch = header.architecture
-    get = lambda key, default=None: header.get(f"{arch}.{key}", default)  # noqa: E731
+
+    def get(key: str, default: Any = None) -> Any:  # the header's "<arch>.<key>"
+        return header.get(f"{arch}.{key}", default)
+
     if get("attention.sliding_window") is not None or get("ssm.state_size") is not None:
         raise ModelFormatError(f"{path}: {arch} has sliding-window or recurrent layers; load it and read "
                                f"Model.kv_cache instead")
@@ -50,7 +53,7 @@ def _per_cell_bytes(path: str | os.PathLike, ctk: str, ctv: str) -> tuple[int, i
     return k, v
 
 
-def kv_bytes(path: str | os.PathLike, n_ctx: int, ctk: str = "f16", ctv: str = "f16") -> KVBytes:
+def kv_bytes(path: str | os.PathLike[str], n_ctx: int, ctk: str = "f16", ctv: str = "f16") -> KVBytes:
     """Bytes of K and V for `n_ctx` tokens, as llama.cpp will allocate them."""
     ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
     positive_int("n_ctx", n_ctx)
@@ -59,7 +62,8 @@ def kv_bytes(path: str | os.PathLike, n_ctx: int, ctk: str = "f16", ctv: str = "
     return KVBytes(cells, k * cells, v * cells)
 
 
-def max_n_ctx(path: str | os.PathLike, budget_bytes: int, ctk: str = "f16", ctv: str = "f16", **settings: Any) -> int:
+def max_n_ctx(path: str | os.PathLike[str], budget_bytes: int, ctk: str = "f16", ctv: str = "f16",
+              **settings: Any) -> int:
     """The largest n_ctx (a multiple of 256) whose K, V and compute buffers fit in `budget_bytes`: the compute
     buffers of the attention path that `settings` (Model's other arguments: flash_attn, n_ubatch, n_gpu_layers,
     ...) choose, from plan_memory's simulated loads. 0 if none fits."""

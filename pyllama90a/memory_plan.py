@@ -60,7 +60,7 @@ class MemoryPlanner:
     """Plans of one model file and placement at any n_ctx (Model's other arguments fixed): the file is checked and
     its metadata loaded once, then each plan makes and frees one simulated context."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
                  **settings: Any) -> None:
         if "n_ctx" in settings:
@@ -86,7 +86,7 @@ class MemoryPlanner:
             context.close()
 
 
-def plan_memory(path: str | os.PathLike | None = None, *, n_ctx: int = ContextSettings.n_ctx,
+def plan_memory(path: str | os.PathLike[str] | None = None, *, n_ctx: int = ContextSettings.n_ctx,
                 **arguments: Any) -> MemoryPlan:
     """The memory `Model(path, ...)` with the same arguments would take, checked and chosen as Model does, with
     nothing allocated (a fraction of a second)."""

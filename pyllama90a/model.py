@@ -51,9 +51,9 @@ class Model(CacheControl):
     context under another thread's call.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
-                 lora: Sequence[tuple[str | os.PathLike, float]] = (), **settings: Any) -> None:
+                 lora: Sequence[tuple[str | os.PathLike[str], float]] = (), **settings: Any) -> None:
         """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
         tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
         rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
@@ -332,10 +332,11 @@ class Model(CacheControl):
             raise InvalidArgumentError("prompt is empty")
         return self.tokenize(prompt, add_special=True, parse_special=False)
 
-    def chat(self, messages: Sequence[dict], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
-             top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
-             presence_penalty: float = 0.0, seed: int | None = None, stop: str | Sequence[str] | None = (),
-             stream: bool = False, tools: Sequence[dict] | None = None, tool_choice: object = None,
+    def chat(self, messages: Sequence[dict[str, Any]], *, max_tokens: int = 256, temperature: float = 0.8,
+             top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+             frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
+             stop: str | Sequence[str] | None = (), stream: bool = False,
+             tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
              parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None) -> Completion | Iterator[Piece]:
@@ -373,8 +374,9 @@ class Model(CacheControl):
                 self._chat_template_read = True
             return self._chat_template
 
-    def apply_chat_template(self, messages: Sequence[dict], /, *, tools: Sequence[dict] | None = None,
-                            add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], /, *,
+                            tools: Sequence[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
+                            **template_kwargs: Any) -> str:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
         return render_chat(self, messages, tools or (), add_generation_prompt, template_kwargs)
 
@@ -414,14 +416,15 @@ class Model(CacheControl):
             if step.text:
                 yield Piece(step.text, pending)
                 pending = []
-            self._decode(context, [step.token])  # type: ignore[list-item]  # (a step that goes on made a token)
+            assert step.token is not None  # (a step that goes on made a token)
+            self._decode(context, [step.token])
         t2 = time.perf_counter()
         generated = sequence.generated
         completion = Completion(
-            text=sequence.text.text, tokens=generated, finish_reason=step.finish,  # type: ignore[arg-type]
+            text=sequence.text.text, tokens=generated, finish_reason=step.finish,
             usage=Usage(len(prompt), len(generated)),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(step.text, pending, step.finish, completion)  # type: ignore[arg-type]
+        yield Piece(step.text, pending, step.finish, completion)
 
     # -- embeddings ----------------------------------------------------------------------------------
 
@@ -438,7 +441,7 @@ class Model(CacheControl):
 
     # -- state -----------------------------------------------------------------------------------------
 
-    def save_state(self, path: str | os.PathLike) -> None:
+    def save_state(self, path: str | os.PathLike[str]) -> None:
         """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
         model, KV types and n_ctx and a checksum (state_file.py). The file appears whole or not at all, readable
         by its owner only (it holds the conversation)."""
@@ -446,7 +449,7 @@ class Model(CacheControl):
         with self._using_context("save the state") as context:
             write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes())
 
-    def load_state(self, path: str | os.PathLike) -> None:
+    def load_state(self, path: str | os.PathLike[str]) -> None:
         """Restore a state written by save_state() of a Model with the same model file, KV types, n_ctx and LoRA
         adapters at the same scales.
 

@@ -55,7 +55,7 @@ class CacheControl:
         with self._using_context("read the logits") as context:
             if not self._kv_tokens:
                 raise LlamaError("nothing was evaluated yet")
-            return context.logits_row(-1).copy()
+            return np.copy(context.logits_row(-1))
 
     def truncate(self, n_tokens: int) -> None:
         """Keep only the first `n_tokens` cached tokens."""

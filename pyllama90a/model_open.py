@@ -29,7 +29,7 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def model_path(path: str | os.PathLike | None) -> bytes:
+def model_path(path: str | os.PathLike[str] | None) -> bytes:
     """The file a Model opens, checked as a path: `path`, or the default model (fetched once) for None."""
     if path is None:
         from .default_model import default_model

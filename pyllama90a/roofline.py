@@ -16,7 +16,7 @@ _TOKEN_EMBEDDING = "token_embd.weight"
 _OUTPUT = "output.weight"  # absent: the output layer reuses the token embedding, read whole
 
 
-def weight_bytes_per_token(path: str | os.PathLike) -> int:
+def weight_bytes_per_token(path: str | os.PathLike[str]) -> int:
     """Bytes of the weights a one-token decode step reads: all tensors, less the token embedding when a separate
     output matrix exists (the embedding is then only read by one row)."""
     tensors = {t.name: t.nbytes or 0 for t in read_header(path).tensors}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .errors import INT32_MAX, UINT32_MAX, InvalidArgumentError, int_in_range, number_in_range
 
@@ -37,3 +38,15 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+class SamplingOptions(TypedDict, total=False):
+    """SamplingParams' fields as keyword arguments (GenerationRequest.of's, BatchEngine.submit's)."""
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+    seed: int | None

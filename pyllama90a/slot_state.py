@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from .errors import BusyError, LlamaError, StateFileError, fs_path, int_in_range
 from .native import ContextHandle
@@ -21,6 +21,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import Model
 
 ONE_SEQUENCE = 0  # the identity's n_seq_max of a slot's file
+T = TypeVar("T")
+
+
+class Slot(Protocol):  # (engine._Slot: a Protocol, since engine.py imports this module)
+    cached: list[int]
+    lora: tuple[float, ...]  # the LoRA scales its cells were computed with
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def job(self) -> object: ...  # the request it generates for; None while it is idle
 
 
 def slot_identity(model: Model, n_ctx_slot: int, lora_scales: tuple[float, ...] | None) -> StateIdentity:
@@ -64,10 +76,12 @@ class SlotFiles:
     parallel: int
     n_ctx_slot: int
     _context: ContextHandle
-    _slots: Sequence[Any]
-    _between_steps: Callable[[Callable[[], Any]], Any]
+    _slots: Sequence[Slot]
 
-    def save_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
+    if TYPE_CHECKING:  # pragma: no cover
+        def _between_steps(self, task: Callable[[], T]) -> T: ...  # (BatchEngine's)
+
+    def save_slot(self, slot: int, path: str | os.PathLike[str]) -> tuple[int, int]:
         """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state)."""
         raw = fs_path("path", path)
 
@@ -76,7 +90,7 @@ class SlotFiles:
             return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity(s.lora))
         return self._between_steps(save)
 
-    def restore_slot(self, slot: int, path: str | os.PathLike) -> tuple[int, int]:
+    def restore_slot(self, slot: int, path: str | os.PathLike[str]) -> tuple[int, int]:
         """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot):
         (tokens restored, bytes read); the slot runs with the LoRA scales its cells were computed with. A bad
         file is a StateFileError: the slot keeps its cells when a check refuses it, is empty when llama.cpp does."""
@@ -101,7 +115,7 @@ class SlotFiles:
     def _slot_identity(self, lora_scales: tuple[float, ...] | None) -> StateIdentity:
         return slot_identity(self.model, self.n_ctx_slot, lora_scales)
 
-    def _idle_slot(self, slot: int, action: str) -> Any:  # engine thread
+    def _idle_slot(self, slot: int, action: str) -> Slot:  # engine thread
         int_in_range("slot", slot, 0, self.parallel - 1)
         if self._slots[slot].job is not None:
             raise BusyError(f"cannot {action} slot {slot}: it is generating")

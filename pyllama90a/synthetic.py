@@ -217,7 +217,8 @@ def _nibbles(rng: np.random.Generator, n: int) -> np.ndarray:
     hi = b >> np.uint8(4)
     lo[lo == 0] = 8
     hi[hi == 0] = 8
-    return lo | (hi << np.uint8(4))
+    packed: np.ndarray = lo | (hi << np.uint8(4))  # (numpy's stubs say Any for uint8 bit operations)
+    return packed
 
 
 def _random_scales(rng: np.random.Generator, n_blocks: int, d: float) -> np.ndarray:
@@ -249,7 +250,8 @@ def _make_tensor(gguf: types.ModuleType, rng: np.random.Generator, np_shape: tup
         return _fast_blocks(rng, np_shape, weight_type)
     data = rng.standard_normal(np_shape, dtype=np.float32)
     data *= np.float32(WEIGHT_STD)
-    return gguf.quants.quantize(data, _qtype(gguf, weight_type))
+    quantized: np.ndarray = gguf.quants.quantize(data, _qtype(gguf, weight_type))  # (gguf: imported lazily)
+    return quantized
 
 
 def _qtype(gguf: types.ModuleType, weight_type: str) -> Any:

@@ -22,10 +22,15 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from . import isolation
 from .errors import ChatTemplateError, InvalidArgumentError, PositiveSettings
+
+if TYPE_CHECKING:  # pragma: no cover (jinja2 is imported where a template is compiled: in the worker)
+    import jinja2
+    from jinja2.parser import Parser
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["TemplateLimits", "check", "get_limits", "render", "set_limits"]
 
@@ -79,28 +84,29 @@ def check(source: str) -> frozenset[str]:
 def render(source: str, variables: dict[str, Any]) -> str:
     """Render template text with exactly `variables` (plain data: str, numbers, lists, dicts: else an
     InvalidArgumentError, found as the worker's payload is pickled, once)."""
-    return _isolated("template", (source, variables, _limits.max_output_chars))
+    return cast(str, _isolated("template", (source, variables, _limits.max_output_chars)))  # (render_in_worker's str)
 
 
 # -- the worker's side ----------------------------------------------------------------------------------------
 
-def _environment():  # (no annotation: jinja2 is imported lazily)
+def _environment() -> ImmutableSandboxedEnvironment:
     import jinja2
+    from jinja2.exceptions import SecurityError
     from jinja2.ext import Extension
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class GenerationBlock(Extension):
         """{% generation %}...{% endgeneration %} (HF marks the assistant's tokens with it): renders the body."""
 
         tags = {"generation"}  # noqa: RUF012 (declared so by jinja2.ext.Extension)
 
-        def parse(self, parser):
+        def parse(self, parser: Parser) -> jinja2.nodes.Node:
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.Scope(body, lineno=lineno)
 
     class Sandbox(ImmutableSandboxedEnvironment):
-        def unsafe_undefined(self, obj, attribute):
+        def unsafe_undefined(self, obj: Any, attribute: str) -> NoReturn:
             # the default gives an Undefined that fails only when used further ({{ x.__class__ }} prints "")
             raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
 
@@ -126,8 +132,9 @@ def _environment():  # (no annotation: jinja2 is imported lazily)
     return env
 
 
-_env: Any = None
-_compiled: OrderedDict[str, Any] = OrderedDict()  # template text -> (jinja2.Template, variables it reads)
+_env: ImmutableSandboxedEnvironment | None = None
+# template text -> (the compiled template, the variables it reads)
+_compiled: OrderedDict[str, tuple[jinja2.Template, frozenset[str]]] = OrderedDict()
 _CACHE_SIZE = 16
 
 
@@ -142,7 +149,7 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _compile(source: str) -> tuple[Any, frozenset[str]]:
+def _compile(source: str) -> tuple[jinja2.Template, frozenset[str]]:
     global _env
     hit = _compiled.get(source)
     if hit is not None:

@@ -67,24 +67,48 @@ def test_mypy_reads_the_projects_settings(tmp_path: Path) -> None:
     assert out.returncode == 1 and "Incompatible return value type" in out.stdout, out.stdout + out.stderr
 
 
-def test_mypy_is_strict_on_the_core_and_the_server_only(tmp_path: Path) -> None:
-    """The per-module strict flags reach pyllama90a.core.* and pyllama90a.server.*, and no other module: an
-    unannotated function and a bare `dict` are errors in the first, not in the second."""
+def test_mypy_is_strict_on_the_library_and_not_on_the_tooling(tmp_path: Path) -> None:
+    """The per-module strict flags reach every library module (pyllama90a itself, its top-level modules and
+    subpackages) and no tooling module: an unannotated function and a bare `dict` are errors in the first, not
+    in the second."""
     code = "def f(x):\n    return x\n\n\ndef g() -> dict:\n    return {}\n"
-    for folder in ("core", "server", "tools"):
-        (tmp_path / "pyllama90a" / folder).mkdir(parents=True)
-        (tmp_path / "pyllama90a" / folder / "__init__.py").write_text("")
-        (tmp_path / "pyllama90a" / folder / "planted.py").write_text(code)
-    (tmp_path / "pyllama90a" / "__init__.py").write_text("")
+    package = tmp_path / "pyllama90a"
+    for folder in ("core", "server", "native", "toolcalls", "tools", "fuzz", "selftest"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+        (package / folder / "planted.py").write_text(code)
+    (package / "__init__.py").write_text(code)
+    for module in ("planted", "bench", "bench_server", "bench_constrained", "bench_report"):
+        (package / f"{module}.py").write_text(code)
     out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
                           str(tmp_path / "cache"), "-p", "pyllama90a"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr
-    for folder in ("core", "server"):
+    for strict in ("__init__.py", "planted.py", "core/planted.py", "server/planted.py", "native/planted.py",
+                   "toolcalls/planted.py"):
         for code_name in ("no-untyped-def", "type-arg"):
-            assert any(f"{folder}/planted.py" in line and f"[{code_name}]" in line
-                       for line in out.stdout.splitlines()), out.stdout
-    assert "tools/planted.py" not in out.stdout, out.stdout
+            assert any(line.startswith(f"pyllama90a/{strict}:") and f"[{code_name}]" in line
+                       for line in out.stdout.splitlines()), (strict, out.stdout)
+    for tooling in ("tools/", "fuzz/", "selftest/", "bench.py", "bench_server.py", "bench_constrained.py",
+                    "bench_report.py"):
+        assert f"pyllama90a/{tooling}" not in out.stdout, out.stdout
+
+
+def test_the_keyword_typeddicts_name_what_they_stand_for() -> None:
+    """SamplingOptions and RequestOptions type **kwargs for mypy only (Unpack): their keys are SamplingParams'
+    fields, and those with GenerationRequest.of's keywords, which BatchEngine.submit takes too."""
+    import dataclasses
+    import inspect
+
+    from pyllama90a.core import GenerationRequest, RequestOptions
+    from pyllama90a.engine import BatchEngine
+    from pyllama90a.sampling import SamplingOptions, SamplingParams
+
+    fields = {f.name for f in dataclasses.fields(SamplingParams)}
+    assert set(SamplingOptions.__annotations__) == fields
+    for function in (GenerationRequest.of, BatchEngine.submit):
+        keywords = {p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY}
+        assert set(RequestOptions.__annotations__) == keywords | fields, function
 
 
 def test_the_installed_package_is_marked_typed() -> None:

@@ -8,7 +8,7 @@ side: the limits of limits.py first, then the worker under the compile time limi
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .. import isolation
 from ..errors import ConstraintError
@@ -60,7 +60,7 @@ def compile_constraint(payload: tuple[str, Any, str]) -> str:
     llg = llguidance()
     if kind == "json":
         try:
-            grammar = llg.LLMatcher.grammar_from_json_schema(source, defaults=JSON_DEFAULTS)
+            grammar: str = llg.LLMatcher.grammar_from_json_schema(source, defaults=JSON_DEFAULTS)
         except (ValueError, TypeError) as e:
             raise ConstraintError(f"{name}: {e}") from None
         _validate(grammar, name, source)
@@ -104,5 +104,5 @@ def compiled(kind: str, source: Any, name: str) -> str:
                        "--constraint-compile-timeout)",
         crash=field + ": the constraint library failed on it ({crash}); a constraint this large or deep is not "
                      "supported")
-    return isolation.run_as("constraint", (kind, source, name), timeout_s=_limits.get_limits().compile_timeout_s,
-                            wording=wording)
+    return cast(str, isolation.run_as("constraint", (kind, source, name),  # (compile_constraint's str)
+                                      timeout_s=_limits.get_limits().compile_timeout_s, wording=wording))

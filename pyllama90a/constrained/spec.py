@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConstraintError
 from ..toolcalls.pattern import CallPattern
@@ -109,7 +109,7 @@ def schema_dict(schema: object, name: str = "json_schema") -> dict[str, Any]:
     except (TypeError, ValueError) as e:
         raise ConstraintError(f"{name} is not JSON-serializable: {e}") from None
     _limits.check_text(name, text)
-    return json.loads(text)  # a plain, private copy
+    return cast(dict[str, Any], json.loads(text))  # a plain, private copy (of a Mapping: a dict)
 
 
 def _json_grammar(schema: dict[str, Any], name: str) -> str:
@@ -238,7 +238,8 @@ def tool_calls(formats: Sequence[CallPattern], *, trigger: str | None = None, pa
                 # a lazy lexeme: free text that ends at the first occurrence of the trigger
                 rules.append(f"trig[lazy]: FREE {_lark_str(trigger)}")
                 rules.insert(1, f"start: FREE | trig ({' | '.join(firsts)}) {more}")
-        return llguidance().LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
+        compiled_lark: str = llguidance().LLMatcher.grammar_from_lark("\n".join(rules) + "\n")  # (llguidance(): Any)
+        return compiled_lark
 
     compiled("lark", lark(None), name)
     cache: weakref.WeakKeyDictionary[Vocab, str] = weakref.WeakKeyDictionary()
@@ -291,8 +292,8 @@ def response_format(value: object, *, name: str = "response_format") -> Constrai
     return json_schema(spec["schema"], name=f"{name}.json_schema.schema")
 
 
-def constraint_from(*, json_schema: object = None, response_format: object = None, regex: object = None,
-                    grammar: object = None) -> Constraint | None:
+def constraint_from(*, json_schema: object = None, response_format: object = None, regex: str | None = None,
+                    grammar: str | None = None) -> Constraint | None:
     """The one Constraint the arguments ask for (None for none, or for response_format {"type": "text"});
     more than one of them is a ConstraintError."""
     given = [k for k, v in (("json_schema", json_schema), ("response_format", response_format),
@@ -305,9 +306,9 @@ def constraint_from(*, json_schema: object = None, response_format: object = Non
     if response_format is not None:
         return _response_format(response_format)
     if regex is not None:
-        return _regex(regex)  # type: ignore[arg-type]
+        return _regex(regex)
     if grammar is not None:
-        return _grammar(grammar)  # type: ignore[arg-type]
+        return _grammar(grammar)
     return None
 
 

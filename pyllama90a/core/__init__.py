@@ -4,9 +4,9 @@ chat's output into content and tool calls (`ToolCallOutput`)."""
 from __future__ import annotations
 
 from .cache import common_prefix, keep_cached_prefix
-from .request import MAX_TOP_LOGPROBS, GenerationRequest, check_stops
+from .request import MAX_TOP_LOGPROBS, GenerationRequest, RequestOptions, check_stops
 from .sequence import GenerationSequence, Step, TokenLogprob
 from .tool_output import ToolCallOutput, completion_of
 
-__all__ = ["MAX_TOP_LOGPROBS", "GenerationRequest", "GenerationSequence", "Step", "TokenLogprob",
+__all__ = ["MAX_TOP_LOGPROBS", "GenerationRequest", "GenerationSequence", "RequestOptions", "Step", "TokenLogprob",
            "ToolCallOutput", "check_stops", "common_prefix", "completion_of", "keep_cached_prefix"]

@@ -7,13 +7,17 @@ strings before it builds a request: the rule is the library's, the leniency the 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..constrained import Constraint
 from ..errors import InvalidArgumentError, flag, positive_int, utf8
 from ..lora import RequestedLora, requested_lora
-from ..sampling import SamplingParams
+from ..sampling import SamplingOptions, SamplingParams
+
+if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
+    from typing_extensions import Unpack
 
 MAX_TOP_LOGPROBS = 20  # alternatives reported per token, at most (OpenAI's top_logprobs bound)
 
@@ -69,10 +73,23 @@ class GenerationRequest:
                                        "its match", param="ignore_eos")
 
     @classmethod
-    def of(cls, *, max_tokens: object = 256, stop: object = (), logprobs: object = None, ignore_eos: object = False,
-           constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
-           lora: object = None, **sampling: object) -> GenerationRequest:
+    def of(cls, *, max_tokens: int = 256, stop: str | Sequence[str] | None = (), logprobs: int | None = None,
+           ignore_eos: bool = False, constraint: Constraint | None = None,
+           logit_bias: Mapping[object, object] | None = None, lora: Mapping[int, float] | RequestedLora | None = None,
+           **sampling: Unpack[SamplingOptions]) -> GenerationRequest:
         """A request from the arguments users pass (stop as a str, a list or None; lora as {id: scale}; the
-        SamplingParams fields)."""
-        return cls(max_tokens, check_stops(stop), SamplingParams(**sampling), constraint,  # type: ignore[arg-type]
-                   logit_bias, logprobs, ignore_eos, lora)  # type: ignore[arg-type]
+        SamplingParams fields), checked as every request is (so also when a caller's types were wrong)."""
+        return cls(max_tokens, check_stops(stop), SamplingParams(**sampling), constraint, logit_bias, logprobs,
+                   ignore_eos, requested_lora(lora))
+
+
+class RequestOptions(SamplingOptions, total=False):
+    """GenerationRequest.of's keyword arguments: BatchEngine.submit's, which its stream, astream and acomplete
+    pass on."""
+    max_tokens: int
+    stop: str | Sequence[str] | None
+    logprobs: int | None
+    ignore_eos: bool
+    constraint: Constraint | None
+    logit_bias: Mapping[object, object] | None
+    lora: Mapping[int, float] | RequestedLora | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class Step:
 
     token: int | None
     text: str
-    finish: str | None = None
+    finish: Literal["stop", "length"] | None = None
     logprob: TokenLogprob | None = None
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from ..toolcalls import ParseResult, ToolCallFormat, ToolCallStream
 from .outputs import Completion, Piece
 
+R = TypeVar("R", bound=str)  # a finish_reason: FinishReason, or the engine's Chunk's (which may be "error")
 
-def finish_reason(reason: str, made_calls: bool) -> str:
+
+def finish_reason(reason: R, made_calls: bool) -> R | Literal["tool_calls"]:
     """OpenAI's finish_reason: "tool_calls" when a generation that stopped by itself made tool calls."""
     return "tool_calls" if made_calls and reason == "stop" else reason
 
@@ -23,7 +25,7 @@ class ToolCallOutput:
     fmt: ToolCallFormat
     tools: Sequence[dict[str, Any]]
 
-    def whole(self, text: str, reason: str) -> tuple[ParseResult, str]:
+    def whole(self, text: str, reason: R) -> tuple[ParseResult, R | Literal["tool_calls"]]:
         """A whole answer's content and calls, and its finish_reason ("tool_calls" when it made calls)."""
         parsed = self.fmt.parse(text, self.tools)
         return parsed, finish_reason(reason, bool(parsed.tool_calls))
@@ -48,9 +50,9 @@ class ToolCallOutput:
                     continue
                 result = deltas.result()
                 reason = deltas.finish_reason(done.finish_reason)
-                completion = Completion(result.content, done.tokens, reason, done.usage,  # type: ignore[arg-type]
-                                        done.timings, tuple(result.tool_calls))
-                yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion)  # type: ignore[arg-type]
+                completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,
+                                        tuple(result.tool_calls))
+                yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion)
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:
@@ -67,8 +69,7 @@ def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Com
     if output is None:
         return done
     parsed, reason = output.whole(done.text, done.finish_reason)
-    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings,  # type: ignore[arg-type]
-                      tuple(parsed.tool_calls))
+    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings, tuple(parsed.tool_calls))
 
 
 class ToolCallDeltas:
@@ -86,7 +87,7 @@ class ToolCallDeltas:
         """What was streamed, as one content and its calls (complete after the last feed)."""
         return self._parser.result()
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: R) -> R | Literal["tool_calls"]:
         return finish_reason(reason, self._parser.has_tool_calls)
 
 

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
 from ..errors import ClosedError, InvalidArgumentError, LlamaError, positive_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
 
 
 class Batch:
@@ -24,7 +27,7 @@ class Batch:
         native.n_tokens = 0
 
     @property
-    def native(self):  # a cdata struct
+    def native(self) -> CData:  # the llama_batch struct
         """The llama_batch, for ContextHandle.decode; ClosedError once freed."""
         if not self._finalizer.alive:
             raise ClosedError("this batch is closed")
@@ -32,7 +35,7 @@ class Batch:
 
     @property
     def n_tokens(self) -> int:
-        return self._native.n_tokens
+        return int(self._native.n_tokens)
 
     def clear(self) -> None:
         self.native.n_tokens = 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
@@ -100,7 +101,7 @@ class ContextParams:
             raise InvalidArgumentError(f"n_batch={self.n_batch} must be at least n_seq_max={n_seq_max}")
 
 
-def _llama_params(p: ContextParams):  # a cdata struct
+def _llama_params(p: ContextParams) -> CData:  # a llama_context_params struct
     """The llama_context_params of `p`: the one place they are filled."""
     cparams = lib.llama_context_default_params()
     cparams.n_ctx = p.n_ctx
@@ -117,7 +118,7 @@ def _llama_params(p: ContextParams):  # a cdata struct
     return cparams
 
 
-def _free_context(ptr, model: ModelHandle) -> None:  # ptr: a cdata pointer
+def _free_context(ptr: CData, model: ModelHandle) -> None:
     # `model` is an argument so that the finalizer holds it: the weights stay loaded until the context is freed
     lib.llama_free(ptr)
 
@@ -188,11 +189,11 @@ class ContextHandle:
         return model
 
     @property
-    def ptr(self):  # a cdata pointer
+    def ptr(self) -> CData:
         """The llama_context*, for the binding's other classes (SamplerChain); ClosedError once freed."""
         return self._live()
 
-    def _live(self):  # a cdata pointer
+    def _live(self) -> CData:
         ptr = self._ptr
         if ptr is None:
             raise ClosedError("this context is closed")
@@ -249,14 +250,15 @@ class ContextHandle:
             which = "n_batch" if limit == self.n_batch else "n_ubatch (attention is not causal)"
             raise InvalidArgumentError(f"a decode takes 1 to {limit} tokens ({which}), got {n_tokens}")
 
-    def logits_row(self, index: int = -1) -> np.ndarray:
+    def logits_row(self, index: int = -1) -> npt.NDArray[np.float32]:
         """A writable float32 view (no copy) of the logits of batch position `index` (-1: the last output),
         valid until the next decode."""
         ctx = self._live()
         with NativeCall() as call:
             row = lib.llama_get_logits_ith(ctx, index)
         call.check(row != ffi.NULL, LlamaError, f"llama.cpp has no logits for batch position {index}")
-        return np.frombuffer(ffi.buffer(row, 4 * self._n_vocab), dtype=np.float32)
+        # (numpy's stubs for Python < 3.12 take a buffer only as one of a list of types: a memoryview of it, no copy)
+        return np.frombuffer(memoryview(ffi.buffer(row, 4 * self._n_vocab)), dtype=np.float32)
 
     def synchronize(self) -> None:
         """Wait until the backends finished the last decode."""
@@ -268,14 +270,14 @@ class ContextHandle:
         """Whether decodes compute pooled embeddings (instead of logits)."""
         lib.llama_set_embeddings(self._live(), flag("on", on))
 
-    def pooled_embedding(self, seq: int = 0) -> np.ndarray:
+    def pooled_embedding(self, seq: int = 0) -> npt.NDArray[np.float32]:
         """A copy of sequence `seq`'s pooled embedding after the last decode, shape (n_embd,)."""
         ctx = self._live()
         self._check_sequence(seq)
         with NativeCall() as call:
             vec = lib.llama_get_embeddings_seq(ctx, seq)
         call.check(vec != ffi.NULL, LlamaError, "llama.cpp returned no pooled embedding")
-        return np.frombuffer(ffi.buffer(vec, 4 * self._n_embd), dtype=np.float32).copy()
+        return np.copy(np.frombuffer(memoryview(ffi.buffer(vec, 4 * self._n_embd)), dtype=np.float32))
 
     # -- sequences ---------------------------------------------------------------------------------------------
 

@@ -1,24 +1,29 @@
 """The ggml devices a model offloads to by default and those a worker serves, by name."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._ffi import ffi, lib
 from ..errors import InvalidArgumentError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
 
-def device_name(dev) -> str:  # dev: a ggml_backend_dev_t
+
+def device_name(dev: CData) -> str:  # dev: a ggml_backend_dev_t
     return ffi.string(lib.ggml_backend_dev_name(dev)).decode()
 
 
-def device_label(dev) -> str:
+def device_label(dev: CData) -> str:
     """"name (description)", e.g. "CUDA0 (NVIDIA H200)", "RPC0 (10.0.0.2:50052)"."""
     return f"{device_name(dev)} ({ffi.string(lib.ggml_backend_dev_description(dev)).decode()})"
 
 
-def _all() -> list:
+def _all() -> list[CData]:
     return [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
 
 
-def local_offload_devices() -> list:
+def local_offload_devices() -> list[CData]:
     """This machine's devices that llama.cpp offloads to by default (ggml_backend_dev_t): its GPUs, else its
     integrated GPUs (llama.cpp also skips a GPU that two backends both list; our builds have one GPU backend)."""
     found = _all()
@@ -26,7 +31,7 @@ def local_offload_devices() -> list:
     return gpus or [d for d in found if lib.ggml_backend_dev_type(d) == lib.GGML_BACKEND_DEVICE_TYPE_IGPU]
 
 
-def serving_devices(names: list[str]) -> list:
+def serving_devices(names: list[str]) -> list[CData]:
     """The devices a worker serves (ggml_backend_dev_t): those named (ggml's names, e.g. CUDA0, CPU), by default
     this machine's GPUs, else its CPU."""
     every = {device_name(d): d for d in _all()}

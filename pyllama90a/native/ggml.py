@@ -3,13 +3,18 @@ CPU backend (its features, the variant a portable build loaded, a graph computed
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._ffi import ffi, lib
 from .._ffi import gpu_backend_devices as gpu_backend_devices  # re-exported for the floors above the binding
 from ..kv_types import KV_TYPES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,7 @@ class Device:
 
 def ggml_type(kv_type: str) -> int:
     """ggml's number of a KV type name (kv_types.KV_TYPES)."""
-    return getattr(lib, KV_TYPES[kv_type][0])
+    return int(getattr(lib, KV_TYPES[kv_type][0]))
 
 
 def row_size(kv_type: str, n_values: int) -> int:
@@ -45,7 +50,7 @@ def system_info() -> str:
     return ffi.string(lib.llama_print_system_info()).decode().strip()
 
 
-def _device(gpu: bool = False):
+def _device(gpu: bool = False) -> CData:
     """ggml's first GPU device, or its CPU device."""
     dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_GPU if gpu else lib.GGML_BACKEND_DEVICE_TYPE_CPU)
     if dev == ffi.NULL:
@@ -54,7 +59,7 @@ def _device(gpu: bool = False):
 
 
 @contextmanager
-def _backend(dev, n_threads: int | None):
+def _backend(dev: CData, n_threads: int | None) -> Iterator[CData]:
     """A started backend of `dev` (n_threads applies to the CPU's), freed on exit."""
     backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
     if backend == ffi.NULL:
@@ -68,13 +73,13 @@ def _backend(dev, n_threads: int | None):
         lib.ggml_backend_free(backend)
 
 
-def _compute(backend, graph) -> None:
+def _compute(backend: CData, graph: CData) -> None:
     status = lib.ggml_backend_graph_compute(backend, graph)
     if status != lib.GGML_STATUS_SUCCESS:
         raise RuntimeError(f"ggml_backend_graph_compute failed (status {status})")
 
 
-def cpu_proc(name: str, ctype: str):
+def cpu_proc(name: str, ctype: str) -> CData | None:
     """A function of the CPU backend by name (its module is loaded at run time in a portable build), or None."""
     address = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(_device()), name.encode())
     return None if address == ffi.NULL else ffi.cast(ctype, address)
@@ -105,7 +110,7 @@ def loaded_cpu_backend() -> str:
     return "unknown"
 
 
-def compute_on_cpu(graph, n_threads: int) -> None:
+def compute_on_cpu(graph: CData, n_threads: int) -> None:
     """Compute a ggml graph (tensors in host memory) on the CPU backend with n_threads threads."""
     with _backend(_device(), n_threads) as backend:
         _compute(backend, graph)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)
 
 
-def _free_adapter(ptr, model: ModelHandle) -> None:  # ptr: a cdata pointer
+def _free_adapter(ptr: CData, model: ModelHandle) -> None:
     # `model` is an argument so that the finalizer holds it: llama.cpp frees the adapters left on a model it
     # frees, so an adapter freed after its model would be freed twice
     lib.llama_adapter_lora_free(ptr)
@@ -29,7 +29,7 @@ class LoraHandle:
     garbage collected.
     """
 
-    def __init__(self, model: ModelHandle, path: str | os.PathLike | bytes) -> None:
+    def __init__(self, model: ModelHandle, path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
         raw_path = fs_path("path", path)
         self.path = Path(os.fsdecode(raw_path))
         with NativeCall() as call:

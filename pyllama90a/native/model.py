@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
@@ -28,6 +28,7 @@ from . import rpc
 from .devices import device_label, local_offload_devices
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
     from ..placement import Placement
 
 MAX_TOKENIZE_BYTES = 64 << 20  # of UTF-8 text per llama_tokenize call (well within its int32 lengths)
@@ -45,8 +46,8 @@ class ModelHandle:
     theirs on close()). Every call here only reads the model: any thread may make them at any time.
     """
 
-    def __init__(self, path: str | os.PathLike | bytes, *, n_gpu_layers: int = -1, weight_repack: bool = True,
-                 placement: Placement | None = None, simulate: bool = False) -> None:
+    def __init__(self, path: str | bytes | os.PathLike[str] | os.PathLike[bytes], *, n_gpu_layers: int = -1,
+                 weight_repack: bool = True, placement: Placement | None = None, simulate: bool = False) -> None:
         """weight_repack: weights on the CPU may go to its extra buffer types (AMX tiles, repacked layouts for
         faster mat-muls), as llama.cpp does by default; False keeps them in plain CPU buffers. placement: the
         devices the offloaded layers go to (None: llama.cpp's defaults). simulate: load the metadata only and
@@ -92,7 +93,7 @@ class ModelHandle:
         # (a worker this model holds no connection to, 0, has none of its layers: nothing to lose)
         return tuple(w for w, own in self._connections.items() if own < 0 or (own > 0 and rpc.connection(w) != own))
 
-    def check_workers(self, ctx, call: NativeCall) -> None:  # ctx: a llama_context* on this model
+    def check_workers(self, ctx: CData, call: NativeCall) -> None:  # ctx: a llama_context* on this model
         """After a decode on `ctx`: DecodeError (with `call`'s lines) when a worker holding some of this model's
         layers was lost. ggml-rpc fetches outputs asynchronously, so this waits for the decode to finish: a
         connection lost after llama_decode returned would otherwise show only as zeros in the logits."""
@@ -137,7 +138,7 @@ class ModelHandle:
             with NativeCall() as call:
                 n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
             call.check(n >= 0, LlamaError, f"llama_token_to_piece failed for token {token}")
-        return ffi.unpack(buf, n)
+        return _unpacked(buf, n)
 
     def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
         """The text of `tokens` (ids in [0, n_vocab), checked); special=True renders control tokens."""
@@ -151,7 +152,7 @@ class ModelHandle:
                 buf = ffi.new("char[]", -n)
                 n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, len(buf), False, special)
         call.check(n >= 0, LlamaError, "detokenization failed")
-        return ffi.unpack(buf, n).decode("utf-8", "replace")
+        return _unpacked(buf, n).decode("utf-8", "replace")
 
     def is_eog(self, token: int) -> bool:
         """Whether `token` ends a generation (EOS, EOT, ...)."""
@@ -167,9 +168,9 @@ class ModelHandle:
         if n >= len(buf):  # snprintf-like: n is the whole value's length
             buf = ffi.new("char[]", n + 1)
             n = lib.llama_model_meta_val_str(self.ptr, raw_key, buf, len(buf))
-        return None if n < 0 else ffi.unpack(buf, n).decode("utf-8", "replace")
+        return None if n < 0 else _unpacked(buf, n).decode("utf-8", "replace")
 
-    def builtin_chat_template(self, messages: Sequence[dict], name: str | None = None) -> str:
+    def builtin_chat_template(self, messages: Sequence[Mapping[str, Any]], name: str | None = None) -> str:
         """`messages` ({"role", "content"} strings) rendered by llama.cpp's built-in template `name` (None: the
         one it matches to the GGUF's template text), ready for the assistant's turn."""
         # the template gets NUL-terminated strings: a NUL would silently cut a message
@@ -196,7 +197,7 @@ class ModelHandle:
             call.check(n >= 0, UnsupportedChatTemplateError,
                        f"llama.cpp does not support the chat template {name or self.path.name}")
             if n <= cap:
-                return ffi.unpack(buf, n).decode("utf-8", "replace")
+                return _unpacked(buf, n).decode("utf-8", "replace")
             cap = n
         raise LlamaError("chat template output kept growing")  # pragma: no cover
 
@@ -207,13 +208,13 @@ class ModelHandle:
 @dataclass
 class _Placed:
     labels: tuple[str, ...]  # the devices the model's offloaded layers may go to, in llama.cpp's order
-    arrays: tuple = ()       # cdata that llama_model_params points to
+    arrays: tuple[CData, ...] = ()  # what llama_model_params points to
 
 
 _SPLIT_MODES = {"none": "LLAMA_SPLIT_MODE_NONE", "layer": "LLAMA_SPLIT_MODE_LAYER", "row": "LLAMA_SPLIT_MODE_ROW"}
 
 
-def _place(params, placement: Placement | None) -> _Placed:  # params: llama_model_params
+def _place(params: CData, placement: Placement | None) -> _Placed:  # params: llama_model_params
     """Fill `params`' device list (workers' devices first, as llama.cpp orders them), split mode, main GPU and
     shares from `placement`, checked against those devices."""
     local = local_offload_devices()
@@ -238,6 +239,12 @@ def _place(params, placement: Placement | None) -> _Placed:  # params: llama_mod
         arrays.append(ffi.new("float[]", shares + [0.0] * (lib.llama_max_devices() - len(shares))))
         params.tensor_split = arrays[-1]
     return _Placed(labels, tuple(arrays))
+
+
+def _unpacked(buf: CData, n: int) -> bytes:
+    """The first `n` bytes of char array `buf`, NULs included (ffi.string would stop at the first one)."""
+    data: bytes = ffi.unpack(buf, n)  # (the stub says Any: unpack gives a list for other arrays)
+    return data
 
 
 def _load_reason(lines: Iterable[str]) -> str:

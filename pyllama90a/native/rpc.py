@@ -16,10 +16,14 @@ import functools
 import socket
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
 from ..errors import ModelLoadError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .._native import CData  # (only in the stub, _native.pyi)
 
 PROBE_TIMEOUT_S = 10.0
 # the wire format of ggml-rpc's HELLO (ggml-rpc.cpp): | command (1 byte) | size (8 bytes) | payload |, payload the
@@ -44,7 +48,7 @@ def protocol_version() -> tuple[int, int, int]:
 
 
 @functools.cache  # asked after every decode of a model with workers (check_workers): look it up once
-def _proc(name: str, ctype: str):
+def _proc(name: str, ctype: str) -> CData:
     reg = lib.ggml_backend_reg_by_name(b"RPC")
     address = ffi.NULL if reg == ffi.NULL else lib.ggml_backend_reg_get_proc_address(reg, name.encode())
     if address == ffi.NULL:
@@ -101,7 +105,7 @@ def probe(endpoint: Endpoint, timeout: float | None = None) -> tuple[int, int, i
     return major, minor, patch
 
 
-def worker_devices(endpoint: Endpoint) -> list:
+def worker_devices(endpoint: Endpoint) -> list[CData]:
     """The ggml devices (ggml_backend_dev_t) of the worker at `endpoint`, connecting to it unless this process
     already is; ModelLoadError when it cannot be reached or refuses."""
     if connection(endpoint) <= 0:  # probing over a live connection would wait for ourselves
@@ -113,7 +117,7 @@ def worker_devices(endpoint: Endpoint) -> list:
     return [lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg))]
 
 
-def serve(endpoint: Endpoint, devices: list, n_threads: int, cache_dir: bytes | None) -> None:
+def serve(endpoint: Endpoint, devices: list[CData], n_threads: int, cache_dir: bytes | None) -> None:
     """Serve `devices` (ggml_backend_dev_t) to RPC clients on `endpoint`, one client at a time; returns only when
     the server could not start (ggml printed why)."""
     start = _proc("ggml_backend_rpc_start_server",

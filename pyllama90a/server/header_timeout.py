@@ -37,6 +37,7 @@ def protocol_with_header_timeout(seconds: float) -> type[H11Protocol]:
             if self.cycle is self._waiting_cycle and not self.transport.is_closing():
                 self.transport.close()  # no request began since the timer was armed
 
+        # (uvicorn's own signature, which narrows asyncio.Protocol's BaseTransport to a Transport)
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()

@@ -185,9 +185,10 @@ class GenerationBody(Harmless):
                                 f"{', '.join(given)}", param=list(given)[1])
         if not given:
             return None
-        ((name, value),) = given.items()
-        with about(name):
-            return constraint_from(**{name: value})
+        ((name, _),) = given.items()
+        with about(name):  # (the one given; the others are None)
+            return constraint_from(response_format=self.response_format, grammar=self.grammar or None,
+                                   json_schema=self.json_schema or None)
 
     def _generation(self, max_tokens: int, logprobs: int | None, **how: Any) -> Generation:
         sampling = {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingParams)}  # (same names)

@@ -171,8 +171,8 @@ class ChatShape(Shape):
         if logprobs is not None and not deltas:
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
         events = [self._chunk(choice, d, logprobs=logprobs if j == 0 else None) for j, d in enumerate(deltas)]
-        if last:
-            reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)  # type: ignore[arg-type]
+        if chunk.finish_reason is not None:  # (last)
+            reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)
             events.append({**self._chunk(choice, {}, reason), **self._timings_if_finished()})
         return events
 

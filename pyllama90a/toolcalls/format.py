@@ -30,7 +30,7 @@ from .stream import ToolCallStream
 from .tools import ToolChoice, check_tool_choice, check_tools, new_call_id, tool_names
 
 
-def parameters_schema(fn: dict) -> dict:
+def parameters_schema(fn: dict[str, Any]) -> dict[str, Any]:
     """A function's arguments schema: its parameters (an object schema, as given), or for a function without
     parameters the empty object (no properties at all: JSON schema would otherwise allow any)."""
     params = fn.get("parameters") or {"type": "object", "properties": {}, "additionalProperties": False}
@@ -61,7 +61,8 @@ class ToolCallFormat:
 
     # -- schema ------------------------------------------------------------------------------------------
 
-    def call_schema(self, tools: Sequence[dict], tool_choice: ToolChoice | str | dict | None = "required") -> dict:
+    def call_schema(self, tools: Sequence[dict[str, Any]],
+                    tool_choice: ToolChoice | str | dict[str, Any] | None = "required") -> dict[str, Any]:
         """The JSON schema of ONE call object: {"name": <a listed function (or only the named one)>,
         <args_key>: <that function's parameters schema>}. `tools` and `tool_choice` as the API takes them."""
         tools = check_tools(tools)
@@ -83,8 +84,9 @@ class ToolCallFormat:
             })
         return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
 
-    def schema(self, tools: Sequence[dict], tool_choice: ToolChoice | str | dict | None = "required",
-               parallel_tool_calls: bool = True) -> dict:
+    def schema(self, tools: Sequence[dict[str, Any]],
+               tool_choice: ToolChoice | str | dict[str, Any] | None = "required",
+               parallel_tool_calls: bool = True) -> dict[str, Any]:
         """The schema of what goes between prefix and suffix: one call, or for array formats a list of calls
         (at most one unless parallel_tool_calls)."""
         one = self.call_schema(tools, tool_choice)
@@ -95,7 +97,7 @@ class ToolCallFormat:
             schema["maxItems"] = 1
         return schema
 
-    def constraint(self, tools: Sequence[dict], tool_choice: object = None,
+    def constraint(self, tools: Sequence[dict[str, Any]], tool_choice: object = None,
                    parallel_tool_calls: bool = True) -> ToolCallConstraint | None:
         """What to constrain for this request: None for tool_choice "none" (or no tools); a lazy constraint
         from the trigger for "auto"; a constraint from the first token for "required" and a named function.
@@ -137,7 +139,7 @@ class ToolCallFormat:
     def new_id(self) -> str:
         return new_call_id(self.id_length, self.id_prefix)
 
-    def parse(self, text: str, tools: Sequence[dict] | None = None) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[dict[str, Any]] | None = None) -> ParseResult:
         """Split generated `text` into content and tool calls. A call must be complete, well-formed JSON of
         a listed function (when `tools` is given) with an object of arguments; anything else, from where it
         went wrong, is content."""
@@ -145,12 +147,12 @@ class ToolCallFormat:
         return ParseResult(found.content.strip(WS),
                            [ParsedToolCall(self.new_id(), c.name, c.arguments) for c in found.calls])
 
-    def stream(self, tools: Sequence[dict] | None = None) -> ToolCallStream:
+    def stream(self, tools: Sequence[dict[str, Any]] | None = None) -> ToolCallStream:
         """A streaming reader of this format (see ToolCallStream)."""
         return ToolCallStream(self.family, self.new_id, _names(tools))
 
 
-def _names(tools: Sequence[dict] | None) -> set[str] | None:
+def _names(tools: Sequence[dict[str, Any]] | None) -> set[str] | None:
     return set(tool_names(check_tools(tools))) if tools is not None else None
 
 
@@ -187,7 +189,7 @@ def detect_format(template_source: str | None) -> ToolCallFormat:
     return GENERIC
 
 
-def tools_system_prompt(tools: Sequence[dict], fmt: ToolCallFormat = GENERIC) -> str:
+def tools_system_prompt(tools: Sequence[dict[str, Any]], fmt: ToolCallFormat = GENERIC) -> str:
     """The description of `tools` and of the call syntax that the generic format puts in a system message."""
     listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
     example = fmt.call_text([("<function-name>", '{"<argument>": <value>}')])

@@ -12,7 +12,7 @@ class ParsedToolCall:
     name: str
     arguments: str  # the JSON object as the model wrote it
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
@@ -21,7 +21,7 @@ class ParseResult:
     content: str
     tool_calls: list[ParsedToolCall]
 
-    def message(self) -> dict:
+    def message(self) -> dict[str, Any]:
         """An OpenAI assistant message: content None when there are calls and no text, as OpenAI does."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content if self.content or not self.tool_calls
                                else None}
@@ -30,10 +30,10 @@ class ParseResult:
         return msg
 
 
-def reassemble(deltas: Iterable[dict]) -> ParseResult:
+def reassemble(deltas: Iterable[dict[str, Any]]) -> ParseResult:
     """Deltas put back together the way an OpenAI client does (for tests and for non-streaming callers)."""
     content = ""
-    calls: dict[int, dict] = {}
+    calls: dict[int, dict[str, str]] = {}
     for d in deltas:
         if "content" in d:
             content += d["content"]

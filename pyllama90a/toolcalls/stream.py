@@ -5,6 +5,7 @@ scanners, so a feed reads its own text once, however long the answer grows."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypedDict
 
 from ..errors import InvalidArgumentError
 from .formats import PartialCall, Scanners
@@ -12,6 +13,18 @@ from .json_scan import WS
 from .parse import Scan, scan
 from .results import ParsedToolCall, ParseResult
 from .tools import type_name
+
+
+class _SentCall(TypedDict):
+    id: str
+    name: str
+    arguments: str  # the arguments text sent so far
+    complete: bool
+
+
+class SentCall(_SentCall, total=False):
+    """A call whose header ToolCallStream sent; upto (set as its text is read): the text position after it."""
+    upto: int
 
 
 class ToolCallStream:
@@ -31,7 +44,7 @@ class ToolCallStream:
 
     def __init__(self, family: str, new_id: Callable[[], str], names: set[str] | None = None) -> None:
         self._family, self._new_id, self.names = family, new_id, names
-        self.calls: list[dict] = []  # {"id", "name", "arguments", "complete", "upto"} sent so far
+        self.calls: list[SentCall] = []  # sent so far
         self.malformed = False
         self._finished = False
         # what a feed reads: the text from where the last scan settled (its start is text position `_base`),
@@ -57,29 +70,29 @@ class ToolCallStream:
         return ParseResult("".join(self._content), [ParsedToolCall(c["id"], c["name"], c["arguments"])
                                                      for c in self.calls if c["complete"]])
 
-    def feed(self, chunk: str) -> list[dict]:
+    def feed(self, chunk: str) -> list[dict[str, Any]]:
         """The deltas that `chunk` (the next piece of generated text) makes known."""
         if self._finished:
             raise InvalidArgumentError("feed() after finish()")
         if not isinstance(chunk, str):
             raise InvalidArgumentError(f"chunk must be a str, got {type_name(chunk)}")
         if self._raw:
-            out: list[dict] = []
+            out: list[dict[str, Any]] = []
             self._take_content(chunk, out)
             return out
         self._tail += chunk
         return self._update(final=False)
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[dict[str, Any]]:
         """The deltas for what was held back; call once, after the last chunk."""
         if self._finished:
             return []
         self._finished = True
         return [] if self._raw else self._update(final=True)
 
-    def _update(self, final: bool) -> list[dict]:
+    def _update(self, final: bool) -> list[dict[str, Any]]:
         now = scan(self._family, self._tail, self.names, final, 0, self._scanners)
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         if not self._agrees(now.calls):  # what went out stays; the text after the last call is content
             self.malformed = self._raw = True
             self._take_content(self._tail[self.calls[-1]["upto"] - self._base:], out)
@@ -117,7 +130,7 @@ class ToolCallStream:
         return len(calls) >= len(sent) and all(
             c.name == s["name"] and c.arguments.startswith(s["arguments"]) for c, s in zip(calls, sent, strict=False))
 
-    def _take_content(self, raw: str, out: list[dict]) -> None:
+    def _take_content(self, raw: str, out: list[dict[str, Any]]) -> None:
         """Send content text as it comes: stripped as a whole-text parse strips it (leading whitespace never,
         trailing whitespace once more content follows)."""
         text = self._pending + raw
@@ -129,7 +142,7 @@ class ToolCallStream:
             out.append({"content": shown})
             self._content.append(shown)
 
-    def _send_call(self, index: int, call: PartialCall, out: list[dict]) -> None:
+    def _send_call(self, index: int, call: PartialCall, out: list[dict[str, Any]]) -> None:
         if index == len(self.calls):
             self.calls.append({"id": self._new_id(), "name": call.name, "arguments": "", "complete": False})
             out.append({"tool_calls": [{"index": index, "id": self.calls[index]["id"], "type": "function",
@@ -143,9 +156,9 @@ class ToolCallStream:
         sent["upto"] = self._base + call.upto
 
 
-def _merge(deltas: list[dict]) -> list[dict]:
+def _merge(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Adjacent content deltas joined; adjacent argument fragments of the same call joined."""
-    merged: list[dict] = []
+    merged: list[dict[str, Any]] = []
     for d in deltas:
         if merged:
             last = merged[-1]

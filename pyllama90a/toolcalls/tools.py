@@ -7,6 +7,7 @@ import secrets
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 from ..errors import InvalidArgumentError, about
 
@@ -23,7 +24,7 @@ def type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-class Tools(tuple):
+class Tools(tuple[dict[str, Any], ...]):
     """OpenAI tool dicts checked by check_tools, which returns a Tools as it is: a request's tools are checked
     once where they enter and every layer below (template, constraint, parsers) takes them as they are."""
 
@@ -38,7 +39,7 @@ def check_tools(tools: object, field: str = "tools") -> Tools:
         return Tools(_check_tools(tools, field))
 
 
-def _check_tools(tools: object, field: str) -> list[dict]:
+def _check_tools(tools: object, field: str) -> list[dict[str, Any]]:
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -80,8 +81,11 @@ def _check_tools(tools: object, field: str) -> list[dict]:
     return out
 
 
-def tool_names(tools: Sequence[dict]) -> list[str]:
+def tool_names(tools: Sequence[dict[str, Any]]) -> list[str]:
     return [t["function"]["name"] for t in tools]
+
+
+ToolChoiceMode = Literal["none", "auto", "required"]
 
 
 @dataclass(frozen=True)
@@ -89,17 +93,17 @@ class ToolChoice:
     """A checked tool_choice: mode is "none", "auto" or "required"; name is set for a named function (the
     mode is then "required": a call of that function only)."""
 
-    mode: str
+    mode: ToolChoiceMode
     name: str | None = None
 
 
-def check_tool_choice(tool_choice: object, tools: Sequence[dict], field: str = "tool_choice") -> ToolChoice:
+def check_tool_choice(tool_choice: object, tools: Sequence[dict[str, Any]], field: str = "tool_choice") -> ToolChoice:
     """Check `tool_choice` against the checked `tools`. None means "auto" with tools and "none" without."""
     if isinstance(tool_choice, ToolChoice):
         return tool_choice
     with about(field):
         return _check_tool_choice(tool_choice, tools, field)
-def _check_tool_choice(tool_choice: object, tools: Sequence[dict], field: str) -> ToolChoice:
+def _check_tool_choice(tool_choice: object, tools: Sequence[dict[str, Any]], field: str) -> ToolChoice:
     names = tool_names(tools)
     if tool_choice is None:
         return ToolChoice("auto" if names else "none")
@@ -112,7 +116,7 @@ def _check_tool_choice(tool_choice: object, tools: Sequence[dict], field: str) -
             raise InvalidArgumentError(f"{field} 'required' needs a non-empty tools list")
         if tool_choice == "auto" and not names:
             return ToolChoice("none")
-        return ToolChoice(tool_choice)
+        return ToolChoice(cast(ToolChoiceMode, tool_choice))  # (one of the three: checked above)
     if isinstance(tool_choice, dict):
         fn = tool_choice.get("function")
         if tool_choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
