@@ -5,6 +5,7 @@ parse() and LangChain: tests/test_server_tools.py."""
 from __future__ import annotations
 
 import json
+import math
 
 import jsonschema
 import pytest
@@ -79,6 +80,35 @@ def test_gbnf_grammar_on_completions(client) -> None:
     body = {"prompt": "Is the sky green? Answer:", "max_tokens": 10, "temperature": 0.9, "seed": 3,
             "grammar": 'root ::= " yes" | " no"'}
     assert _content(client.post(COMPLETIONS, json=body)) in (" yes", " no")
+
+
+def test_logprobs_under_a_constraint_list_only_the_tokens_it_allows(client) -> None:
+    # the grammar allows two tokens at the first step: the other three alternatives asked for are forbidden (-inf),
+    # which are no alternatives (and no JSON: a 500, or "-Infinity" in a stream)
+    grammar = {"grammar": 'root ::= "x" | "y"', "temperature": 0}
+    answers = [
+        client.post(COMPLETIONS, json={"prompt": "Pick x or y:", "max_tokens": 3, "logprobs": 5,
+                                       **grammar}).json()["choices"][0]["logprobs"]["top_logprobs"],
+        [entry["top_logprobs"] for entry in client.post(CHAT, json={
+            "messages": [{"role": "user", "content": "Pick x or y."}], "max_tokens": 3, "logprobs": True,
+            "top_logprobs": 5, **grammar}).json()["choices"][0]["logprobs"]["content"]],
+        [entry["top_logprobs"] for entry in client.post("/completion", json={
+            "prompt": "Pick x or y:", "n_predict": 3, "n_probs": 5,
+            **grammar}).json()["completion_probabilities"]]]
+    first_steps = [answers[0][0], {e["token"]: e["logprob"] for e in answers[1][0]},
+                   {e["token"]: e["logprob"] for e in answers[2][0]}]
+    for top in first_steps:
+        assert top and set(top) <= {"x", "y"}, top
+        assert all(math.isfinite(lp) and lp <= 0 for lp in top.values()), top
+    with client.stream("POST", COMPLETIONS, json={"prompt": "Pick x or y:", "max_tokens": 3,
+                                                  "logprobs": 5, "stream": True, **grammar}) as response:
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: {")]
+    assert events
+
+    def not_json(constant: str) -> None:
+        raise AssertionError(f"{constant} in a stream event")
+    for event in events:  # (Python's json takes -Infinity and NaN unless told not to; JSON has neither)
+        json.loads(event, parse_constant=not_json)
 
 
 def test_llama_cpp_json_schema_field(client) -> None:

@@ -83,6 +83,8 @@ class GenerationSequence:
         top_logit = float(logits.max())
         log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
         top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+        # tokens a constraint or a -inf logit_bias forbids are no alternatives (and -inf is not JSON)
+        top = top[np.isfinite(logits[top])]
         top = top[np.argsort(-logits[top])]
         return TokenLogprob(token, piece, float(logits[token]) - log_z,
                             tuple((int(t), self.vocab.token_piece(int(t)), float(logits[t]) - log_z) for t in top))
