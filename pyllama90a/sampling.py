@@ -9,6 +9,10 @@ from .errors import INT32_MAX, UINT32_MAX, InvalidArgumentError, int_in_range, n
 # llama.cpp's LLAMA_DEFAULT_SEED (native.sampler.RANDOM_SEED): a uint32 that means "draw a random seed". Not
 # imported from native/, so that this dataclass loads no native library and native/ imports it without a circle
 RANDOM_SEED = UINT32_MAX
+# below this temperature sampling is greedy, its limit: llama.cpp divides the logits by the temperature as a C
+# float, and a temperature under about 1e-36 made them +-inf and the softmax NaN (one fixed token, whatever the
+# seed); 1e-30 keeps logits up to 3e8 finite
+GREEDY_BELOW = 1e-30
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 class SamplingOptions(TypedDict, total=False):

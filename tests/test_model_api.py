@@ -38,6 +38,16 @@ def test_seeded_sampling_repeats_and_differs_from_other_seeds(model) -> None:
     assert others - {tuple(a.tokens)}
 
 
+def test_a_tiny_temperature_samples_as_greedy_does(model) -> None:
+    # llama.cpp divides the logits by the temperature as a float: under about 1e-36 they overflowed, the softmax
+    # was NaN and one fixed token came back whatever the seed; the limit of sampling as it goes to 0 is greedy
+    greedy = model.generate("The capital of France is", max_tokens=4, temperature=0).tokens
+    for temperature in (1e-44, 1e-38, 1e-31):
+        for seed in (1, 2):
+            assert model.generate("The capital of France is", max_tokens=4, temperature=temperature, seed=seed,
+                                  top_k=0, top_p=1.0, min_p=0.0).tokens == greedy, (temperature, seed)
+
+
 def test_stream_pieces_join_to_the_same_text(model) -> None:
     whole = model.generate("List three fruits:", max_tokens=24, temperature=0)
     pieces = list(model.generate("List three fruits:", max_tokens=24, temperature=0, stream=True))
