@@ -55,6 +55,9 @@ def test_save_erase_restore(http, folder):
     ("/slots/0?action=shred", {"filename": "a.bin"}, 400, "action"),
     ("/slots/9?action=erase", None, 400, "id_slot"),
     ("/slots/x?action=erase", None, 400, "id_slot"),
+    ("/slots/%C2%B2?action=erase", None, 400, "id_slot"),  # "²": a digit to str.isdigit, not to int()
+    ("/slots/%D9%A1?action=erase", None, 400, "id_slot"),  # U+0661, an Arabic-Indic 1, which int() takes
+    ("/slots/" + "9" * 4301 + "?action=erase", None, 400, "id_slot"),  # more digits than int() converts
 ])
 def test_bad_slot_actions_are_a_400(http, folder, url, body, status, param):
     reply = http.post(url, json=body) if body is not None else http.post(url)

@@ -21,6 +21,7 @@ from .state import ServerState
 
 ACTIONS = ("save", "restore", "erase")
 _FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+_SLOT_ID = re.compile(r"[0-9]{1,9}")
 
 
 def _filename(body: Any) -> str:
@@ -42,7 +43,9 @@ async def slot_action(state: ServerState, request: Request, id_slot: str) -> JSO
     if action not in ACTIONS:
         raise APIError(400, f"action must be one of {', '.join(ACTIONS)}", param="action")
     engine = state.engine
-    if not id_slot.isdigit() or int(id_slot) >= engine.parallel:
+    # ASCII digits only, few enough for int(): str.isdigit takes "²" (which int() refuses) and U+0661 (an
+    # Arabic-Indic 1, which int() takes)
+    if not _SLOT_ID.fullmatch(id_slot) or int(id_slot) >= engine.parallel:
         raise APIError(400, f"id_slot must be 0 to {engine.parallel - 1}", param="id_slot")
     slot = int(id_slot)
     if action == "erase":
