@@ -97,6 +97,17 @@ def test_native_completion_is_the_greedy_completion(http) -> None:
         native["content"]
 
 
+def test_seeds_as_llama_server_takes_them(http) -> None:
+    # a uint32 from the low 32 bits; -1 (llama-server's default) and 4294967295 (LLAMA_DEFAULT_SEED) draw one
+    def sample(seed: int) -> str:
+        return _ok(http.post("/completion", json={"prompt": PROMPT, "n_predict": 24, "temperature": 1.5,
+                                                  "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": seed}))["content"]
+    for random in (-1, 0xFFFFFFFF):
+        assert len({sample(random) for _ in range(3)}) > 1, random  # (24 tokens at 1.5: the same thrice is ~never)
+    assert sample(-2) == sample(-2) == sample(0xFFFFFFFE)  # (-2 is 0xFFFFFFFE)
+    assert sample(2**32 + 7) == sample(7)
+
+
 def test_native_completion_stop_word(http) -> None:
     content = _ok(http.post("/completion", json={"prompt": PROMPT, "n_predict": 8, "temperature": 0}))["content"]
     stop = content.strip()[2:4]  # a piece of the greedy text past its first word's start

@@ -22,7 +22,7 @@ from ..core.request import MAX_TOP_LOGPROBS
 from ..errors import about
 from ..fim import CHUNK_FILENAME, infill_prompt
 from ..lora import RequestedLora
-from ..sampling import SamplingParams
+from ..sampling import RANDOM_SEED, SamplingParams
 from ..toolcalls import Tools, check_tool_choice, check_tools
 from .errors import APIError
 from .protocol_base import LIMIT, Between, Limits, ProtocolModel, bad
@@ -192,8 +192,9 @@ class GenerationBody(Harmless):
 
     def _generation(self, max_tokens: int, logprobs: int | None, **how: Any) -> Generation:
         sampling = {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingParams)}  # (same names)
-        if self.seed is not None:
-            sampling["seed"] = self.seed % 0xFFFFFFFF  # llama.cpp seeds are 32-bit; 0xFFFFFFFF means "random"
+        if self.seed is not None:  # llama.cpp's seeds are uint32 (the low 32 bits, as llama-server takes them),
+            seed = self.seed & RANDOM_SEED  # and RANDOM_SEED (which -1 is, llama-server's default) draws one
+            sampling["seed"] = None if seed == RANDOM_SEED else seed
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
                                     self.logit_bias or None, logprobs, self.ignore_eos,
                                     None if self.lora is None else lora_pairs(self.lora))
