@@ -115,6 +115,15 @@ def test_json_object_and_response_format_shapes(lm) -> None:
     assert isinstance(json.loads(text)["ok"], bool)
 
 
+def test_a_schema_in_both_places_is_refused() -> None:
+    # llama.cpp's server form (schema beside type) and OpenAI's (json_schema.schema) at once: the outer one was
+    # dropped silently and the answer was any object
+    both = {"type": "json_schema", "json_schema": {"name": "colours"}, "schema": {"type": "array"}}
+    with pytest.raises(ConstraintError, match=r"json_schema\.schema or beside \"type\", not both"):
+        c.response_format(both)
+    assert c.response_format({"type": "json_schema", "schema": {"type": "array"}}) is not None  # (either one)
+
+
 def test_pydantic_model_is_a_schema(lm) -> None:
     pydantic = pytest.importorskip("pydantic")
     from enum import Enum

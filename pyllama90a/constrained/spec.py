@@ -275,6 +275,9 @@ def response_format(value: object, *, name: str = "response_format") -> Constrai
     spec = value.get("json_schema")
     if spec is None and "schema" in value:  # llama.cpp's server takes the schema beside "type" too
         return json_schema(value["schema"], name=f"{name}.schema")
+    if "schema" in value:  # both places: the outer one would be dropped (llama.cpp's server drops it silently)
+        raise ConstraintError(f"{name}: give the schema in json_schema.schema or beside \"type\", not both "
+                              f"(json_schema and schema are both given)")
     if not isinstance(spec, Mapping):
         raise ConstraintError(f"{name}.json_schema must be an object with \"name\" and \"schema\", "
                               f"got {type(spec).__name__}")
