@@ -86,6 +86,14 @@ def test_unknown_fields_of_a_chat_message_are_named_by_place(warn, reject) -> No
     assert error["param"] == "zz" and "messages[1].lang" in error["message"]
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_unknown_fields_of_stream_options_are_named(warn, reject, path) -> None:
+    body = {**BASES[path], "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with warn.stream("POST", path, json=body) as r:
+        assert r.status_code == 200 and r.headers[HEADER] == "stream_options.continuous_usage_stats"
+    assert "stream_options.continuous_usage_stats" in _error(reject.post(path, json=body))["message"]
+
+
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS, EMBEDDINGS])
 def test_known_fields_get_no_header(warn, path) -> None:
     extra = {"user": "u", "metadata": {"k": "v"}, "store": False, "model": "m"}

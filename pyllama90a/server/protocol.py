@@ -130,7 +130,6 @@ class Harmless(ProtocolModel):
 
 
 class StreamOptions(ProtocolModel):
-    model_config = ConfigDict(extra="ignore")
     include_usage: bool = False
 
 

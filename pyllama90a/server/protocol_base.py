@@ -108,6 +108,8 @@ class ProtocolModel(BaseModel):
         names = list(self.model_extra or {})
         for name in type(self).model_fields:
             value = getattr(self, name)
+            if isinstance(value, ProtocolModel):
+                names += [f"{name}.{u}" for u in value.unknown]
             for i, item in enumerate(value if isinstance(value, list) else ()):
                 if isinstance(item, ProtocolModel):
                     names += [f"{name}[{i}].{u}" for u in item.unknown]
