@@ -168,6 +168,21 @@ def test_logprobs(client) -> None:
     assert bytes(content[0].bytes).decode() == content[0].token
 
 
+def test_legacy_logprobs_of_tokens_inside_a_character(client) -> None:
+    # tokens holding part of an emoji's UTF-8: decoded alone each was U+FFFD, so text_offset ran past the text
+    # and the alternatives collapsed into one key; OpenAI writes such a token "bytes:\\xNN..."
+    r = client.completions.create(model="smollm2", prompt="Emoji list: 🤖 🎉 🚀 🤖 🎉 🚀 🤖 🎉", max_tokens=8,
+                                  temperature=0, logprobs=5)
+    text, lp = r.choices[0].text, r.choices[0].logprobs
+    assert any(t.startswith("bytes:") for t in lp.tokens), lp.tokens  # (the test sees such tokens)
+    for token, offset in zip(lp.tokens, lp.text_offset, strict=True):
+        if not token.startswith("bytes:"):
+            assert text[offset:offset + len(token)] == token, (token, offset, text)
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[-1] < len(text)
+    for chosen, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert len(top) == 5 and top[chosen] == pytest.approx(value) == pytest.approx(max(top.values()))
+
+
 def test_seeded_sampling_is_reproducible(client) -> None:
     def sample(seed: int) -> str:
         return client.completions.create(model="smollm2", prompt=PROMPTS[5], max_tokens=12, temperature=1.0,

@@ -7,6 +7,7 @@ split as they arrive into OpenAI's content and tool-call deltas, which the opena
 """
 from __future__ import annotations
 
+import codecs
 import time
 from typing import Any
 
@@ -18,6 +19,29 @@ from .timings import RequestTimer
 
 def _text(piece: bytes) -> str:
     return piece.decode("utf-8", "replace")
+
+
+def _legacy_token(piece: bytes) -> str:
+    """A token in the legacy logprobs: its text, or OpenAI's "bytes:\\xNN..." for part of a character (decoded
+    alone, every such part would be U+FFFD, one key for all of them)."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
+
+
+class TextOffsets:
+    """The legacy text_offset of each token: the characters of the text before its first byte (a token that
+    starts inside a character is at that character)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._chars = 0
+
+    def add(self, piece: bytes) -> int:
+        at = self._chars
+        self._chars += len(self._decoder.decode(piece))
+        return at
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -92,18 +116,14 @@ class CompletionShape(Shape):
 
     def __init__(self, ident: str, model: str, n: int, **settings: Any) -> None:
         super().__init__(ident, model, n, **settings)
-        self._offsets = [0] * n
+        self._offsets = [TextOffsets() for _ in range(n)]
 
     @staticmethod
-    def _logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[str, Any], int]:
-        """The logprobs object of `items` whose text starts at `offset`, and the offset after them."""
-        tokens, offsets = [], []
-        for item in items:
-            offsets.append(offset)
-            tokens.append(_text(item.piece))
-            offset += len(tokens[-1])
-        return {"tokens": tokens, "token_logprobs": [i.logprob for i in items],
-                "top_logprobs": [{_text(p): lp for _, p, lp in i.top} for i in items], "text_offset": offsets}, offset
+    def _logprobs(items: list[TokenLogprob], offsets: TextOffsets) -> dict[str, Any]:
+        """The logprobs object of `items`, whose characters `offsets` counts on from."""
+        return {"tokens": [_legacy_token(i.piece) for i in items], "token_logprobs": [i.logprob for i in items],
+                "top_logprobs": [{_legacy_token(p): lp for _, p, lp in i.top} for i in items],
+                "text_offset": [offsets.add(i.piece) for i in items]}
 
     def opening(self) -> list[dict[str, Any]]:
         return []
@@ -115,7 +135,7 @@ class CompletionShape(Shape):
             return []
         logprobs = None
         if chunk.logprobs:
-            logprobs, self._offsets[choice] = self._logprobs(list(chunk.logprobs), self._offsets[choice])
+            logprobs = self._logprobs(list(chunk.logprobs), self._offsets[choice])
         return [{**self._base(), "choices": [{"index": choice, "text": chunk.text, "finish_reason": chunk.finish_reason,
                                               "logprobs": logprobs}], **self._timings_if_finished()}]
 
@@ -125,7 +145,7 @@ class CompletionShape(Shape):
             items = [item for c in parts for item in c.logprobs]
             choices.append({"index": i, "text": "".join(c.text for c in parts),
                             "finish_reason": parts[-1].finish_reason,
-                            "logprobs": self._logprobs(items, 0)[0] if items else None})
+                            "logprobs": self._logprobs(items, TextOffsets()) if items else None})
         return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings()}
 
 
