@@ -161,6 +161,24 @@ def test_bad_native_completions_are_a_400_naming_the_field(http, body, param) ->
     _error(http.post("/completion", json=body), 400, param)
 
 
+def _peak_rss_mib(server) -> int:
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmHWM")).split()[1]) >> 10
+
+
+def test_tokenize_with_pieces_costs_no_more_memory_than_the_tokens(server, http, model) -> None:
+    # 2 million one-digit tokens (chunks of 65,536 in the answer): with_pieces built a dict per token and the
+    # JSON whole, about 380 MB above what the tokens alone take; now the answer is made in chunks as it is read
+    digits = "7" * 2_000_000
+    ids = _ok(http.post("/tokenize", json={"content": digits}))["tokens"]  # (the peak of tokenizing itself)
+    assert ids == model.tokenize(digits, add_special=False)
+    before = _peak_rss_mib(server)
+    pieces = _ok(http.post("/tokenize", json={"content": digits, "with_pieces": True}))["tokens"]
+    grew = _peak_rss_mib(server) - before
+    assert [p["id"] for p in pieces] == ids and {p["piece"] for p in pieces} == {"7"}
+    assert grew < 100, f"the server's peak grew by {grew} MiB for the pieces"
+
+
 def test_tokenize_and_detokenize(http, model) -> None:
     text = "Hello world 媽 🤗"
     tokens = _ok(http.post("/tokenize", json={"content": text}))["tokens"]

@@ -6,10 +6,12 @@ contract (server/errors.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ChatTemplateError
 from . import slot_files
@@ -60,6 +62,28 @@ def _piece(piece: bytes) -> str | list[int]:
         return list(piece)
 
 
+TOKENS_PER_CHUNK = 1 << 16  # of a /tokenize answer
+
+
+def tokens_body(tokens: list[int], piece_of: Callable[[int], bytes] | None) -> Iterator[bytes]:
+    """The /tokenize answer {"tokens": [...]} (with_pieces: {"id", "piece"} objects, each token's rendered once),
+    in chunks made as the client reads them: a 16 MiB text of digits is 16.7 million tokens, whose answer built
+    whole (a dict per token, then its JSON) took 4.6 GB and stalled the event loop."""
+    yield b'{"tokens":['
+    rendered: dict[int, str] = {}
+    for start in range(0, len(tokens), TOKENS_PER_CHUNK):
+        part = tokens[start:start + TOKENS_PER_CHUNK]
+        if piece_of is None:
+            text = ",".join(map(str, part))
+        else:
+            for t in set(part).difference(rendered):
+                rendered[t] = json.dumps({"id": t, "piece": _piece(piece_of(t))}, ensure_ascii=False,
+                                         separators=(",", ":"))
+            text = ",".join(rendered[t] for t in part)
+        yield (("," if start else "") + text).encode()
+    yield b"]}"
+
+
 async def _complete(state: ServerState, request: Request, model: type[NativeCompletionRequest]) -> Response:
     """Read, generate and answer a /completion (or /infill) request in llama-server's shape."""
     engine = state.engine
@@ -97,16 +121,17 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
     app.add_api_route(EMBEDDING_PATHS[1], native_embeddings, methods=["POST"], include_in_schema=False)
 
     @app.post("/tokenize", **docs["tokenize"])
-    async def tokenize(request: Request) -> JSONResponse:
+    async def tokenize(request: Request) -> StreamingResponse:
         model = state.engine.model
         req, ignored = await read_request(request, state.limits, TokenizeRequest)
+        tokens = await asyncio.to_thread(model.tokenize, req.content, add_special=req.add_special,
+                                         parse_special=req.parse_special)
 
-        def work() -> list[Any]:
-            tokens = model.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
-            if not req.with_pieces:
-                return tokens
-            return [{"id": t, "piece": _piece(model.handle.token_piece(t, special=True))} for t in tokens]
-        return JSONResponse({"tokens": await asyncio.to_thread(work)}, headers=ignored_fields(request, ignored))
+        def piece_of(token: int) -> bytes:
+            return model.handle.token_piece(token, special=True)
+        # (Starlette reads a plain iterator in its thread pool: the chunks are made off the event loop)
+        return StreamingResponse(tokens_body(tokens, piece_of if req.with_pieces else None),
+                                 media_type="application/json", headers=ignored_fields(request, ignored))
 
     @app.post("/detokenize", **docs["detokenize"])
     async def detokenize(request: Request) -> JSONResponse:
