@@ -141,6 +141,12 @@ def test_native_completion_mixed_prompt_and_probabilities(http) -> None:
     assert len(probs) == 3 and all(len(p["top_logprobs"]) == 3 for p in probs)
     assert "".join(p["token"] for p in probs) == mixed["content"]
     assert all(p["top_logprobs"][0]["id"] == p["id"] for p in probs)  # greedy: the top candidate is taken
+    # logprobs 0 (OpenAI's field): the chosen tokens' logprobs with no alternatives; it was accepted and gave none
+    chosen = _ok(http.post("/completion", json={"prompt": head + tail, "n_predict": 3, "temperature": 0,
+                                                "logprobs": 0}))["completion_probabilities"]
+    assert [(p["id"], p["top_logprobs"]) for p in chosen] == [(p["id"], []) for p in probs]
+    assert [p["logprob"] for p in chosen] == pytest.approx([p["logprob"] for p in probs])
+    assert "completion_probabilities" not in ids  # (asked for neither)
 
 
 @pytest.mark.parametrize(("body", "param"), [

@@ -36,9 +36,12 @@ class NativeCompletionShape(Shape):
     done_marker = False
 
     def __init__(self, ident: str, model: str, *, prompt: list[int], settings: dict[str, Any],
-                 detokenize: Callable[[list[int]], str], return_tokens: bool, **common: Any) -> None:
+                 detokenize: Callable[[list[int]], str], return_tokens: bool, probabilities: bool,
+                 **common: Any) -> None:
+        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone)."""
         super().__init__(ident, model, 1, **common)
         self.prompt, self.settings, self.detokenize, self.return_tokens = prompt, settings, detokenize, return_tokens
+        self.probabilities = probabilities
         self._generated: list[int] = []
 
     def _counts(self) -> dict[str, Any]:
@@ -60,7 +63,7 @@ class NativeCompletionShape(Shape):
         if not (chunk.text or chunk.tokens):
             return []
         event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts()}
-        if self.settings["n_probs"]:
+        if self.probabilities:
             event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
         return [event]
 
@@ -85,7 +88,7 @@ class NativeCompletionShape(Shape):
                   "has_new_line": "\n" in content, "stop_type": stop_type, "stopping_word": word,
                   "truncated": reason == "length" and len(self.prompt) + len(self._generated) >= n_ctx,
                   "timings": self.timings()}
-        if self.settings["n_probs"] and (logprobs or not stream):
+        if self.probabilities and (logprobs or not stream):
             answer["completion_probabilities"] = completion_probabilities(logprobs)
         return answer
 

@@ -95,7 +95,8 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
         return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
                                      detokenize=lambda tokens: engine.model.detokenize(tokens, special=True),
-                                     return_tokens=gen.return_tokens, **common)
+                                     return_tokens=gen.return_tokens,
+                                     probabilities=gen.request.logprobs is not None, **common)
     return await generate(state, request, gen, ignored, chat=False, shape_for=shape_for)
 
 
