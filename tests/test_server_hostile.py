@@ -110,6 +110,7 @@ def test_a_wrong_content_type_is_read_as_json(server) -> None:
     ("suffix", "end"),
     ("n_predict", 5),
     ("mirostat", 2),
+    ("repeat_last_n", 128),  # (llama-server's name of penalty_last_n)
     ("repetition_penalty", 1.3),
     ("guided_json", {"type": "object"}),
     ("modalities", ["text", "audio"]),

@@ -57,6 +57,7 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "dry_multiplier": (_is(0), "DRY sampling is not supported"),
     "dynatemp_range": (_is(0), "dynamic temperature is not supported"),
     "penalty_last_n": (_is(64), "the penalties look at the last 64 tokens; penalty_last_n cannot change that"),
+    "repeat_last_n": (_is(64), "the penalties look at the last 64 tokens; repeat_last_n cannot change that"),
     # vLLM's server
     "guided_json": (_is(), STRUCTURED),
     "guided_regex": (_is(), STRUCTURED),
