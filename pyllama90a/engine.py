@@ -37,6 +37,7 @@ from .errors import (
     ContextOverflowError,
     DecodeError,
     EngineStoppedError,
+    InvalidArgumentError,
     NonFiniteOutputError,
     QueueFullError,
     positive_int,
@@ -188,6 +189,8 @@ class BatchEngine(slot_state.SlotFiles):
                        on_chunk: Callable[[Chunk], None]) -> Handle:
         """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
         the server's n choices share them)."""
+        if not callable(on_chunk):  # (else the engine thread's call fails, and the request is dropped unseen)
+            raise InvalidArgumentError(f"on_chunk must be a callable taking a Chunk, got {type(on_chunk).__name__}")
         if len(tokens) >= self.n_ctx_slot:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
                                        f"(n_ctx / parallel), and one more is needed to generate")
@@ -205,7 +208,11 @@ class BatchEngine(slot_state.SlotFiles):
         return Handle(self, job)
 
     def stream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> Iterator[Chunk]:
-        """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request."""
+        """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request. Not from an
+        on_chunk callback (BusyError): the engine thread would wait for itself; submit() works there."""
+        if threading.current_thread() is self._thread:
+            raise BusyError("a blocking stream cannot be read on the engine thread (in on_chunk): it would wait for "
+                            "itself; use submit() with a callback there")
         chunks: queue.Queue[Chunk] = queue.Queue()
         handle = self.submit(prompt, chunks.put, **kwargs)
         try:

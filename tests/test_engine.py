@@ -248,3 +248,27 @@ def test_close_with_a_timeout_returns_while_a_callback_blocks(model_path) -> Non
     assert time.monotonic() - started < 5 and not engine.model.closed  # not freed under the running thread
     release.set()
     assert _wait_for(lambda: engine.model.closed), "the engine thread did not free the model when it left"
+
+
+def test_a_blocking_stream_inside_on_chunk_is_refused_and_the_engine_serves_on(engine) -> None:
+    # the engine thread would wait for itself: the engine hung for good (close() too)
+    inner: list[object] = []
+    done = threading.Event()
+
+    def on_chunk(chunk: pl.Chunk) -> None:
+        if not inner:
+            try:
+                inner.append("".join(c.text for c in engine.stream("Hello", max_tokens=2, temperature=0)))
+            except pl.BusyError as e:
+                inner.append(e)
+        if chunk.finish_reason is not None:
+            done.set()
+    engine.submit("Once upon a time", on_chunk, max_tokens=4, temperature=0)
+    assert done.wait(60) and isinstance(inner[0], pl.BusyError) and "engine thread" in str(inner[0])
+    assert _text(engine, "Hi", max_tokens=2, temperature=0) is not None  # (serving on)
+
+
+@pytest.mark.parametrize("on_chunk", [None, "print", 3])
+def test_an_on_chunk_that_cannot_be_called_is_refused(engine, on_chunk) -> None:
+    with pytest.raises(pl.InvalidArgumentError, match="on_chunk must be a callable"):
+        engine.submit("Hi", on_chunk, max_tokens=1)
