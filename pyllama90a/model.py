@@ -2,10 +2,12 @@
 (native.ContextHandle): text generation, chat, embeddings, state, and the rule of one user at a time."""
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +94,7 @@ class Model(CacheControl):
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
+        self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
         self._lora = LoraAdapters()
         s = settings
@@ -132,6 +135,11 @@ class Model(CacheControl):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # a stream left suspended in the block (broken out of, or an exception raised while reading it) ends
+        # here: else close() refused (BusyError), which also hid the exception that left the block
+        stream = self._stream() if self._stream is not None else None
+        if stream is not None and inspect.getgeneratorstate(stream) == inspect.GEN_SUSPENDED:
+            stream.close()
         self.close()
 
     @property
@@ -389,11 +397,12 @@ class Model(CacheControl):
         with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
             sequence = GenerationSequence(request, handle, n_ctx)
         pieces = self._run(tokens, sequence)
+        self._stream = weakref.ref(pieces)
         if stream:
             return pieces if output is None else output.split(pieces)
         return completion_of(pieces, output)
 
-    def _run(self, prompt: list[int], sequence: GenerationSequence) -> Iterator[Piece]:
+    def _run(self, prompt: list[int], sequence: GenerationSequence) -> Generator[Piece, None, None]:
         with self._using_context("start a generation") as context:
             self._busy = "another generation"
         try:

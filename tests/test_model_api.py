@@ -48,6 +48,19 @@ def test_a_tiny_temperature_samples_as_greedy_does(model) -> None:
                                   top_k=0, top_p=1.0, min_p=0.0).tokens == greedy, (temperature, seed)
 
 
+def test_leaving_a_with_block_ends_the_stream_it_left_suspended(model_path) -> None:
+    # an exception while a stream was held came out as BusyError ("cannot close the model") and the Model stayed
+    # open; a loop broken out of did the same on a plain exit
+    with pytest.raises(KeyError, match="raised in the loop"), pl.Model(model_path, n_ctx=256) as m:
+        for _ in m.generate("Once upon a time", max_tokens=50, temperature=0, stream=True):
+            raise KeyError("raised in the loop")
+    assert m.closed
+    with pl.Model(model_path, n_ctx=256) as m:
+        pieces = m.generate("Once upon a time", max_tokens=50, temperature=0, stream=True)
+        next(pieces)
+    assert m.closed and list(pieces) == []  # (the stream ended with its Model)
+
+
 def test_stream_pieces_join_to_the_same_text(model) -> None:
     whole = model.generate("List three fruits:", max_tokens=24, temperature=0)
     pieces = list(model.generate("List three fruits:", max_tokens=24, temperature=0, stream=True))
