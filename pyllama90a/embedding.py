@@ -32,13 +32,17 @@ def embed_inputs(context: ContextHandle, inputs: list[str | list[int]],
                  tokenize: Callable[[str], list[int]]) -> np.ndarray:
     """(len(inputs), n_embd) L2-normalised vectors; the cache is empty afterwards."""
     out = np.empty((len(inputs), context.model.n_embd), dtype=np.float32)
+    # one micro-batch: llama.cpp pools each micro-batch on its own and keeps the last (a text over n_ubatch was
+    # the mean of its tail alone), and one sequence's cells
+    limit = min(context.max_decode_tokens, context.n_ubatch, context.n_ctx // context.n_seq_max)
     context.set_embeddings(True)
     try:
         for i, t in enumerate(inputs):
             tokens = tokenize(t) if isinstance(t, str) else t
-            if len(tokens) > context.max_decode_tokens:
-                raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most "
-                                           f"{context.max_decode_tokens} (one decode)")
+            if len(tokens) > limit:
+                raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most {limit} "
+                                           f"(one micro-batch, n_ubatch={context.n_ubatch}, of one sequence's "
+                                           f"{context.n_ctx // context.n_seq_max} cells)")
             context.clear()
             context.decode_tokens(tokens)
             out[i] = context.pooled_embedding(0)

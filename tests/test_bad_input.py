@@ -274,3 +274,22 @@ def test_a_bidirectional_decode_over_n_ubatch_is_refused_not_an_abort(model_path
         with pytest.raises(pl.ContextOverflowError, match="at most 128"):
             m.embed("word " * 200)
         assert m.embed("a short text").shape == (576,)
+
+
+def test_an_embedding_over_one_micro_batch_is_refused_not_pooled_from_its_tail(model_path) -> None:
+    # a causal model decodes 211 tokens as 128 + 83 when n_ubatch is 128, and llama.cpp pools each micro-batch on
+    # its own: the vector was the mean of the last 83 tokens (cosine 0.26 against the whole text's at 210 + 1)
+    text = "The quick brown fox jumps over the lazy dog. " * 20 + "Quantum chromodynamics describes quarks."
+    with pl.Model(model_path, embedding=True, n_ctx=1024, n_batch=512, n_ubatch=128) as m:
+        assert len(m.tokenize(text)) > 128
+        with pytest.raises(pl.ContextOverflowError, match=r"at most 128 \(one micro-batch, n_ubatch=128"):
+            m.embed(text)
+        whole = m.with_context(embedding=True, n_ctx=1024, n_batch=512, n_ubatch=512)
+        try:
+            assert whole.embed(text).shape == (576,)
+        finally:
+            whole.close()
+    # several sequences: one sequence's cells (a DecodeError with llama.cpp's log before)
+    with pl.Model(model_path, embedding=True, n_ctx=1024, n_seq_max=4) as m, \
+            pytest.raises(pl.ContextOverflowError, match="256 cells"):
+        m.embed("word " * 300)
