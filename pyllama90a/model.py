@@ -96,6 +96,9 @@ class Model(CacheControl):
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
+        # the context's logits are not those of the last cached token (truncate, load_state): last_logits
+        # decodes that token again
+        self._logits_stale = False
         self._lora = LoraAdapters()
         s = settings
         params = context_params(s)
@@ -302,6 +305,7 @@ class Model(CacheControl):
     def _decode(self, context: ContextHandle, tokens: list[int]) -> None:
         context.decode_tokens(tokens)
         self._kv_tokens.extend(tokens)
+        self._logits_stale = False
 
     # -- generation ----------------------------------------------------------------------------------
 
@@ -465,6 +469,7 @@ class Model(CacheControl):
         A missing, corrupt or mismatched file raises StateFileError and leaves the cache as it was."""
         raw_path = fs_path("path", path)
         with self._using_context("load a state") as context:
+            self._logits_stale = True  # (a state holds the cells, not the logits; also when it is refused)
             restore_state(context, raw_path, self._state_identity(context), self.n_ctx_seq, self._kv_tokens)
 
     def _state_identity(self, context: ContextHandle) -> StateIdentity:

@@ -17,6 +17,7 @@ class CacheControl:
 
     if TYPE_CHECKING:  # what they use of Model
         _kv_tokens: list[int]
+        _logits_stale: bool
 
         @property
         def handle(self) -> ModelHandle: ...
@@ -51,10 +52,15 @@ class CacheControl:
             context.synchronize()
 
     def last_logits(self) -> np.ndarray:
-        """A copy of the logits after the last evaluated token, shape (n_vocab,)."""
+        """A copy of the logits after the last cached token, shape (n_vocab,)."""
         with self._using_context("read the logits") as context:
             if not self._kv_tokens:
                 raise LlamaError("nothing was evaluated yet")
+            if self._logits_stale:  # (after truncate or load_state the context holds another token's logits)
+                last = self._kv_tokens.pop()
+                if not context.trim_sequence(0, len(self._kv_tokens)):  # pragma: no cover - never for a KV cache
+                    raise LlamaError("llama.cpp could not truncate the cache")
+                self._decode(context, [last])
             return np.copy(context.logits_row(-1))
 
     def truncate(self, n_tokens: int) -> None:
@@ -66,6 +72,7 @@ class CacheControl:
             if not context.trim_sequence(0, n_tokens):  # pragma: no cover - never for a KV cache
                 raise LlamaError("llama.cpp could not truncate the cache")
             del self._kv_tokens[n_tokens:]
+            self._logits_stale = True
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
@@ -83,4 +90,5 @@ class CacheControl:
                     self._kv_tokens.extend(chunk)
                     for i in range(len(chunk)):
                         out[start + i] = context.logits_row(i)
+            self._logits_stale = False
         return out

@@ -261,6 +261,22 @@ def test_eval_and_truncate_manage_the_cache(model_path) -> None:
             m.truncate(-1)
 
 
+def test_last_logits_are_the_last_cached_tokens_after_truncate_and_load_state(model_path, tmp_path) -> None:
+    # truncate and load_state change the cells, not the context's logits: last_logits gave those of a token no
+    # longer cached (max difference 31, another argmax)
+    with pl.Model(model_path, n_ctx=512) as m:
+        tokens = m.tokenize("The capital of France is")
+        truth = m.logits(tokens)[-1]
+        m.save_state(tmp_path / "prompt.state")
+        m.eval([7042, 30, 198])
+        m.truncate(len(tokens))
+        assert np.abs(m.last_logits() - truth).max() < 0.05  # (one token decoded against five at once)
+        m.eval([100, 200])
+        m.load_state(tmp_path / "prompt.state")
+        assert m.n_cached == len(tokens) and np.abs(m.last_logits() - truth).max() < 0.05
+        assert m.n_cached == len(tokens)  # (the last token decoded again, not added)
+
+
 def test_compute_buffer_is_reported_and_grows_with_the_context(model_path) -> None:
     sizes = []
     for n_ctx in (256, 2048):
