@@ -66,9 +66,9 @@ def max_n_ctx(path: str | os.PathLike[str], budget_bytes: int, ctk: str = "f16",
               **settings: Any) -> int:
     """The largest n_ctx (a multiple of 256) whose K, V and compute buffers fit in `budget_bytes`: the compute
     buffers of the attention path that `settings` (Model's other arguments: flash_attn, n_ubatch, n_gpu_layers,
-    ...) choose, from plan_memory's simulated loads. 0 if none fits."""
-    from .memory_plan import MemoryPlanner
-    from .native.context import MAX_N_CTX
+    ...) choose, from plan_memory's simulated loads. 0 if none fits; at most MAX_PLAN_N_CTX (16,777,216)."""
+    from .memory_plan import MAX_PLAN_N_CTX, MemoryPlanner
+    from .native.context import MIN_CELLS_PER_SEQUENCE
 
     ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
@@ -85,8 +85,13 @@ def max_n_ctx(path: str | os.PathLike[str], budget_bytes: int, ctk: str = "f16",
             warnings.simplefilter("ignore")
             return planner.plan(units * KV_CELL_PADDING).cache.memory_bytes <= budget_bytes
 
-    # K and V alone bound it from above; the memory grows with n_ctx, so the largest fitting one is bisected
-    lo, hi = 0, min(budget_bytes // (k + v), MAX_N_CTX) // KV_CELL_PADDING
+    # K and V alone bound it from above (and the largest n_ctx a plan simulates); the memory grows with n_ctx, so
+    # the largest fitting one is bisected from the smallest n_ctx these settings take (256 cells a sequence)
+    smallest = -(-int(settings.get("n_seq_max", 1)) * MIN_CELLS_PER_SEQUENCE // KV_CELL_PADDING)  # (checked: planner)
+    hi = min(budget_bytes // (k + v), MAX_PLAN_N_CTX) // KV_CELL_PADDING
+    if hi < smallest or not fits(smallest):
+        return 0
+    lo = smallest
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)

@@ -56,6 +56,11 @@ class MemoryPlan:
         return self.weights_bytes + self.cache.memory_bytes
 
 
+# the largest n_ctx a plan simulates: a simulated context still keeps llama.cpp's bookkeeping of its cells in host
+# memory (about 50 bytes a cell: n_ctx 1e8 took 4.9 GiB, 2**45 bytes' worth of cells ended the process)
+MAX_PLAN_N_CTX = 1 << 24
+
+
 class MemoryPlanner:
     """Plans of one model file and placement at any n_ctx (Model's other arguments fixed): the file is checked and
     its metadata loaded once, then each plan makes and frees one simulated context."""
@@ -75,6 +80,10 @@ class MemoryPlanner:
         self._handle = load_weights(raw_path, n_gpu_layers, placement, simulate=True)
 
     def plan(self, n_ctx: int) -> MemoryPlan:
+        """The memory of a Model with this n_ctx (at most MAX_PLAN_N_CTX, 16,777,216)."""
+        if isinstance(n_ctx, int) and n_ctx > MAX_PLAN_N_CTX:
+            raise InvalidArgumentError(f"a memory plan simulates n_ctx up to {MAX_PLAN_N_CTX} (its cells' bookkeeping "
+                                       f"takes host memory), got {n_ctx}", param="n_ctx")
         settings = ContextSettings(n_ctx=n_ctx, **self._settings)
         params = context_params(settings)
         check_header(self._file, params)
@@ -89,7 +98,8 @@ class MemoryPlanner:
 def plan_memory(path: str | os.PathLike[str] | None = None, *, n_ctx: int = ContextSettings.n_ctx,
                 **arguments: Any) -> MemoryPlan:
     """The memory `Model(path, ...)` with the same arguments would take, checked and chosen as Model does, with
-    nothing allocated (a fraction of a second)."""
+    nothing allocated but llama.cpp's bookkeeping of the cells (a fraction of a second; n_ctx at most
+    MAX_PLAN_N_CTX, 16,777,216)."""
     return MemoryPlanner(path, **arguments).plan(n_ctx)
 
 

@@ -48,6 +48,26 @@ def test_max_n_ctx_counts_the_compute_buffer(model_path, flash_attn: str) -> Non
     assert pl.max_n_ctx(model_path, 0, "q4_0", "q4_0", flash_attn=flash_attn) == 0
 
 
+def test_max_n_ctx_with_several_sequences_starts_at_their_smallest_n_ctx(model_path) -> None:
+    # the bisection tried n_ctx under 256 cells a sequence and raised about an n_ctx the caller never gave
+    def memory(n_ctx: int) -> int:
+        return pl.plan_memory(model_path, n_ctx=n_ctx, n_seq_max=4).cache.memory_bytes
+
+    assert pl.max_n_ctx(model_path, memory(1024), n_seq_max=4) == 1024
+    assert pl.max_n_ctx(model_path, memory(1024) - 1, n_seq_max=4) == 0
+    assert pl.max_n_ctx(model_path, memory(2048), n_seq_max=4) == 2048
+
+
+def test_plans_are_bounded_in_host_memory(model_path) -> None:
+    # a simulated context keeps llama.cpp's bookkeeping of its cells: n_ctx 1e8 took 4.9 GiB, and max_n_ctx of a
+    # 2**45-byte budget ended the process (OOM); 2**70 was a ContextError (std::bad_alloc)
+    from pyllama90a.memory_plan import MAX_PLAN_N_CTX
+
+    with pytest.raises(pl.InvalidArgumentError, match="simulates n_ctx up to 16777216"):
+        pl.plan_memory(model_path, n_ctx=10**8)
+    assert pl.max_n_ctx(model_path, 2**70, "q4_0", "q4_0", flash_attn="on") == MAX_PLAN_N_CTX
+
+
 def test_a_plan_refuses_what_a_model_refuses(model_path) -> None:
     with pytest.raises(pl.InvalidArgumentError, match="unknown V cache type"):
         pl.plan_memory(model_path, ctv="q9")
