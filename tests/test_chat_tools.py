@@ -218,3 +218,18 @@ def test_a_file_without_a_template_chats_with_llama_cpp_chatml(tmp_path) -> None
         with pytest.raises(pl.InvalidArgumentError, match="NUL") as e:  # (llama.cpp's template takes C strings)
             m.chat([{"role": "user", "content": "a\0b"}], max_tokens=2)
         assert e.value.param == "messages"
+
+
+def test_parallel_mistral_calls_whose_parameters_use_defs(model_path) -> None:
+    # the parameters nested in the array of calls: their "#/$defs/Unit" pointed into the array, and the
+    # constraint failed to compile ("Pointer '/$defs/Unit' does not exist"); pydantic writes $defs for any enum
+    parameters = {"type": "object", "$defs": {"Unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"],
+                  "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/Unit"}}}
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": parameters}}]
+    mistral = "{% for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}{# [TOOL_CALLS] #}"
+    with pl.Model(model_path, n_ctx=1024, chat_template=mistral) as m:
+        out = m.chat([{"role": "user", "content": "Weather in Paris?"}], tools=tools, tool_choice="required",
+                     parallel_tool_calls=True, temperature=0, max_tokens=60)
+    assert out.finish_reason == "tool_calls" and out.tool_calls
+    for call in out.tool_calls:
+        jsonschema.validate(json.loads(call.arguments), parameters)

@@ -209,6 +209,33 @@ def test_named_choice_schema_allows_only_that_function() -> None:
     assert HERMES.call_schema([NO_ARGS], "required")["properties"]["arguments"]["type"] == "object"
 
 
+RECURSIVE = {"type": "object", "required": ["name", "child"],
+             "properties": {"name": {"type": "string"}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}
+WITH_DEFS = {"type": "object", "$defs": {"Unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"],
+             "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/Unit"}, "note": {"const": {
+                 "$ref": "#/data"}}}}  # (a const's value is data: it stays as it is)
+
+
+@pytest.mark.parametrize(("parameters", "good", "bad"), [
+    (RECURSIVE, {"name": "a", "child": {"name": "b", "child": None}},
+     {"name": "a", "child": [{"name": "w", "arguments": {"name": "b", "child": None}}]}),
+    (WITH_DEFS, {"city": "Paris", "unit": "c"}, {"city": "Paris", "unit": "kelvin"}),
+], ids=["ref-to-root", "defs"])
+def test_array_calls_keep_the_parameters_own_refs(parameters, good, bad) -> None:
+    # nested in the array of calls (parallel Mistral calls), "#" and "#/$defs/..." pointed into the array: the
+    # constraint took calls as a tool's arguments, or failed ("Pointer '/$defs/Unit' does not exist")
+    jsonschema = pytest.importorskip("jsonschema")
+    tools = [{"type": "function", "function": {"name": "w", "parameters": parameters}}]
+    schema = MISTRAL.schema(tools, "required", parallel_tool_calls=True)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate([{"name": "w", "arguments": good}], schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "w", "arguments": bad}], schema)
+    if "note" in parameters["properties"]:
+        assert schema["$defs"]["tool_0"]["properties"]["note"] == {"const": {"$ref": "#/data"}}
+    assert "$defs" not in HERMES.call_schema([TIME], "required")  # (parameters without refs stay inline)
+
+
 def test_constraints_per_tool_choice() -> None:
     auto = HERMES.constraint(TOOLS, "auto")
     assert auto.trigger == "<tool_call>" and auto.parallel and auto.separator == "\n"

@@ -37,6 +37,28 @@ def parameters_schema(fn: dict[str, Any]) -> dict[str, Any]:
     return params if "type" in params else {"type": "object", **params}
 
 
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # their values are data, not schemas
+
+
+def _has_local_ref(schema: Any) -> bool:
+    """Whether `schema` holds a $ref into itself ("#" or "#/...")."""
+    if isinstance(schema, dict):
+        return any((k == "$ref" and isinstance(v, str) and v.startswith("#"))
+                   or (k not in _DATA_KEYWORDS and _has_local_ref(v)) for k, v in schema.items())
+    return isinstance(schema, list) and any(_has_local_ref(v) for v in schema)
+
+
+def _relocated(schema: Any, at: str) -> Any:
+    """`schema` moved to the JSON pointer `at` of a larger schema: its local $refs point there ("#/$defs/X" becomes
+    at + "/$defs/X")."""
+    if isinstance(schema, dict):
+        return {k: (at + v[1:] if k == "$ref" and isinstance(v, str) and v.startswith("#")
+                    else v if k in _DATA_KEYWORDS else _relocated(v, at)) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_relocated(v, at) for v in schema]
+    return schema
+
+
 @dataclass(frozen=True)
 class ToolCallFormat:
     """One model family's tool-call syntax.
@@ -70,19 +92,23 @@ class ToolCallFormat:
         if choice.mode == "none":
             raise InvalidArgumentError("tool_choice 'none' allows no call: there is no call schema",
                                        param="tool_choice")
-        alternatives = []
-        for tool in tools:
+        alternatives, defs = [], {}
+        for i, tool in enumerate(tools):
             fn = tool["function"]
             if choice.name is not None and fn["name"] != choice.name:
                 continue
             params = parameters_schema(fn)
+            if _has_local_ref(params):  # nested here, its "#..." would point into the call: it moves to $defs
+                defs[f"tool_{i}"] = _relocated(params, f"#/$defs/tool_{i}")
+                params = {"$ref": f"#/$defs/tool_{i}"}
             alternatives.append({
                 "type": "object",
                 "properties": {"name": {"type": "string", "const": fn["name"]}, self.args_key: params},
                 "required": ["name", self.args_key],
                 "additionalProperties": False,
             })
-        return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+        one = alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+        return {**one, "$defs": defs} if defs else one
 
     def schema(self, tools: Sequence[dict[str, Any]],
                tool_choice: ToolChoice | str | dict[str, Any] | None = "required",
@@ -92,7 +118,8 @@ class ToolCallFormat:
         one = self.call_schema(tools, tool_choice)
         if not self.array:
             return one
-        schema: dict[str, Any] = {"type": "array", "items": one, "minItems": 1}
+        defs = one.pop("$defs", None)  # (the parameters' schemas stay at the root, where their $refs point)
+        schema: dict[str, Any] = {"type": "array", "items": one, "minItems": 1, **({"$defs": defs} if defs else {})}
         if not parallel_tool_calls:
             schema["maxItems"] = 1
         return schema
