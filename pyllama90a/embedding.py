@@ -34,7 +34,7 @@ def embed_inputs(context: ContextHandle, inputs: list[str | list[int]],
     out = np.empty((len(inputs), context.model.n_embd), dtype=np.float32)
     # one micro-batch: llama.cpp pools each micro-batch on its own and keeps the last (a text over n_ubatch was
     # the mean of its tail alone), and one sequence's cells
-    limit = min(context.max_decode_tokens, context.n_ubatch, context.n_ctx // context.n_seq_max)
+    limit = min(context.max_decode_tokens, context.n_ubatch, context.n_ctx_seq)
     context.set_embeddings(True)
     try:
         for i, t in enumerate(inputs):
@@ -42,7 +42,7 @@ def embed_inputs(context: ContextHandle, inputs: list[str | list[int]],
             if len(tokens) > limit:
                 raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most {limit} "
                                            f"(one micro-batch, n_ubatch={context.n_ubatch}, of one sequence's "
-                                           f"{context.n_ctx // context.n_seq_max} cells)")
+                                           f"{context.n_ctx_seq} cells)")
             context.clear()
             context.decode_tokens(tokens)
             out[i] = context.pooled_embedding(0)

@@ -210,9 +210,7 @@ class BatchEngine(slot_state.SlotFiles):
     def stream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> Iterator[Chunk]:
         """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request. Not from an
         on_chunk callback (BusyError): the engine thread would wait for itself; submit() works there."""
-        if threading.current_thread() is self._thread:
-            raise BusyError("a blocking stream cannot be read on the engine thread (in on_chunk): it would wait for "
-                            "itself; use submit() with a callback there")
+        self._refuse_on_engine_thread("a blocking stream cannot be read", "use submit() with a callback there")
         chunks: queue.Queue[Chunk] = queue.Queue()
         handle = self.submit(prompt, chunks.put, **kwargs)
         try:
@@ -235,10 +233,16 @@ class BatchEngine(slot_state.SlotFiles):
         """The whole result of submit(): text, tokens, finish_reason and usage (engine_async.py)."""
         return await engine_async.acomplete(self, prompt, **kwargs)
 
+    def _refuse_on_engine_thread(self, what: str, instead: str = "") -> None:
+        """BusyError for a call that waits for the engine thread, made on it (an on_chunk callback): it would wait
+        for itself, and the engine would hang for good."""
+        if threading.current_thread() is self._thread:
+            raise BusyError(f"{what} on the engine thread (in on_chunk): it would wait for itself"
+                            + (f"; {instead}" if instead else ""))
+
     def _between_steps(self, task: Callable[[], T]) -> T:
         """Run `task` on the engine thread between two decode steps (it owns the context) and return its result."""
-        if threading.current_thread() is self._thread:  # (an on_chunk callback) it would wait for itself
-            raise BusyError("slot files cannot be used from the engine thread (on_chunk)")
+        self._refuse_on_engine_thread("slot files cannot be used")
         done: Future[T] = Future()
         with self._cv:
             self._check_running()

@@ -211,7 +211,7 @@ class Model(CacheControl):
     def n_ctx_seq(self) -> int:
         """Cells one sequence can use: n_ctx, or n_ctx / n_seq_max with several sequences."""
         with self._reading_context() as context:
-            return context.n_ctx // context.n_seq_max
+            return context.n_ctx_seq
 
     @property
     def n_ctx_train(self) -> int:

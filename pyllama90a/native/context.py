@@ -150,6 +150,7 @@ class ContextHandle:
         self.n_batch: int = lib.llama_n_batch(ptr)
         self.n_ubatch: int = lib.llama_n_ubatch(ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(ptr)
+        self.n_ctx_seq = self.n_ctx // self.n_seq_max  # the cells one sequence can use
         self._loras: tuple[LoraHandle, ...] = ()  # the adapters applied: referenced, so never freed under it
         # the attention-path bits that are this context's mode rather than a path choice: kept through every
         # set_attention_paths

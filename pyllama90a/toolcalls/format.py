@@ -40,14 +40,6 @@ def parameters_schema(fn: dict[str, Any]) -> dict[str, Any]:
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # their values are data, not schemas
 
 
-def _has_local_ref(schema: Any) -> bool:
-    """Whether `schema` holds a $ref into itself ("#" or "#/...")."""
-    if isinstance(schema, dict):
-        return any((k == "$ref" and isinstance(v, str) and v.startswith("#"))
-                   or (k not in _DATA_KEYWORDS and _has_local_ref(v)) for k, v in schema.items())
-    return isinstance(schema, list) and any(_has_local_ref(v) for v in schema)
-
-
 def _relocated(schema: Any, at: str) -> Any:
     """`schema` moved to the JSON pointer `at` of a larger schema: its local $refs point there ("#/$defs/X" becomes
     at + "/$defs/X")."""
@@ -98,8 +90,9 @@ class ToolCallFormat:
             if choice.name is not None and fn["name"] != choice.name:
                 continue
             params = parameters_schema(fn)
-            if _has_local_ref(params):  # nested here, its "#..." would point into the call: it moves to $defs
-                defs[f"tool_{i}"] = _relocated(params, f"#/$defs/tool_{i}")
+            moved = _relocated(params, f"#/$defs/tool_{i}")
+            if moved != params:  # it refers into itself: nested here, its "#..." would point into the call
+                defs[f"tool_{i}"] = moved
                 params = {"$ref": f"#/$defs/tool_{i}"}
             alternatives.append({
                 "type": "object",
