@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .errors import LlamaError, ModelFormatError, fs_path
@@ -76,6 +76,7 @@ class GGUFHeader:
     tensors: list[TensorInfo]
     data_offset: int
     file_size: int
+    value_types: dict[str, int] = field(default_factory=dict)  # metadata key -> its GGUF value type
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -263,12 +264,14 @@ def read_header(path: str | os.PathLike[str], *, max_string: int = 1 << 24, max_
         _check_count(r, "metadata_kv_count", n_kv, max_kv, MIN_KV_BYTES)
 
         metadata: dict[str, Any] = {}
+        value_types: dict[str, int] = {}
         for _ in range(n_kv):
             at = r.pos
             key = r.string("metadata key")
             if key in metadata:
                 raise r.error(f"duplicate metadata key {key!r} at byte {at}")
-            metadata[key] = r.value(r.u32(), key)
+            value_types[key] = r.u32()
+            metadata[key] = r.value(value_types[key], key)
 
         alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 \
@@ -290,4 +293,4 @@ def read_header(path: str | os.PathLike[str], *, max_string: int = 1 << 24, max_
         if end > size:
             raise ModelFormatError(f"{name}: truncated: tensor {info.name} needs bytes up to {end} "
                                    f"but the file has {size}")
-    return GGUFHeader(version, metadata, tensors, data_offset, size)
+    return GGUFHeader(version, metadata, tensors, data_offset, size, value_types)

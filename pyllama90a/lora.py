@@ -26,11 +26,14 @@ from .errors import (
     int_in_range,
     number_in_range,
 )
-from .gguf_header import read_header
+from .gguf_header import GGUFHeader, read_header
 from .native import ContextHandle, LoraHandle, ModelHandle
 from .state_file import NO_ADAPTERS, model_fingerprint
+from .tensor_roles import check_adapter_tensors
 
-FLOAT_MAX = 3.4028234663852886e38  # a scale is a C float: a larger double would become inf
+# |scale| at most this: 1 applies an adapter as trained, 0 turns it off, a few times 1 (or below 0) amplifies or
+# inverts it. A scale of 3.4e38 (a C float's maximum) turned every logit into NaN; 100 leaves room to experiment.
+MAX_SCALE = 100.0
 ALORA_PREFIX = "adapter.alora."    # the keys of an activated LoRA (adapter.alora.invocation_tokens)
 
 # scales of every loaded adapter, by id: what a context is set to (one per adapter, 0.0 for "off")
@@ -48,9 +51,9 @@ class LoraInfo:
 
 
 def lora_scale(name: str, value: object) -> float:
-    """`value` as a scale (a finite number a C float holds); LoraAdapterError naming `name` otherwise."""
+    """`value` as a scale (a finite number, |value| <= MAX_SCALE); LoraAdapterError naming `name` otherwise."""
     try:
-        return float(number_in_range(name, value, -FLOAT_MAX, FLOAT_MAX))
+        return float(number_in_range(name, value, -MAX_SCALE, MAX_SCALE))
     except InvalidArgumentError as e:
         raise LoraAdapterError(str(e)) from None
 
@@ -94,10 +97,12 @@ def lora_files(specs: object) -> list[tuple[bytes, float]]:
     return files
 
 
-def check_adapter_file(path: Path, architecture: object) -> bytes:
-    """LoraAdapterError unless `path` is a LoRA GGUF for `architecture` (a model's general.architecture) that
-    is not an aLoRA: what llama.cpp's loader would refuse, said before it reads the tensors, and what it would
-    take but pyllama90a does not support. Its fingerprint (state_file.model_fingerprint) when it is."""
+def check_adapter_file(path: Path, model: GGUFHeader) -> bytes:
+    """LoraAdapterError unless `path` is a LoRA GGUF for `model` (the model's GGUF header) that is not an aLoRA,
+    whose tensors fit the model's weights (tensor_roles.check_adapter_tensors): what llama.cpp's loader would
+    refuse, said before it reads the tensors, what it would take and then crash with at the first decode, and
+    what it would take but pyllama90a does not support. Its fingerprint (state_file.model_fingerprint) when it is."""
+    architecture = model.architecture
     try:
         header = read_header(path)
     except ModelFormatError as e:
@@ -114,6 +119,7 @@ def check_adapter_file(path: Path, architecture: object) -> bytes:
     if header.architecture != architecture:
         raise LoraAdapterError(f"{path} is a LoRA adapter for architecture {header.architecture!r}, but the "
                                f"model's is {architecture!r}")
+    check_adapter_tensors(header, model, str(path))
     return model_fingerprint(path, header.data_offset)
 
 
@@ -128,11 +134,11 @@ class LoraAdapters(Sequence[LoraInfo]):
         self.fingerprint = hashlib.sha256(b"".join(fingerprints)).digest() if fingerprints else NO_ADAPTERS
 
     @classmethod
-    def load(cls, model: ModelHandle, architecture: object, specs: object) -> LoraAdapters:
-        """The adapters of `specs` (Model's `lora`) for `model`, whose GGUF says `architecture`: every file
+    def load(cls, model: ModelHandle, header: GGUFHeader, specs: object) -> LoraAdapters:
+        """The adapters of `specs` (Model's `lora`) for `model`, whose GGUF header is `header`: every file
         checked before any is loaded; on a failure, those loaded are freed."""
         files = lora_files(specs)
-        fingerprints = [check_adapter_file(Path(os.fsdecode(raw)), architecture) for raw, _ in files]
+        fingerprints = [check_adapter_file(Path(os.fsdecode(raw)), header) for raw, _ in files]
         handles: list[LoraHandle] = []
         try:
             for raw, _ in files:

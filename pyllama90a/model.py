@@ -69,7 +69,7 @@ class Model(CacheControl):
         params = self._settle(context_settings)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
         handle = load_weights(raw_path, n_gpu_layers, placement)
-        self._lora = LoraAdapters.load(handle, file.header.architecture, lora)  # (freed by close, or with it)
+        self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
         self._open(file, handle, params, context_settings.attention_paths)
 
     def with_context(self, **settings: Any) -> Model:

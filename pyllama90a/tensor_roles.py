@@ -15,16 +15,20 @@ only) loads, then ends the process at the first decode (SIGSEGV or SIGABRT in a 
 
 `_ELEMENTWISE`, `_ROWS` and `_ANY` are llama.cpp's LLM_TENSOR_INFOS (src/llama-arch.cpp) grouped by role;
 tests/test_tensor_roles.py derives them again from the pinned source and compares.
+LoRA adapters (check_adapter_tensors): llama.cpp multiplies by `lora_a` and `lora_b` as by the weight they adapt
+(MUL_MAT, MUL_MAT_ID for experts), so both take the "matrix" role, except a `token_embd` adapter's `lora_a`, whose
+rows it reads ("rows"). Its loader checks two dimensions of each against the model's weight and nothing else.
 The architectures whose RoPE is multi-section (`_MROPE_ARCHS`, from `llama_model_rope_type`) need
 `{arch}.rope.dimension_sections`: without it ggml-cpu's rope asserts at the first decode.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
-from .errors import ModelLoadError, _short
-from .gguf_header import ArraySummary, GGUFHeader
+from .errors import LoraAdapterError, ModelLoadError, _short
+from .gguf_header import ArraySummary, GGUFHeader, TensorInfo
 from .native.ggml import type_info
 
 Role = Literal["matrix", "rows", "f32", "any"]
@@ -135,3 +139,69 @@ def _check_rope_sections(header: GGUFHeader, name: str) -> None:
     if isinstance(n_rot, int) and sum(sections) > n_rot:
         raise ModelLoadError(f"{name}: {key} = {sections} add up to {sum(sections)}, more than the "
                              f"{n_rot} rotated dimensions")
+
+
+_LORA_SUFFIXES = (".lora_a", ".lora_b")
+_GGUF_FLOAT32 = 6  # the GGUF value type llama.cpp reads adapter.lora.alpha as (an assert on any other)
+
+
+def check_adapter_tensors(adapter: GGUFHeader, model: GGUFHeader, name: str) -> None:
+    """LoraAdapterError naming the first tensor of the LoRA adapter `adapter` that llama.cpp would refuse, or
+    take and then crash with at the first decode (SIGSEGV for a type it cannot multiply by, SIGABRT in
+    ggml_can_mul_mat for a shape), against the weights of `model`; `name` names the adapter file."""
+    alpha = adapter.get("adapter.lora.alpha")
+    if alpha is not None and (adapter.value_types.get("adapter.lora.alpha") != _GGUF_FLOAT32
+                              or not math.isfinite(alpha)):
+        raise LoraAdapterError(f"{name}: adapter.lora.alpha must be a finite float32, got {_short(alpha)}")
+    pairs: dict[str, dict[str, TensorInfo]] = {}
+    for tensor in adapter.tensors:  # (llama.cpp's pairing: the suffix removed everywhere, the last one wins)
+        suffix = next((s for s in _LORA_SUFFIXES if tensor.name.endswith(s)), None)
+        if suffix is not None:
+            pairs.setdefault(tensor.name.replace(suffix, ""), {})[suffix[1:]] = tensor
+        elif not tensor.name.endswith("_norm.weight"):  # (norm vectors: llama.cpp skips them)
+            raise LoraAdapterError(f"{name}: tensor {tensor.name} is neither a .lora_a nor a .lora_b")
+    weights = {t.name: t for t in model.tensors}
+    for target, pair in pairs.items():
+        if len(pair) < 2:
+            missing = "lora_b" if "lora_a" in pair else "lora_a"
+            raise LoraAdapterError(f"{name}: tensor {target}.{missing} is missing (a LoRA pair needs both)")
+        weight = weights.get(target)
+        if weight is None:
+            raise LoraAdapterError(f"{name}: tensor {target}.lora_a adapts {target}, which the model does not have "
+                                   f"(an adapter for another model?)")
+        _check_pair(pair["lora_a"], pair["lora_b"], weight, "output.weight" in weights, name)
+
+
+def _check_pair(a: TensorInfo, b: TensorInfo, weight: TensorInfo, own_output: bool, name: str) -> None:
+    """One pair against the weight it adapts: roles, types, dimensions, shapes in ggml order ([n_in, rank] and
+    [rank, n_out]; a token embedding's are [rank, n_vocab] and [rank, n_embd])."""
+    embedding = weight.name == "token_embd.weight"
+    if role_of(weight.name) != "matrix" and not embedding:
+        raise LoraAdapterError(f"{name}: tensor {a.name} adapts {weight.name}, which llama.cpp applies no LoRA to "
+                               f"(only weight matrices and token_embd)")
+    if embedding and not own_output:
+        raise LoraAdapterError(f"{name}: tensor {a.name} adapts token_embd.weight, which this model also uses as "
+                               f"its output projection (no output.weight), where llama.cpp cannot apply it")
+    for tensor, role in ((a, "rows" if embedding else "matrix"), (b, "matrix")):
+        why = type_problem(role, tensor.type)
+        if why is not None:
+            raise LoraAdapterError(f"{name}: tensor {tensor.name} has type {why} (its role: {role})")
+    n_dims = len(weight.shape)
+    if n_dims not in (2, 3) or (embedding and n_dims != 2):
+        raise LoraAdapterError(f"{name}: tensor {a.name} adapts {weight.name} of shape {list(weight.shape)}, which "
+                               f"is no weight matrix")
+    for tensor in a, b:
+        if len(tensor.shape) != n_dims:
+            raise LoraAdapterError(f"{name}: tensor {tensor.name} has {len(tensor.shape)} dimensions "
+                                   f"{list(tensor.shape)}; {weight.name} has {n_dims}, so it needs {n_dims}")
+    if embedding:  # get_rows(a, tokens) then b times those rows
+        want_a, want_b = (a.shape[0], weight.shape[1]), (a.shape[0], weight.shape[0])
+        layout = "[rank, n_vocab] and [rank, n_embd]"
+    else:  # b times (a times x): experts (a third dimension) as many as the weight's
+        want_a, want_b = (weight.shape[0], a.shape[1], *weight.shape[2:]), (a.shape[1], *weight.shape[1:])
+        layout = "[n_in, rank] and [rank, n_out]"
+    for tensor, want in ((a, want_a), (b, want_b)):
+        if tensor.shape != want:
+            raise LoraAdapterError(f"{name}: tensor {tensor.name} has shape {list(tensor.shape)}, expected "
+                                   f"{list(want)} for {weight.name} of shape {list(weight.shape)} (lora_a and "
+                                   f"lora_b are {layout} in ggml's order, rank {a.shape[0 if embedding else 1]})")
