@@ -21,7 +21,7 @@ from ..core import GenerationRequest
 from ..core.request import MAX_TOP_LOGPROBS
 from ..errors import about
 from ..fim import CHUNK_FILENAME, infill_prompt
-from ..lora import RequestedLora
+from ..lora import MAX_SCALE, RequestedLora
 from ..sampling import RANDOM_SEED, SamplingParams
 from ..toolcalls import Tools, check_tool_choice, check_tools
 from .errors import APIError
@@ -136,7 +136,7 @@ class StreamOptions(ProtocolModel):
 class LoraScale(ProtocolModel):
     """One LoRA adapter of a request's `lora` (or of POST /lora-adapters): its id (GET /lora-adapters) and scale."""
     id: Annotated[int, Between(0, 2**31 - 1)]
-    scale: float
+    scale: Annotated[float, Between(-MAX_SCALE, MAX_SCALE)]
 
 
 def lora_pairs(items: list[LoraScale]) -> RequestedLora:
