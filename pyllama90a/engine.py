@@ -443,7 +443,7 @@ class BatchEngine(slot_state.SlotFiles):
         try:
             step = job.sequence.step(self._context, index, len(slot.cached))
         except (ConstraintError, NonFiniteOutputError) as e:  # this request ends, the others go on
-            self._fail([(slot, job)], e)
+            self._fail([(slot, job)], self.lora.blame(e, job.lora))
             return 0
         tokens = () if step.token is None else (step.token,)
         logprobs = () if step.logprob is None else (step.logprob,)

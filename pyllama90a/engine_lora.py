@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Protocol, TypeVar
 
 from .core import common_prefix
+from .errors import LoraAdapterError, NonFiniteOutputError
 from .lora import LoraAdapters, RequestedLora, Scales, requested_lora
 from .native import ContextHandle
 
@@ -58,6 +59,17 @@ class LoraTurns:
     def scales_for(self, requested: RequestedLora | None) -> Scales:
         """A request's scales, fixed when it is queued (caller's thread)."""
         return self.adapters.scales_for(requested, self.defaults)
+
+    @staticmethod
+    def blame(error: Exception, scales: Scales) -> Exception:
+        """The error a request run with `scales` ends with: NaN or infinite output with an adapter on is its
+        LoraAdapterError (a 400 on the server, not a server error: the request chose the adapters and scales,
+        and the requests that run without them go on), any other error itself."""
+        on = {i: s for i, s in enumerate(scales) if s}
+        if not isinstance(error, NonFiniteOutputError) or not on:
+            return error
+        return LoraAdapterError(f"{error} with the LoRA adapters at scales {on} (id: scale): a smaller scale, or "
+                                f"an adapter with finite weights, may compute finite values")
 
     def take_turn(self, active: list[tuple[S, J]]) -> list[tuple[S, J]]:
         """The slots of `active` whose requests' set has the next turn, with the context set to it (engine
