@@ -1,19 +1,27 @@
 """llama-server's /lora-adapters: GET lists the adapters loaded with --lora (id, path, default scale); POST
 [{"id", "scale"}, ...] sets the default scales of those named, for requests queued from then on. A request's
-own `lora` field (protocol.py) overrides the defaults for it."""
+own `lora` field (protocol.py) overrides the defaults for it. The POST body is read as a request's `lora` is:
+its errors name lora[i].field, its unknown fields are named (X-Ignored-Fields) or refused (--unknown-fields)."""
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from .errors import APIError
+from .generation import ignored_fields
 from .protocol import LoraScale, lora_pairs
-from .protocol_base import parse
+from .protocol_base import ProtocolModel, parse
 from .request_body import read_json
 from .state import ServerState
 
 PATHS = ("/lora-adapters",)
+
+
+class LoraDefaults(ProtocolModel):
+    """POST /lora-adapters' body (a JSON list), as the `lora` field its items are named under."""
+    lora: list[LoraScale]
 
 
 def adapter_list(state: ServerState) -> list[dict[str, Any]]:
@@ -30,10 +38,10 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
         return adapter_list(state)
 
     @app.post(PATHS[0], **docs["set_lora_adapters"])
-    async def set_lora_adapters(request: Request) -> dict[str, Any]:
+    async def set_lora_adapters(request: Request) -> JSONResponse:
         body = await read_json(request, state.limits.max_request_bytes)
         if not isinstance(body, list):
             raise APIError(400, 'the body must be a list of {"id": ..., "scale": ...} objects', param="lora")
-        items = [parse(LoraScale, item, state.limits)[0] for item in body]
-        state.engine.lora.set_defaults(lora_pairs(items))  # (a bad id or scale: LoraAdapterError, a 400)
-        return {"success": True}
+        defaults, ignored = parse(LoraDefaults, {"lora": body}, state.limits)
+        state.engine.lora.set_defaults(lora_pairs(defaults.lora))  # (a bad id: LoraAdapterError, a 400)
+        return JSONResponse({"success": True}, headers=ignored_fields(request, ignored))
