@@ -182,7 +182,8 @@ def _check_pair(a: TensorInfo, b: TensorInfo, weight: TensorInfo, own_output: bo
     if embedding and not own_output:
         raise LoraAdapterError(f"{name}: tensor {a.name} adapts token_embd.weight, which this model also uses as "
                                f"its output projection (no output.weight), where llama.cpp cannot apply it")
-    for tensor, role in ((a, "rows" if embedding else "matrix"), (b, "matrix")):
+    roles: tuple[tuple[TensorInfo, Role], ...] = ((a, "rows" if embedding else "matrix"), (b, "matrix"))
+    for tensor, role in roles:
         why = type_problem(role, tensor.type)
         if why is not None:
             raise LoraAdapterError(f"{name}: tensor {tensor.name} has type {why} (its role: {role})")
@@ -194,6 +195,8 @@ def _check_pair(a: TensorInfo, b: TensorInfo, weight: TensorInfo, own_output: bo
         if len(tensor.shape) != n_dims:
             raise LoraAdapterError(f"{name}: tensor {tensor.name} has {len(tensor.shape)} dimensions "
                                    f"{list(tensor.shape)}; {weight.name} has {n_dims}, so it needs {n_dims}")
+    want_a: tuple[int, ...]
+    want_b: tuple[int, ...]
     if embedding:  # get_rows(a, tokens) then b times those rows
         want_a, want_b = (a.shape[0], weight.shape[1]), (a.shape[0], weight.shape[0])
         layout = "[rank, n_vocab] and [rank, n_embd]"
