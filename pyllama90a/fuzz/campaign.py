@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .adapter_cases import adapter_job, generate_adapter_case, load_adapter_base
 from .api_cases import api_job, generate_api_case, generate_untrusted_case
 from .bases import available_bases, load_base
 from .gguf_generator import generate_case
@@ -48,6 +49,8 @@ class Finding:
 def job_for(spec: dict, work: Path, i: int):  # a runner job function
     if spec.get("target") == "api":
         return api_job(spec, work / f"api-{i}")
+    if spec.get("target") == "adapter":
+        return adapter_job(spec, work / f"adapter-{i}")
     return case_job(spec, work / f"case-{i}.gguf")
 
 
@@ -155,7 +158,8 @@ class Campaign:
                 **f.spec}
         (self.repro_dir / f"{f.name}.json").write_text(json.dumps(data, indent=1) + "\n")
         if f.spec.get("target") != "api":
-            write_case(load_base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
+            base = load_adapter_base if f.spec.get("target") == "adapter" else load_base
+            write_case(base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
 
     # -- reporting -----------------------------------------------------------------------------------
 
@@ -198,12 +202,15 @@ class Campaign:
         return sum(self.outcomes[k] for k in DEFECTS)
 
 
-TARGETS = ("gguf", "api", "untrusted", "all")
+TARGETS = ("gguf", "api", "untrusted", "adapter", "all")
 
 
 def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "gguf") -> list[dict]:
     """Mutated model files ("gguf"), API misuse ("api", on the real metadata with --real-model, else the
-    tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only."""
+    tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only; "adapter":
+    mutated LoRA adapters for the default model (and the tiny one), loaded and used (adapter_cases.py)."""
+    if target == "adapter":
+        return [generate_adapter_case(seed, i) for i in range(n_cases)]
     bases = {name: load_base(name) for name in available_bases(real_model)}
     api_base = "real-header" if real_model else "tiny"
     if target == "untrusted":
