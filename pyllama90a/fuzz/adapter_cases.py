@@ -175,6 +175,9 @@ def generate_adapter_case(seed: int, index: int) -> dict:
     gen = _AdapterGenerator(rng, load_adapter_base(base))
     n = rng.choices([0, 1, 2, 3], [1, 5, 3, 1])[0]
     mutations = [gen.mutation(rng.choice(_OWN) if rng.random() < 0.6 else rng.choice(_GENERIC)) for _ in range(n)]
+    # those that lay the data out again first: retype copies each tensor's data from its base offset and size,
+    # which a struct:tensor-offset or tensor-shape mutation before it would have made absurd
+    mutations.sort(key=lambda m: not any(op["op"] == "retype" for op in m["ops"]))
     args = {"scale": rng.choice(SCALES) if rng.random() < 0.4 else 1.0, "engine": rng.random() < 0.3}
     return {"target": "adapter", "base": base, "mutations": mutations, "model_args": args}
 
