@@ -142,6 +142,7 @@ def _check_rope_sections(header: GGUFHeader, name: str) -> None:
 
 
 _LORA_SUFFIXES = (".lora_a", ".lora_b")
+_NVFP4 = 40  # ggml's type: its per-tensor .scale and a LoRA on one weight end llama.cpp in an assert (build_ffn)
 _GGUF_FLOAT32 = 6  # the GGUF value type llama.cpp reads adapter.lora.alpha as (an assert on any other)
 
 
@@ -169,13 +170,16 @@ def check_adapter_tensors(adapter: GGUFHeader, model: GGUFHeader, name: str) -> 
         if weight is None:
             raise LoraAdapterError(f"{name}: tensor {target}.lora_a adapts {target}, which the model does not have "
                                    f"(an adapter for another model?)")
-        _check_pair(pair["lora_a"], pair["lora_b"], weight, "output.weight" in weights, name)
+        _check_pair(pair["lora_a"], pair["lora_b"], weight, weights, name)
 
 
-def _check_pair(a: TensorInfo, b: TensorInfo, weight: TensorInfo, own_output: bool, name: str) -> None:
-    """One pair against the weight it adapts: roles, types, dimensions, shapes in ggml order ([n_in, rank] and
-    [rank, n_out]; a token embedding's are [rank, n_vocab] and [rank, n_embd])."""
-    embedding = weight.name == "token_embd.weight"
+def _check_pair(a: TensorInfo, b: TensorInfo, weight: TensorInfo, weights: dict[str, TensorInfo], name: str) -> None:
+    """One pair against the weight it adapts (one of the model's `weights`): roles, types, dimensions, shapes in
+    ggml order ([n_in, rank] and [rank, n_out]; a token embedding's are [rank, n_vocab] and [rank, n_embd])."""
+    embedding, own_output = weight.name == "token_embd.weight", "output.weight" in weights
+    if weight.type == _NVFP4 and weight.name.removesuffix(".weight") + ".scale" in weights:
+        raise LoraAdapterError(f"{name}: tensor {a.name} adapts {weight.name}, an NVFP4 weight with a .scale, to "
+                               f"which llama.cpp cannot apply a LoRA (its feed-forward asserts)")
     if role_of(weight.name) != "matrix" and not embedding:
         raise LoraAdapterError(f"{name}: tensor {a.name} adapts {weight.name}, which llama.cpp applies no LoRA to "
                                f"(only weight matrices and token_embd)")

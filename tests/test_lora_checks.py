@@ -5,6 +5,8 @@ so that a regression fails the test instead of ending the run); scales are bound
 or scale is a 400 for the request that names it, and POST /lora-adapters names its unknown fields."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +34,7 @@ TARGETS = ("blk.0.attn_q.weight", "blk.1.ffn_down.weight", "output.weight")
 PROMPT = [BOS_ID, 300, 301, 302, 310, 400, 450, 500, 270, 333]
 EXACT = {"n_ctx": 256, "ctk": "f32", "ctv": "f32", "flash_attn": "off", "n_threads": 2}
 ALLOWED = [t for t in GGML_TYPE_SIZES if t != 0 and type_problem("matrix", t) is None]
+NVFP4 = 40
 REFUSED = [t for t in GGML_TYPE_SIZES if type_problem("matrix", t) is not None]
 
 
@@ -150,6 +153,28 @@ def test_a_token_embd_pair_decodes_with_its_own_output_and_its_ranks_are_checked
     assert _adapter_case(tmp_path, "adapter-tiny", *pair).kind == "ok"
     _refused(_adapter_case(tmp_path, "adapter-tiny", *pair, *_reshaped("token_embd.weight.lora_b", [4, 256])),
              "tensor token_embd.weight.lora_b has shape [4, 256], expected [8, 256]")
+
+
+def test_a_pair_on_an_nvfp4_weight_with_a_scale_is_refused(base, tmp_path) -> None:
+    # llama.cpp loads a ".scale" beside any weight; for an NVFP4 feed-forward weight with one, build_ffn asserts
+    # that no LoRA adapts it (SIGABRT at the first decode before)
+    model = read_gguf(base)
+    retype(model, "blk.0.ffn_up.weight", NVFP4, 0x00)
+    model.tensors.append(Tensor("blk.0.ffn_up.scale", [1], 0, 0))
+    model.layout.append((None, 4, 0x00))
+    retype(model, "blk.0.ffn_up.scale", 0, 0x00)  # (lays the data section out again, the scale included)
+    model.write(tmp_path / "nvfp4.gguf")
+    write_synthetic_lora(SHAPE, tmp_path / "up.gguf", ["blk.0.ffn_up.weight"])
+    code = ("import sys, pyllama90a as pl\n"
+            "try:\n"
+            "    with pl.Model(sys.argv[1], lora=[(sys.argv[2], 1.0)], n_ctx=64, n_threads=1) as m:\n"
+            "        m.generate([1, 300, 301], max_tokens=2, temperature=0)\n"
+            "except pl.LoraAdapterError as e:\n"
+            "    print('refused:', e)\n")
+    child = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nvfp4.gguf"), str(tmp_path / "up.gguf")],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "refused:" in child.stdout and "adapts blk.0.ffn_up.weight, an NVFP4 weight with a .scale" in child.stdout
 
 
 @pytest.mark.parametrize("scale", [MAX_SCALE + 0.5, -1e30, 3.4028234663852886e38])
