@@ -68,7 +68,7 @@ class LoraTurns:
         on = {i: s for i, s in enumerate(scales) if s}
         if not isinstance(error, NonFiniteOutputError) or not on:
             return error
-        return LoraAdapterError(f"{error} with the LoRA adapters at scales {on} (id: scale): a smaller scale, or "
+        return LoraAdapterError(f"with the LoRA adapters at scales {on} (id: scale): {error}. A smaller scale, or "
                                 f"an adapter with finite weights, may compute finite values")
 
     def take_turn(self, active: list[tuple[S, J]]) -> list[tuple[S, J]]:
