@@ -14,7 +14,7 @@ from .errors import InvalidArgumentError
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
 _BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
          "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8, "paired_store": 1 << 9,
-         "short_one_chunk": 1 << 10}
+         "short_one_chunk": 1 << 10, "fused_pipeline": 1 << 11}
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class AttentionPaths:
     short_one_chunk: bool = False  # with fused_decode: a cache of at most 1024 cells walked in one chunk per KV
                                 # head, no split-KV reduce launch (0020; opt-in until measured on a GPU); off: the
                                 # split that fills the device at every length
+    fused_pipeline: bool = True  # with fused_decode on CUDA (cc 8.0+): the kernel copies the next K/V tile
+                                # asynchronously while it works on this one (0025); off: load a tile, then use it
 
     def __post_init__(self) -> None:
         for f in fields(self):

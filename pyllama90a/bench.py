@@ -9,6 +9,7 @@ is the baseline of the ratios unless --baseline says otherwise. Quote ratios; ab
 
 `python -m pyllama90a.bench server --help`: the server load benchmark (pyllama90a/bench_server.py).
 `python -m pyllama90a.bench constrained --help`: constrained against free decoding, N slots (bench_constrained.py).
+`python -m pyllama90a.bench batched --help`: N sequences at depth D decoding together (bench_batched.py).
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 # "+fused-f32q": the same with patch 0016 off (q kept in F32, the kernel's third version);
 # "+fused-serial-store": the same with patch 0017 off (the K/V stores quantize one block per thread);
 # "+fused-paired-store": the same with patch 0019 on (a layer's K and V stores in one launch);
-# "+fused-one-chunk": the same with patch 0020 on (a short cache in one chunk per KV head, no reduce launch)
+# "+fused-one-chunk": the same with patch 0020 on (a short cache in one chunk per KV head, no reduce launch);
+# "+fused-unpipelined": the same with patch 0025 off (each K/V tile loaded, then used: no copy ahead)
 VARIANT_PATHS: dict[str, AttentionPaths] = {
     "": AttentionPaths(), "deq": AttentionPaths(vquant_direct=False), "ungrouped": AttentionPaths(kq_grouped=False),
     "mmq": AttentionPaths(kv_cublas=False), "nock": AttentionPaths(ck_fa=False), "norot": AttentionPaths(),
@@ -58,7 +60,8 @@ VARIANT_PATHS: dict[str, AttentionPaths] = {
     "fused-f32q": AttentionPaths(fused_decode=True, fused_q8=False),
     "fused-serial-store": AttentionPaths(fused_decode=True, lane_quant=False),
     "fused-paired-store": AttentionPaths(fused_decode=True, paired_store=True),
-    "fused-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True)}
+    "fused-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True),
+    "fused-unpipelined": AttentionPaths(fused_decode=True, fused_pipeline=False)}
 VARIANT_ENV: dict[str, tuple[str, str]] = {"norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
 
 
@@ -290,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_constrained import main as constrained_main
 
         return constrained_main(argv[1:])
+    if argv[:1] == ["batched"]:
+        from .bench_batched import main as batched_main
+
+        return batched_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
