@@ -1,6 +1,6 @@
 """Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
 
-All paths but fused_decode, paired_store and short_one_chunk are on by default. A path switched off takes the
+All paths but fused_decode, paired_store, short_one_chunk and fused_pipeline are on by default. A path switched off takes the
 way upstream llama.cpp goes (for fused_decode: patch 0012's non-flash decode), so that the bench and
 the tests compare both in one process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
 llama.cpp reads them once per graph build of that context; no kernel reads the environment.
@@ -37,8 +37,9 @@ class AttentionPaths:
     short_one_chunk: bool = False  # with fused_decode: a cache of at most 1024 cells walked in one chunk per KV
                                 # head, no split-KV reduce launch (0020; opt-in until measured on a GPU); off: the
                                 # split that fills the device at every length
-    fused_pipeline: bool = True  # with fused_decode on CUDA (cc 8.0+): the kernel copies the next K/V tile
-                                # asynchronously while it works on this one (0025); off: load a tile, then use it
+    fused_pipeline: bool = False  # with fused_decode on CUDA (cc 8.0+): the kernel copies the next K/V tile
+                                # asynchronously while it works on this one (0025; opt-in until measured on a
+                                # GPU); off: each tile loaded, then used
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -51,7 +51,7 @@ DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
 # "+fused-serial-store": the same with patch 0017 off (the K/V stores quantize one block per thread);
 # "+fused-paired-store": the same with patch 0019 on (a layer's K and V stores in one launch);
 # "+fused-one-chunk": the same with patch 0020 on (a short cache in one chunk per KV head, no reduce launch);
-# "+fused-unpipelined": the same with patch 0025 off (each K/V tile loaded, then used: no copy ahead)
+# "+fused-pipelined": the same with patch 0025 on (the next K/V tile copied asynchronously during this one)
 VARIANT_PATHS: dict[str, AttentionPaths] = {
     "": AttentionPaths(), "deq": AttentionPaths(vquant_direct=False), "ungrouped": AttentionPaths(kq_grouped=False),
     "mmq": AttentionPaths(kv_cublas=False), "nock": AttentionPaths(ck_fa=False), "norot": AttentionPaths(),
@@ -61,7 +61,7 @@ VARIANT_PATHS: dict[str, AttentionPaths] = {
     "fused-serial-store": AttentionPaths(fused_decode=True, lane_quant=False),
     "fused-paired-store": AttentionPaths(fused_decode=True, paired_store=True),
     "fused-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True),
-    "fused-unpipelined": AttentionPaths(fused_decode=True, fused_pipeline=False)}
+    "fused-pipelined": AttentionPaths(fused_decode=True, fused_pipeline=True)}
 VARIANT_ENV: dict[str, tuple[str, str]] = {"norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
 
 

@@ -13,7 +13,8 @@ One context per (mode, D), of the largest N that fits: sequence 0 is filled to D
 cells (a sequence state copy), and each N decodes on sequences 0..N-1. Modes run one after another (two contexts
 of 100 GB do not fit one device together), not interleaved as the single-sequence bench runs them.
 --kv-budget-gb: the largest N whose KV cache at --budget-depth fits that many bytes, per mode, from the plans
-(llama.cpp's limit of 256 sequences applied); --measure-budget also decodes at that N.
+(llama.cpp's limit of 256 sequences applied); --measure-budget also decodes at that N. --plan-only: the plans
+alone (which (mode, D, N) fit, and the budget), no decoding: on any machine, in seconds.
 """
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def budget_n_seq(model_path: Path, mode: Mode, depth: int, budget_bytes: float, 
 
 def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int], tg: int, reps: int,
         n_threads: int | None, n_gpu_layers: int, memory_limit: float | None, extra_n: dict[tuple[str, int], int],
-        progress: TextIO = sys.stderr) -> dict:
+        plan_only: bool = False, progress: TextIO = sys.stderr) -> dict:
     from .native.ggml import devices
 
     on_gpu = n_gpu_layers != 0 and any(d.is_gpu for d in devices())
@@ -129,7 +130,11 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int
                                  "compute_bytes": plans[n].compute_bytes})
                     print(f"{mode} depth {depth} N {n}: {plans[n].total_bytes / 2**30:.1f} GiB planned, skipped",
                           file=progress, flush=True)
-            if not fits:
+            if plan_only:
+                rows += [{"mode": str(mode), "depth": depth, "n_seq": n, "planned": "fits",
+                          "planned_bytes": plans[n].total_bytes, "kv_bytes": plans[n].kv_bytes,
+                          "compute_bytes": plans[n].compute_bytes} for n in fits]
+            if not fits or plan_only:
                 continue
             n_max = max(fits)
             mode.apply_environment()
@@ -181,9 +186,9 @@ def markdown(result: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(result["rows"], key=lambda r: (r["depth"], r["n_seq"], result["modes"].index(r["mode"]))):
         mib = f"{r['kv_bytes'] / 2**20:.1f} | {r['compute_bytes'] / 2**20:.1f}"
-        if "skipped" in r:
+        if "skipped" in r or "planned" in r:
             lines.append(f"| {r['mode']} | {r['depth']} | {r['n_seq']} | - | - | - | {mib} | "
-                         f"{r['skipped']} ({r['planned_bytes'] / 2**30:.1f} GiB planned) |")
+                         f"{r.get('skipped', 'fits, not run')} ({r['planned_bytes'] / 2**30:.1f} GiB planned) |")
             continue
         ratio = f"{r['ratio_vs_baseline']:.2f}x" if r["ratio_vs_baseline"] else "-"
         lines.append(f"| {r['mode']} | {r['depth']} | {r['n_seq']} | {r['aggregate_tok_s']:.1f} ± "
@@ -216,6 +221,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--kv-budget-gb", type=float, help="report the largest N whose KV fits this many GB (1e9 bytes)")
     ap.add_argument("--budget-depth", type=int, default=8192, help="the depth of --kv-budget-gb's sequences")
     ap.add_argument("--measure-budget", action="store_true", help="also decode at each mode's budget N")
+    ap.add_argument("--plan-only", action="store_true", help="only the memory plans and the budget: no decoding")
     ap.add_argument("--out", help="folder for batched.json and batched.md (default: print only)")
     args = ap.parse_args(argv)
 
@@ -240,7 +246,7 @@ def main(argv: list[str]) -> int:
     extra = {(b["mode"], b["depth"]): b["n_seq"] for b in budget} if args.measure_budget else {}
     limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib is not None else None
     result = run(model_path, modes, sorted(set(args.depths)), sorted(set(args.n_seq)), args.tg, args.reps, args.threads,
-                 args.n_gpu_layers, limit, extra)
+                 args.n_gpu_layers, limit, extra, plan_only=args.plan_only)
     result["budget"] = budget
     add_ratios(result, baseline)
     table = markdown(result)

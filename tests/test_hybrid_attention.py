@@ -17,6 +17,7 @@ import pyllama90a as pl
 from decode_paths import step_logits
 from gpu import on_gpu
 from graph_probe import phase_nodes
+from stream_probe import decode_streams
 from pyllama90a._ffi import lib
 from pyllama90a.attention_paths import AttentionPaths
 from pyllama90a.native.ggml import ggml_type
@@ -241,9 +242,11 @@ def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -
 
 
 # the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, the same over one
-# chunk per KV head where the cache is short (0020), q in F32
+# chunk per KV head where the cache is short (0020), the same with the next tile copied during this one (0025), q
+# in F32
 KERNELS = {"q8": AttentionPaths(fused_decode=True),
            "q8-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True),
+           "q8-pipelined": AttentionPaths(fused_decode=True, fused_pipeline=True),
            "f32q": AttentionPaths(fused_decode=True, fused_q8=False)}
 
 
@@ -276,3 +279,45 @@ def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, ker
     spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
     non_flash_error = float(np.abs(decoded["non-flash"] - want).max())
     assert np.abs(got - want).max() <= max(8e-3 * spread, 1.25 * non_flash_error)
+
+
+# -- many sequences decoding together (one token of each per step, a KV stream each), as a GPU server batches them
+
+N_STREAMS, STREAM_STEPS = 8, 3
+
+
+def _stream_prompts(n_vocab: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Different prompts of different lengths (1200-1760 cells: the streams' caches end at different places, so
+    the mask differs per stream), and per step one token of each sequence."""
+    rng = np.random.default_rng(11)
+    prompts = [[1, *rng.integers(259, n_vocab, size=1200 + 80 * s - 1).tolist()] for s in range(N_STREAMS)]
+    steps = rng.integers(259, n_vocab, size=(STREAM_STEPS, N_STREAMS)).tolist()
+    return prompts, steps
+
+
+@on_gpu
+@pytest.mark.parametrize("kernel", ["q8", "q8-pipelined"])
+@pytest.mark.parametrize("shape", ["hd128-kv8", "hd64-gqa2"])
+@pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
+def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: str, kv: str, kernel: str) -> None:
+    """N = 8 sequences, one token of each per step in one batch: every layer's attention of every step is one
+    fused-kernel launch over the 8 KV streams (FLASH_ATTN_EXT marked FUSED_DECODE, and FUSED_PIPELINE for 0025),
+    and each sequence's logits are those of the same context's non-flash decode (hybrid without the fused
+    kernel: no FLASH_ATTN_EXT in its decode steps; same prompts, same batches, so the same caches) within the
+    single-sequence test's bound, 8e-3 of the spread (both round q to 8 bits). A stream's cells read for
+    another's, or a mask applied to the wrong stream, is off by a large part of the spread. With 8 streams of
+    1.2K-1.8K cells the split makes chunks of 2 tiles or more (H200: 132 multiprocessors), so the pipelined
+    kernel copies a next tile while it works on one."""
+    path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
+    prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
+    together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=KERNELS[kernel])
+    assert len(marks) == FUSED_SHAPES[shape].n_layer * STREAM_STEPS
+    assert all(m & lib.GGML_PYL_MARK_FUSED_DECODE for m in marks)
+    assert all(bool(m & lib.GGML_PYL_MARK_FUSED_PIPELINE) == (kernel == "q8-pipelined") for m in marks)
+    reference, reference_marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid",
+                                                paths=AttentionPaths())
+    assert reference_marks == []
+    for seq, (got, want) in enumerate(zip(together, reference, strict=True)):
+        assert np.isfinite(got).all() and got.shape == want.shape == (STREAM_STEPS, FUSED_SHAPES[shape].n_vocab)
+        spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
+        assert np.abs(got - want).max() <= 8e-3 * spread, f"sequence {seq}"
