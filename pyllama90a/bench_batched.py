@@ -24,11 +24,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
-from .bench import Mode
+from .bench_modes import Mode
 from .bench_report import machine_name, write_results
 from .memory_plan import MemoryPlanner
 from .model import Model
@@ -102,7 +102,7 @@ def decode_steps(context: ContextHandle, batch: Batch, tokens: list[int], depth:
     return elapsed
 
 
-def budget_n_seq(model_path: Path, mode: Mode, depth: int, budget_bytes: float, n_gpu_layers: int) -> dict:
+def budget_n_seq(model_path: Path, mode: Mode, depth: int, budget_bytes: float, n_gpu_layers: int) -> dict[str, Any]:
     """The largest N whose KV cache at `depth` fits `budget_bytes`, from one sequence's planned KV bytes."""
     one = plan(model_path, mode, 1, cells_per_sequence(depth, 0), n_gpu_layers)
     n = int(budget_bytes // one.kv_bytes)
@@ -112,11 +112,11 @@ def budget_n_seq(model_path: Path, mode: Mode, depth: int, budget_bytes: float, 
 
 def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int], tg: int, reps: int,
         n_threads: int | None, n_gpu_layers: int, memory_limit: float | None, extra_n: dict[tuple[str, int], int],
-        plan_only: bool = False, progress: TextIO = sys.stderr) -> dict:
+        plan_only: bool = False, progress: TextIO = sys.stderr) -> dict[str, Any]:
     from .native.ggml import devices
 
     on_gpu = n_gpu_layers != 0 and any(d.is_gpu for d in devices())
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for depth in depths:
         cells = cells_per_sequence(depth, tg)
         for mode in modes:
@@ -167,7 +167,7 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int
             "memory_limit_bytes": memory_limit, "rows": rows, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
-def add_ratios(result: dict, baseline: str) -> None:
+def add_ratios(result: dict[str, Any], baseline: str) -> None:
     base = {(r["depth"], r["n_seq"]): r["aggregate_tok_s"] for r in result["rows"]
             if r["mode"] == baseline and "aggregate_tok_s" in r}
     result["baseline"] = baseline
@@ -176,7 +176,7 @@ def add_ratios(result: dict, baseline: str) -> None:
         r["ratio_vs_baseline"] = r["aggregate_tok_s"] / b if b and "aggregate_tok_s" in r else None
 
 
-def markdown(result: dict) -> str:
+def markdown(result: dict[str, Any]) -> str:
     lines = [f"Machine: {result['machine']}  ",
              f"Model: `{Path(result['model']).name}`, tg {result['tg']} steps, {result['reps']} reps (mean ± sd), "
              f"baseline `{result['baseline']}`, {result['date']}  ",

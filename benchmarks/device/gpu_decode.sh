@@ -2,7 +2,7 @@
 # Issue 34 on the H200, in one call: STAGES (in order) of
 #   tests    the CUDA tests of the attention paths (synthetic models)
 #   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused
-#            and its variants (+fused-pipelined: patch 0025, opt-in; 0019, 0020 with BENCH8B_EXTRA)
+#            and the opt-in 0019/0020 variants (BENCH8B_EXTRA, default +fused-paired-store +fused-one-chunk)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
@@ -46,11 +46,11 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     bench8b)
         timeout "$(cap 230)" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
-            hybrid:q4_0/q4_0+fused hybrid:q4_0/q4_0+fused-pipelined ${BENCH8B_EXTRA:-} --out "$R/h200-8b-hd128" \
+            hybrid:q4_0/q4_0+fused ${BENCH8B_EXTRA-hybrid:q4_0/q4_0+fused-paired-store hybrid:q4_0/q4_0+fused-one-chunk} --out "$R/h200-8b-hd128" \
             > "$R/bench8b.log" 2>&1
         echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
     ncu)
-        for mode in ${NCU_MODES:-fa-on:f16/f16 hybrid:q4_0/q4_0+fused hybrid:q4_0/q4_0+fused-pipelined}; do
+        for mode in ${NCU_MODES:-fa-on:f16/f16 hybrid:q4_0/q4_0+fused}; do
             csv="$R/ncu-${mode//[:\/+]/_}.csv"
             timeout "$(cap 120)" ncu --clock-control none --profile-from-start off \
                 --kernel-name regex:'pyl_attn_decode|flash_attn_ext_vec|flash_attn_combine' \
@@ -63,20 +63,19 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             | tee "$R/ncu-attention-8b-hd128.md" ;;
     steps0)
         (cd "$REPO" && OUT=$R SKIP_BUILD=1 DEPTH=0 STEPS=4 NCU_FLAGS="--clock-control none" \
-            MODES="fa-on:f16/f16 hybrid:q4_0/q4_0+fused hybrid:q4_0/q4_0+fused-pipelined" \
+            MODES="fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused" \
             timeout "$(cap 100)" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
         cat "$R"/kernel-times-8b-hd128-0.md ;;
     batched)
         timeout "$(cap 260)" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
             --depths 2048 8192 32768 --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
             ${BATCHED_EXTRA:---measure-budget} --modes fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused \
-            hybrid:q4_0/q4_0+fused-pipelined --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
+            --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
         echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
     bench1b)
         timeout "$(cap 200)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
-            hybrid:q4_0/q4_0+fused hybrid:q4_0/q4_0+fused-pipelined fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused \
-            hybrid:q8_0/q8_0+fused-pipelined --out "$R/h200-1b-hd64" > "$R/bench1b.log" 2>&1
+            hybrid:q4_0/q4_0+fused fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused --out "$R/h200-1b-hd64" > "$R/bench1b.log" 2>&1
         echo "bench1b rc=$?"; grep "| tg" "$R/h200-1b-hd64/bench.md" ;;
     esac
     (cd "$OUT" && tar czf results.tgz r)  # what has been measured so far comes back even if a later stage hangs
