@@ -120,11 +120,12 @@ def test_batched_bench_skips_what_does_not_fit_the_memory_limit(tmp_path: Path) 
 
 
 def test_batched_bench_plan_only_decodes_nothing(tmp_path: Path) -> None:
-    assert main(["batched", "--synthetic", "tiny", "--n-seq", "1", "4", "--depths", "100", "--modes", "fa-off:f16/f16",
+    # 32 sequences: more than the default n_ctx (4096) holds at 256 cells each, which MemoryPlanner once refused
+    assert main(["batched", "--synthetic", "tiny", "--n-seq", "1", "32", "--depths", "100", "--modes", "fa-off:f16/f16",
                  "--memory-limit-gib", "1", "--plan-only", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "batched.json").read_text())["rows"]
-    assert [(r["n_seq"], r["planned"]) for r in rows] == [(1, "fits"), (4, "fits")]
-    assert not any("aggregate_tok_s" in r for r in rows) and rows[1]["kv_bytes"] == 4 * rows[0]["kv_bytes"]
+    assert [(r["n_seq"], r["planned"]) for r in rows] == [(1, "fits"), (32, "fits")]
+    assert not any("aggregate_tok_s" in r for r in rows) and rows[1]["kv_bytes"] == 32 * rows[0]["kv_bytes"]
 
 
 def test_bench_rejects_bad_arguments() -> None:
