@@ -39,12 +39,12 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     echo "== stage $stage ($t s left) $(date -u +%T)"
     case $stage in
     tests)
-        timeout "$(cap 170)" python3 -m pytest -q -p no:cacheprovider \
+        timeout "$(cap 150)" python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " test_hybrid_attention.py test_attention_paths.py test_vquant_cuda.py \
               test_quantized_v_backend.py test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
         echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10 ;;
     bench8b)
-        timeout "$(cap 230)" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 \
+        timeout "$(cap 280)" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
             hybrid:q4_0/q4_0+fused ${BENCH8B_EXTRA-hybrid:q4_0/q4_0+fused-paired-store hybrid:q4_0/q4_0+fused-one-chunk} --out "$R/h200-8b-hd128" \
             > "$R/bench8b.log" 2>&1
@@ -67,13 +67,13 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             timeout "$(cap 100)" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
         cat "$R"/kernel-times-8b-hd128-0.md ;;
     batched)
-        timeout "$(cap 260)" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
+        timeout "$(cap 330)" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
             --depths 2048 8192 32768 --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
             ${BATCHED_EXTRA:---measure-budget} --modes fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused \
             --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
         echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
     bench1b)
-        timeout "$(cap 200)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
+        timeout "$(cap 160)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
             hybrid:q4_0/q4_0+fused fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused --out "$R/h200-1b-hd64" > "$R/bench1b.log" 2>&1
         echo "bench1b rc=$?"; grep "| tg" "$R/h200-1b-hd64/bench.md" ;;
