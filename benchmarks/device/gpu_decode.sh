@@ -7,6 +7,7 @@
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
+#   server   bench server, 8 and 32 clients, 8b-hd128: FA-on f16 against auto (hybrid + fused) q4_0
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
 # earlier call of the same native source: no build then). DEADLINE_S: the call's budget (each stage's timeout
 # is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log).
@@ -72,6 +73,15 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             ${BATCHED_EXTRA:---measure-budget} --modes fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused \
             --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
         echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
+    server)  # the OpenAI server under 8 and 32 streaming clients: FA-on f16 against auto (hybrid + fused) q4_0
+        model=$(python3 -c "from pyllama90a.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
+        for cfg in "f16 on" "q4_0 auto"; do
+            set -- $cfg
+            timeout "$(cap 150)" python3 -m pyllama90a.bench server --model "$model" --clients 8 32 --max-tokens 64 \
+                --reps 2 --ctk "$1" --ctv "$1" --flash-attn "$2" --n-ctx 131072 --threads 8 \
+                --out "$R/h200-8b-hd128-server-$1-$2" > "$R/server-$1.log" 2>&1
+            echo "server $cfg rc=$?"; cat "$R/h200-8b-hd128-server-$1-$2/server.md"
+        done ;;
     bench1b)
         timeout "$(cap 160)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
