@@ -19,6 +19,7 @@ alone (which (mode, D, N) fit, and the budget), no decoding: on any machine, in 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -58,11 +59,17 @@ def batch_size(n_seq: int) -> int:
     return max(512, n_seq)
 
 
+@functools.cache
+def _planner(model_path: Path, mode: Mode, n_seq: int, n_gpu_layers: int) -> MemoryPlanner:
+    """One planner per (mode, N), for every depth: each reads the file's metadata once."""
+    return MemoryPlanner(model_path, n_gpu_layers=n_gpu_layers, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn,
+                         n_seq_max=n_seq, n_batch=batch_size(n_seq), n_ubatch=batch_size(n_seq),
+                         attention_paths=mode.attention_paths)
+
+
 def plan(model_path: Path, mode: Mode, n_seq: int, cells: int, n_gpu_layers: int) -> Plan:
     mode.apply_environment()
-    p = MemoryPlanner(model_path, n_gpu_layers=n_gpu_layers, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn,
-                      n_seq_max=n_seq, n_batch=batch_size(n_seq), n_ubatch=batch_size(n_seq),
-                      attention_paths=mode.attention_paths).plan(n_seq * cells)
+    p = _planner(model_path, mode, n_seq, n_gpu_layers).plan(n_seq * cells)
     return Plan(n_seq, p.cache.total_bytes, p.cache.compute_bytes, p.weights_bytes)
 
 
