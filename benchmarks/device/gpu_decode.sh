@@ -51,14 +51,17 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             > "$R/bench8b.log" 2>&1
         echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
     ncu)
+        stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
         for mode in ${NCU_MODES:-fa-on:f16/f16 hybrid:q4_0/q4_0+fused}; do
             csv="$R/ncu-${mode//[:\/+]/_}.csv"
-            timeout "$(cap 120)" ncu --clock-control none --profile-from-start off \
-                --kernel-name regex:'pyl_attn_decode|flash_attn_ext_vec|flash_attn_combine' \
-                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-                --metrics 'dram__bytes_read.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' --csv --page details --log-file "$csv" \
-                python3 "$D/ncu_depths.py" 8b-hd128 "$mode" 0 2048 8192 32768 > "$R/ncu.log" 2>&1
-            echo "ncu $mode rc=$?"
+            for metrics in "dram__bytes_read.sum,$stalls" dram__bytes_read.sum; do  # the second if the first fails
+                timeout "$(cap 120)" ncu --clock-control none --profile-from-start off \
+                    --kernel-name regex:'pyl_attn_decode|flash_attn_ext_vec|flash_attn_combine' \
+                    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                    --metrics "$metrics" --csv --page details --log-file "$csv" \
+                    python3 "$D/ncu_depths.py" 8b-hd128 "$mode" 0 2048 8192 32768 >> "$R/ncu.log" 2>&1
+                rc=$?; echo "ncu $mode ($metrics) rc=$rc"; [ $rc -eq 0 ] && break
+            done
         done
         python3 "$D/ncu_summary.py" 32 0,2048,8192,32768 $(for f in "$R"/ncu-*.csv; do b=${f##*/ncu-}; echo "${b%.csv}=$f"; done) \
             | tee "$R/ncu-attention-8b-hd128.md" ;;

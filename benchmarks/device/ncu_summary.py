@@ -47,10 +47,11 @@ def summarize(path, n_layer, depths):
         if metric in METRICS:
             k[1][METRICS[metric]] = v * UNIT.get(unit, 1.0) if metric == "Duration" else v
         k[1]["grid"] = r.get("Grid Size", "")
+        per = BYTES.get(unit.split("/")[0], 1.0)  # e.g. "Kbyte/block"
         if metric == "dram__bytes_read.sum":
-            k[1]["dram_read"] = v * BYTES.get(unit, 1.0)
+            k[1]["dram_read"] = v * per
         if metric == "Dynamic Shared Memory Per Block":
-            k[1]["smem_dyn"] = v * BYTES.get(unit, 1.0)
+            k[1]["smem_dyn"] = v * per
         stall = STALL.fullmatch(metric)
         if stall:
             stalls[kid][stall.group(1)] = v
