@@ -22,8 +22,12 @@ left() { echo $(( DEADLINE_S - ($(date +%s) - START) - ${1:-20} )); }
 cap() { local l; l=$(left 25); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
 if ls .pkg/pkg.tgz.part-* >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    cat .pkg/pkg.tgz.part-* | tar xzf - -C /tmp/site && cp pyllama90a/*.py /tmp/site/pyllama90a/ && echo "carried package"
-    export SKIP_BUILD=1
+    cat .pkg/pkg.tgz.part-* | tar xzf - -C /tmp/site && cp pyllama90a/*.py /tmp/site/pyllama90a/
+    if (cd /tmp && PYTHONPATH=/tmp/site python3 -c "import pyllama90a._ffi"); then
+        echo "carried package"; export SKIP_BUILD=1
+    else
+        echo "the carried package does not load: building"; rm -rf /tmp/site/pyllama90a
+    fi
 fi
 source benchmarks/device/setup.sh
 if [ -z "${SKIP_BUILD:-}" ] && [ -n "${SAVE_PKG:-}" ]; then  # the built package, for a later call
