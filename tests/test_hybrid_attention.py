@@ -178,16 +178,9 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     stores = [n for n in decode if n.op == "SET_ROWS"]
     assert len(stores) == 2 * shape.n_layer and all(n.mark & lib.GGML_PYL_MARK_ROTATE_ROWS for n in stores)
     assert not any(n.mark & lib.GGML_PYL_MARK_SERIAL_QUANT for n in stores)  # 32 lanes per block (0017)
-    assert not any(n.mark & lib.GGML_PYL_MARK_PAIRED_STORE for n in stores)  # 0019 is opt-in
     attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
     assert len(attention) == shape.n_layer
     assert all(n.mark & lib.GGML_PYL_MARK_ROTATED and n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
-    assert not any(n.mark & lib.GGML_PYL_MARK_SHORT_ONE_CHUNK for n in attention)  # 0020 is opt-in
-    _, opted_in = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
-                              n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, paired_store=True,
-                                                                    short_one_chunk=True))
-    assert all(n.mark & lib.GGML_PYL_MARK_PAIRED_STORE for n in opted_in if n.op == "SET_ROWS")
-    assert all(n.mark & lib.GGML_PYL_MARK_SHORT_ONE_CHUNK for n in opted_in if n.op == "FLASH_ATTN_EXT")
     assert {((n.mark >> 8) & 15, (n.mark >> 12) & 15) for n in attention} == {(7, 6)}  # pieces of 128 and 64
     _, unfolded = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
                               n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, fold_rotations=False))
@@ -195,10 +188,8 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     assert not any(n.mark & (lib.GGML_PYL_MARK_ROTATED | lib.GGML_PYL_MARK_ROTATE_ROWS) for n in unfolded)
 
 
-# the fused decode's K/V stores: 32 lanes per block in two launches (the default), K and V in one launch (0019),
-# one thread per block (0017 off)
+# the fused decode's K/V stores: 32 lanes per block (the default), one thread per block (0017 off)
 STORES = {"lanes": AttentionPaths(fused_decode=True),
-          "paired": AttentionPaths(fused_decode=True, paired_store=True),
           "serial": AttentionPaths(fused_decode=True, lane_quant=False)}
 
 
@@ -213,8 +204,7 @@ def test_cells_the_fused_decode_stores_are_read_as_the_caches_own(shape: str, kv
     scores), so only a reader of the other kind can tell: the CPU's FA-off decode loads the cache after 40
     fused steps over a 16-token prompt (most cells the fused path's) and must give the fused context's next
     logits (the bound of the test above). Each KV type's quantizer is written twice, for 32 lanes per block (0017,
-    the default) and one thread per block (ggml's own functions), and the 32-lane store runs as one launch per row
-    set or, paired, one for a layer's K and V (0019): each is read back."""
+    the default) and one thread per block (ggml's own functions): each is read back."""
     tokens = _tokens()
     prompt, steps, last = tokens[:16], tokens[16:56], tokens[56:57]
     with _model(shape, kv, "hybrid", n_ctx=512, paths=STORES[store]) as fused:
@@ -241,10 +231,8 @@ def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -
         assert m.attention.flash_attn == "hybrid" and not m.attention_paths.fused_decode
 
 
-# the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, the same over one
-# chunk per KV head where the cache is short (0020), q in F32
+# the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, q in F32
 KERNELS = {"q8": AttentionPaths(fused_decode=True),
-           "q8-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True),
            "f32q": AttentionPaths(fused_decode=True, fused_q8=False)}
 
 
@@ -261,7 +249,7 @@ def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, ker
     6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so the bound is 8e-3 of the
     spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of chunks or heads, or a
     code of V or K read at the wrong place, is off by a large part of the spread. 600+ cells make several KV
-    chunks, so the reduce runs, or, with 0020, one chunk of several tiles per KV head."""
+    chunks, so the reduce runs."""
     prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
     with _model(shape, kv, "hybrid", n_ctx=1024, paths=KERNELS[kernel]) as fused:
         fused.eval(prompt + prompt)
