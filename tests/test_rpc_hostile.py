@@ -2,7 +2,7 @@
 loopback, each of which read or wrote outside the worker's buffers, ended it, or handed one client what another
 left. Each is refused (the worker closes that connection) and the worker serves the next client; a valid graph
 still computes. The link's secret (patch 0023): a peer without it is closed after HELLO, a recorded or reflected
-answer does not pass, and a client refuses a worker that does not prove it holds it, or reports absurd sizes.""" 
+answer does not pass, and a client refuses a worker that does not prove it holds it, or reports absurd sizes."""
 from __future__ import annotations
 
 import contextlib
@@ -254,7 +254,8 @@ def test_hmac_sha256_of_the_patch_matches_python():
                        "void (*)(const uint8_t *, size_t, const uint8_t *, size_t, uint8_t *)")
     for key_len in (0, 1, 16, 63, 64, 65, 200):
         for msg_len in (0, 1, 55, 56, 63, 64, 65, 119, 120, 1000):
-            key, msg = bytes((7 * i + 1) % 256 for i in range(key_len)), bytes((13 * i + 5) % 256 for i in range(msg_len))
+            key = bytes((7 * i + 1) % 256 for i in range(key_len))
+            msg = bytes((13 * i + 5) % 256 for i in range(msg_len))
             out = ffi.new("uint8_t[32]")
             native(ffi.from_buffer(key), key_len, ffi.from_buffer(msg), msg_len, out)
             assert bytes(out) == hmac.new(key, msg, hashlib.sha256).digest(), (key_len, msg_len)
