@@ -58,12 +58,15 @@ def context_state_bound(context: ContextHandle) -> int:
                               n_layer(context))
 
 
-def check_context_payload(name: str, payload: bytes) -> None:
-    """Refuse a whole-context payload whose architecture name is longer than llama.cpp's names or than the
-    payload: llama.cpp would allocate that length before reading it."""
+def check_context_payload(name: str, payload: bytes, architecture: str | None) -> None:
+    """Refuse a whole-context payload whose architecture name is not `architecture` (the model's; None: any
+    name of llama.cpp's length), from its length alone: llama.cpp allocates that length before reading it, and
+    would quote a wrong name back (any bytes the file chose)."""
     if len(payload) < _U32.size:
         raise StateFileError(f"{name}: its state is empty")
     (length,) = _U32.unpack_from(payload)
     if length > min(MAX_ARCH_NAME, len(payload) - _U32.size):
         raise StateFileError(f"{name}: its state names an architecture of {length} bytes (llama.cpp's are at most "
                              f"{MAX_ARCH_NAME}, and {len(payload) - _U32.size} bytes follow)")
+    if architecture is not None and payload[_U32.size:_U32.size + length] != architecture.encode():
+        raise StateFileError(f"{name}: its state is not of this model's architecture ({architecture})")

@@ -264,7 +264,7 @@ def restore_state(context: ContextHandle, path: bytes, expected: StateIdentity, 
     (StateFileError says so)."""
     name = file_name(path)
     tokens, payload, _ = read_state_file(path, expected, limits, key)
-    check_context_payload(name, payload)
+    check_context_payload(name, payload, context.model.metadata("general.architecture"))
     previous = context.state_bytes()  # llama.cpp may have changed the cache by the time it refuses
     try:
         context.set_state(payload)

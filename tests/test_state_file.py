@@ -309,3 +309,16 @@ def test_a_key_authenticates_the_file(model_path, saved, busy_model, tmp_path) -
         m.save_state(keyed, key=b"short")
     with pytest.raises(pl.InvalidArgumentError, match="key must be bytes"):
         m.load_state(keyed, key="a str key of more than 16 characters")
+
+
+def test_another_architecture_name_is_refused_without_quoting_it(saved, busy_model, tmp_path) -> None:
+    # llama.cpp would refuse it too, quoting the file's bytes back in its message ("wrong model arch: '...'")
+    path, _ = saved
+    m, before = busy_model
+    data = path.read_bytes()
+    payload_at = 80 + 36 + 4 * int.from_bytes(data[68:72], "little")
+    forged = tmp_path / "arch.state"
+    forged.write_bytes(_resealed(data[:payload_at + 4] + b"root:" + data[payload_at + 9:]))
+    with pytest.raises(StateFileError, match=r"arch\.state: its state is not of this model's architecture \(llama\)$"):
+        m.load_state(forged)
+    _assert_cache_kept(m, OTHER_PROMPT, before)
