@@ -30,7 +30,9 @@ import hashlib
 import hmac
 import os
 import random
+import shutil
 import struct
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -225,21 +227,28 @@ def _mutate(path: Path, spec: dict, key: bytes | None, n_layer: int, sequence: b
 
 
 def _run_state_case(spec: dict, work: Path, stage: Stage) -> None:
+    """The case in a folder of its own (a case may leave a FIFO or a folder where its file was), removed after."""
+    work.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=work.name + "-", dir=work.parent))
+    try:
+        _run_in(spec, folder / "state.bin", stage)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_in(spec: dict, path: Path, stage: Stage) -> None:
     import pyllama90a as pl
     from pyllama90a.default_model import default_model
 
     from .model_case import _show_native_log
 
     stage("build")
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "state.bin"
     model_path = default_model()
     _show_native_log()
     first_error: pl.LlamaError | None = None
     if spec["base"] == "model-state":
         with pl.Model(model_path, n_ctx=256, n_threads=1) as model:
-            model.generate(PROMPT, max_tokens=4, temperature=0)
-            model.save_state(path)
+            _build(lambda: (model.generate(PROMPT, max_tokens=4, temperature=0), model.save_state(path)))
             _mutate(path, spec, None, _n_layer(model), sequence=False)
             stage("load_state")
             try:
@@ -251,9 +260,9 @@ def _run_state_case(spec: dict, work: Path, stage: Stage) -> None:
     else:
         key = KEY if spec["base"] == "slot-keyed" else None
         with pl.BatchEngine(model_path, parallel=2, n_ctx=512, n_threads=1, ctk="q8_0", ctv="q8_0") as engine:
-            list(engine.stream(PROMPT, max_tokens=4, temperature=0))
+            _build(lambda: list(engine.stream(PROMPT, max_tokens=4, temperature=0)))
             slot = next(i for i, (_, n) in enumerate(engine.slot_usage()) if n)
-            engine.save_slot(slot, path, key=key)
+            _build(lambda: engine.save_slot(slot, path, key=key))
             _mutate(path, spec, key, _n_layer(engine.model), sequence=True)
             stage("restore_slot")
             try:
@@ -265,6 +274,16 @@ def _run_state_case(spec: dict, work: Path, stage: Stage) -> None:
             list(engine.stream("Hello there", max_tokens=2, temperature=0))
     if first_error is not None:
         raise first_error
+
+
+def _build(step: Callable[[], object]) -> None:
+    """A step that makes the good file: any error there is the harness's, never a clean outcome."""
+    from pyllama90a.errors import LlamaError
+
+    try:
+        step()
+    except LlamaError as e:
+        raise RuntimeError(f"the good file could not be made: {e}") from e
 
 
 def _n_layer(model: Any) -> int:
