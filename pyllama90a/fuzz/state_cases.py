@@ -248,7 +248,8 @@ def _run_in(spec: dict, path: Path, stage: Stage) -> None:
     first_error: pl.LlamaError | None = None
     if spec["base"] == "model-state":
         with pl.Model(model_path, n_ctx=256, n_threads=1) as model:
-            _build(lambda: (model.generate(PROMPT, max_tokens=4, temperature=0), model.save_state(path)))
+            _build(lambda: model.generate(PROMPT, max_tokens=4, temperature=0))
+            _build(lambda: model.save_state(path))
             _mutate(path, spec, None, _n_layer(model), sequence=False)
             stage("load_state")
             try:
@@ -276,7 +277,7 @@ def _run_in(spec: dict, path: Path, stage: Stage) -> None:
         raise first_error
 
 
-def _build(step: Callable[[], object]) -> None:
+def _build(step: Callable[[], object | None]) -> None:
     """A step that makes the good file: any error there is the harness's, never a clean outcome."""
     from pyllama90a.errors import LlamaError
 
