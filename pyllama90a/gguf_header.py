@@ -164,7 +164,7 @@ class _Reader:
 
 
 _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 
 
 def _refuse_irregular(name: str, mode: int, error: type[LlamaError]) -> None:
@@ -175,18 +175,21 @@ def _refuse_irregular(name: str, mode: int, error: type[LlamaError]) -> None:
 
 def open_regular_file(path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
                       error: type[LlamaError] = ModelFormatError,
-                      buffering: int = 1 << 20) -> tuple[BinaryIO, str, int]:
+                      buffering: int = 1 << 20, *, follow_symlinks: bool = True,
+                      name: str | None = None) -> tuple[BinaryIO, str, int]:
     """Open `path` for reading if it is a regular file: (binary file, name, size). Anything else (missing,
-    a directory, FIFO, device or socket, unreadable) raises `error` at once.
+    a directory, FIFO, device or socket, unreadable; a symbolic link without `follow_symlinks`) raises `error`
+    at once, naming the file `name` (default: the path).
 
     stat() first, so a device is never opened (opening one can have effects); the open is O_NONBLOCK, so a
     FIFO swapped in after the stat cannot block the open, and fstat() of the opened descriptor refuses it.
     """
     raw = fs_path("path", path)
-    name = os.fsdecode(raw)
+    name = os.fsdecode(raw) if name is None else name
+    no_follow = 0 if follow_symlinks else os.O_NOFOLLOW  # (a link swapped in after the stat: ELOOP)
     try:
-        _refuse_irregular(name, os.stat(raw).st_mode, error)
-        fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        _refuse_irregular(name, os.stat(raw, follow_symlinks=follow_symlinks).st_mode, error)
+        fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | no_follow)
     except FileNotFoundError:
         raise error(f"{name}: no such file") from None
     except OSError as e:

@@ -34,7 +34,7 @@ from .model_open import checked_file, context_params, load_weights, model_path, 
 from .native import ContextHandle, ContextParams, ModelHandle
 from .placement import Placement
 from .sampling import SamplingParams
-from .state_file import StateIdentity, restore_state, write_state_file
+from .state_file import StateIdentity, check_key, context_limits, restore_state, write_state_file
 
 
 class Model(CacheControl):
@@ -454,23 +454,25 @@ class Model(CacheControl):
 
     # -- state -----------------------------------------------------------------------------------------
 
-    def save_state(self, path: str | os.PathLike[str]) -> None:
+    def save_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
         """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
-        model, KV types and n_ctx and a checksum (state_file.py). The file appears whole or not at all, readable
-        by its owner only (it holds the conversation)."""
-        raw_path = fs_path("path", path)
+        model, KV types and n_ctx and a checksum, or with `key` (at least 16 bytes) an HMAC-SHA256 that only a
+        holder of the key can make (state_file.py). The file appears whole or not at all, readable by its owner
+        only (it holds the conversation)."""
+        raw_path, key = fs_path("path", path), check_key(key)
         with self._using_context("save the state") as context:
-            write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes())
+            write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes(), key)
 
-    def load_state(self, path: str | os.PathLike[str]) -> None:
+    def load_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
         """Restore a state written by save_state() of a Model with the same model file, KV types, n_ctx and LoRA
-        adapters at the same scales.
+        adapters at the same scales (with the same `key`, if it was saved with one).
 
-        A missing, corrupt or mismatched file raises StateFileError and leaves the cache as it was."""
-        raw_path = fs_path("path", path)
+        A missing, corrupt, oversized or mismatched file raises StateFileError and leaves the cache as it was."""
+        raw_path, key = fs_path("path", path), check_key(key)
         with self._using_context("load a state") as context:
             self._logits_stale = True  # (a state holds the cells, not the logits; also when it is refused)
-            restore_state(context, raw_path, self._state_identity(context), self.n_ctx_seq, self._kv_tokens)
+            restore_state(context, raw_path, self._state_identity(context),
+                          context_limits(context, self.n_ctx_seq, len(self._lora)), self._kv_tokens, key)
 
     def _state_identity(self, context: ContextHandle) -> StateIdentity:
         return StateIdentity(self.fingerprint, self.ctk, self.ctv, context.n_ctx, context.n_seq_max,

@@ -6,16 +6,22 @@ context has, so a slot's file and a Model's state file are never taken for each 
 with the same model file, KV types, slot size and LoRA adapters takes it. The file records the adapter scales
 its cells were computed with (the slot's request's), and the slot restored runs with them: its cells serve only
 a request with that set (engine_lora.py).
+
+A slot's file is refused from its size when it is larger than a full slot's: its K and V rows for n_ctx_slot
+cells (kv_budget, from the model's header; the whole context's for a model kv_budget does not size).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from .errors import BusyError, LlamaError, StateFileError, fs_path, int_in_range
+from .errors import BusyError, LlamaError, ModelFormatError, StateFileError, fs_path, int_in_range
+from .kv_budget import kv_bytes
 from .native import ContextHandle
-from .state_file import StateIdentity, read_state_file, write_state_file
+from .state_bounds import context_kv_bytes, memory_state_bound, n_layer
+from .state_file import StateIdentity, StateLimits, check_key, file_name, read_state_file, write_state_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Model
@@ -42,27 +48,40 @@ def slot_identity(model: Model, n_ctx_slot: int, lora_scales: tuple[float, ...] 
                          lora_scales)
 
 
-def save_slot(context: ContextHandle, seq: int, tokens: list[int], path: bytes, identity: StateIdentity) -> int:
-    """Write sequence `seq` (holding `tokens`) to `path`; the bytes of llama.cpp's state written."""
+def slot_limits(model: Model, context: ContextHandle, n_ctx_slot: int) -> StateLimits:
+    """The limits of a slot's file: a sequence of at most `n_ctx_slot` cells of `context`."""
+    kv = context_kv_bytes(context)
+    # a slot's K and V rows, where kv_budget sizes the model's cache (one full-attention cache); else (sliding-window
+    # layers, or the file is gone) the whole context's bound it
+    with contextlib.suppress(ModelFormatError):
+        kv = min(kv, kv_bytes(model.path, n_ctx_slot, model.ctk, model.ctv).total_bytes)
+    payload = memory_state_bound(kv, n_ctx_slot, 1, context.n_seq_max, n_layer(context))
+    return StateLimits(n_ctx_slot, context.model.n_vocab, payload, len(model.lora))
+
+
+def save_slot(context: ContextHandle, seq: int, tokens: list[int], path: bytes, identity: StateIdentity,
+              key: bytes | None = None, admit: Callable[[int], None] | None = None) -> int:
+    """Write sequence `seq` (holding `tokens`) to `path` (write_state_file's `key` and `admit`); the bytes of
+    llama.cpp's state written."""
     payload = context.sequence_state_bytes(seq)
-    write_state_file(path, identity, tokens, payload)
+    write_state_file(path, identity, tokens, payload, key, admit)
     return len(payload)
 
 
-def restore_slot(context: ContextHandle, seq: int, path: bytes, identity: StateIdentity,
-                 cached: list[int]) -> tuple[tuple[float, ...], int]:
+def restore_slot(context: ContextHandle, seq: int, path: bytes, identity: StateIdentity, limits: StateLimits,
+                 cached: list[int], key: bytes | None = None) -> tuple[tuple[float, ...], int]:
     """Give sequence `seq` the cells in the file at `path` (read_state_file's checks first); the LoRA scales they
     were computed with and the bytes of llama.cpp's state read. `cached`, the tokens in its cells, is kept true:
     the file's, or empty when llama.cpp refuses the payload (the sequence is emptied first; StateFileError says
     so), or unchanged when a check refuses the file."""
-    tokens, payload, lora_scales = read_state_file(path, identity, identity.n_ctx, context.model.n_vocab)
+    tokens, payload, lora_scales = read_state_file(path, identity, limits, key)
     context.clear_sequence(seq)
     cached.clear()
     try:
         context.set_sequence_state(seq, payload)
     except LlamaError as refusal:
         context.clear_sequence(seq)
-        raise StateFileError(f"llama.cpp refused the slot state in {os.fsdecode(path)}; the slot is empty now",
+        raise StateFileError(f"llama.cpp refused the slot state in {file_name(path)}; the slot is empty now",
                              refusal.native_log) from None
     cached[:] = tokens
     return lora_scales, len(payload)
@@ -77,28 +96,38 @@ class SlotFiles:
     n_ctx_slot: int
     _context: ContextHandle
     _slots: Sequence[Slot]
+    _slot_file_limits: StateLimits | None = None
 
     if TYPE_CHECKING:  # pragma: no cover
         def _between_steps(self, task: Callable[[], T]) -> T: ...  # (BatchEngine's)
 
-    def save_slot(self, slot: int, path: str | os.PathLike[str]) -> tuple[int, int]:
-        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state)."""
-        raw = fs_path("path", path)
+    def save_slot(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None,
+                  admit: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state). With
+        `key` (at least 16 bytes) the file is authenticated (HMAC-SHA256): only restore_slot with that key takes
+        it. `admit`, if given, is called on the engine thread with the file's size before anything is written,
+        after every earlier slot action: a quota that raises to refuse."""
+        raw, key = fs_path("path", path), check_key(key)
 
         def save() -> tuple[int, int]:
             s = self._idle_slot(slot, "save")
-            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity(s.lora))
+            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity(s.lora), key,
+                                            admit)
         return self._between_steps(save)
 
-    def restore_slot(self, slot: int, path: str | os.PathLike[str]) -> tuple[int, int]:
-        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot):
-        (tokens restored, bytes read); the slot runs with the LoRA scales its cells were computed with. A bad
-        file is a StateFileError: the slot keeps its cells when a check refuses it, is empty when llama.cpp does."""
-        raw = fs_path("path", path)
+    def restore_slot(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None) -> tuple[int, int]:
+        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot, with the
+        same `key` if any): (tokens restored, bytes read); the slot runs with the LoRA scales its cells were
+        computed with. A bad file is a StateFileError: the slot keeps its cells when a check refuses it, is
+        empty when llama.cpp does."""
+        raw, key = fs_path("path", path), check_key(key)
 
         def restore() -> tuple[int, int]:
             s = self._idle_slot(slot, "restore")
-            s.lora, n_bytes = restore_slot(self._context, s.seq, raw, self._slot_identity(None), s.cached)
+            if self._slot_file_limits is None:  # (reads the model's header once)
+                self._slot_file_limits = slot_limits(self.model, self._context, self.n_ctx_slot)
+            s.lora, n_bytes = restore_slot(self._context, s.seq, raw, self._slot_identity(None),
+                                           self._slot_file_limits, s.cached, key)
             return len(s.cached), n_bytes
         return self._between_steps(restore)
 

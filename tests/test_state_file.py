@@ -216,3 +216,109 @@ def test_same_header_other_weights_is_another_model(tmp_path) -> None:
         m.save_state(path)
     with pl.Model(b, n_ctx=256) as m, pytest.raises(StateFileError, match="saved by another model"):
         m.load_state(path)
+
+
+KEY = b"a key of 32 bytes, for the tests"
+
+
+def _resealed(data: bytes) -> bytes:
+    """`data` (a version 3 file) with its checksum made again, as anyone who edits a file can."""
+    import hashlib
+
+    return data[:-32] + hashlib.sha256(data[:-32]).digest()
+
+
+def test_an_architecture_name_longer_than_the_payload_is_refused_before_llama_cpp_allocates(
+        saved, busy_model, tmp_path) -> None:
+    # issue 33, item 10: llama-io's read_string allocates the name's length before it reads: 0xFFFFFFFF zero-filled
+    # 4 GiB (about 10 s) before llama.cpp refused the file, and a smaller machine met the OOM killer
+    import resource
+
+    path, _ = saved
+    m, before = busy_model
+    data = path.read_bytes()
+    n_tokens = int.from_bytes(data[68:72], "little")
+    payload_at = 80 + 36 + 4 * n_tokens
+    assert data[payload_at:payload_at + 9] == (5).to_bytes(4, "little") + b"llama"  # the architecture's name
+    forged = tmp_path / "arch.state"
+    forged.write_bytes(_resealed(data[:payload_at] + b"\xff\xff\xff\xff" + data[payload_at + 4:]))
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with pytest.raises(StateFileError, match=r"arch\.state: its state names an architecture of 4294967295 bytes"):
+        m.load_state(forged)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss_mb < 200
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_a_file_larger_than_the_context_holds_is_refused_from_its_size(saved, busy_model, tmp_path) -> None:
+    # its header agrees with its size, so before the bound it was read and hashed whole
+    path, _ = saved
+    m, before = busy_model
+    data = path.read_bytes()
+    n_tokens = int.from_bytes(data[68:72], "little")
+    size = 3 << 29
+    header_end = 80 + 36 + 4 * n_tokens
+    big = tmp_path / "big.state"
+    with open(big, "wb") as f:
+        f.write(data[:72] + (size - header_end - 32).to_bytes(8, "little") + data[80:header_end])
+        f.truncate(size)  # sparse
+    with pytest.raises(StateFileError, match=r"big.state: is 1610612736 bytes, more than the largest state file of "
+                                             r"this context \(\d+ bytes\)"):
+        m.load_state(big)
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_links_are_refused_and_messages_name_the_file_alone(saved, busy_model, tmp_path) -> None:
+    # issue 33, item 12: a link to /proc/self/mem was an OSError, and messages held the folder and the first bytes
+    # of whatever file a link pointed at
+    path, _ = saved
+    m, before = busy_model
+    for target in ("/proc/self/mem", "/etc/passwd", str(path)):
+        link = tmp_path / "link.state"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        with pytest.raises(StateFileError, match=r"^link\.state: is a symbolic link, not a regular file$"):
+            m.load_state(link)
+    other = tmp_path / "other.state"
+    other.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n" * 10)
+    for name in ("other.state", "missing.state"):
+        with pytest.raises(StateFileError) as refused:
+            m.load_state(tmp_path / name)
+        assert "root:x" not in str(refused.value) and str(tmp_path) not in str(refused.value)
+        assert str(refused.value).startswith(f"{name}: ")
+    _assert_cache_kept(m, OTHER_PROMPT, before)
+
+
+def test_a_key_authenticates_the_file(model_path, saved, busy_model, tmp_path) -> None:
+    # Model's own files take a key too (optional): a file saved with one loads only with it, and a key refuses
+    # every file without its MAC (a resealed edit included)
+    m, first = busy_model
+    keyed = tmp_path / "keyed.state"
+    m.save_state(keyed, key=KEY)
+    assert int.from_bytes(keyed.read_bytes()[8:12], "little") == 4
+    with pytest.raises(StateFileError, match=r"keyed\.state: is authenticated with a key: give it"):
+        m.load_state(keyed)
+    with pytest.raises(StateFileError, match=r"keyed\.state: authentication failed"):
+        m.load_state(keyed, key=KEY[::-1])
+    with pytest.raises(StateFileError, match=r"s\.state: is not authenticated with a key"):
+        m.load_state(saved[0], key=KEY)
+    with pl.Model(model_path, n_ctx=256) as other:
+        other.load_state(keyed, key=KEY)
+        again = _greedy(other, OTHER_PROMPT)
+        assert again.timings.prompt_tokens_evaluated == 1 and again.tokens == first.tokens
+    with pytest.raises(pl.InvalidArgumentError, match="key must be at least 16 bytes"):
+        m.save_state(keyed, key=b"short")
+    with pytest.raises(pl.InvalidArgumentError, match="key must be bytes"):
+        m.load_state(keyed, key="a str key of more than 16 characters")
+
+
+def test_another_architecture_name_is_refused_without_quoting_it(saved, busy_model, tmp_path) -> None:
+    # llama.cpp would refuse it too, quoting the file's bytes back in its message ("wrong model arch: '...'")
+    path, _ = saved
+    m, before = busy_model
+    data = path.read_bytes()
+    payload_at = 80 + 36 + 4 * int.from_bytes(data[68:72], "little")
+    forged = tmp_path / "arch.state"
+    forged.write_bytes(_resealed(data[:payload_at + 4] + b"root:" + data[payload_at + 9:]))
+    with pytest.raises(StateFileError, match=r"arch\.state: its state is not of this model's architecture \(llama\)$"):
+        m.load_state(forged)
+    _assert_cache_kept(m, OTHER_PROMPT, before)

@@ -22,6 +22,7 @@ from .gguf_generator import generate_case
 from .gguf_mutations import describe, write_case
 from .model_case import case_job
 from .runner import DEFECTS, OUTCOMES, Outcome, run_jobs
+from .state_cases import generate_state_case, state_job
 
 
 @dataclass
@@ -51,6 +52,8 @@ def job_for(spec: dict, work: Path, i: int):  # a runner job function
         return api_job(spec, work / f"api-{i}")
     if spec.get("target") == "adapter":
         return adapter_job(spec, work / f"adapter-{i}")
+    if spec.get("target") == "state":
+        return state_job(spec, work / f"state-{i}")
     return case_job(spec, work / f"case-{i}.gguf")
 
 
@@ -157,7 +160,7 @@ class Campaign:
         data = {"signature": f.signature, "description": describe_spec(f.spec), "outcome": f.outcome.to_json(),
                 **f.spec}
         (self.repro_dir / f"{f.name}.json").write_text(json.dumps(data, indent=1) + "\n")
-        if f.spec.get("target") != "api":
+        if f.spec.get("target") not in ("api", "state"):
             base = load_adapter_base if f.spec.get("target") == "adapter" else load_base
             write_case(base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
 
@@ -202,15 +205,18 @@ class Campaign:
         return sum(self.outcomes[k] for k in DEFECTS)
 
 
-TARGETS = ("gguf", "api", "untrusted", "adapter", "all")
+TARGETS = ("gguf", "api", "untrusted", "adapter", "state", "all")
 
 
 def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "gguf") -> list[dict]:
     """Mutated model files ("gguf"), API misuse ("api", on the real metadata with --real-model, else the
     tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only; "adapter":
-    mutated LoRA adapters for the default model (and the tiny one), loaded and used (adapter_cases.py)."""
+    mutated LoRA adapters for the default model (and the tiny one), loaded and used (adapter_cases.py); "state":
+    mutated state and slot files of the default model (state_cases.py)."""
     if target == "adapter":
         return [generate_adapter_case(seed, i) for i in range(n_cases)]
+    if target == "state":
+        return [generate_state_case(seed, i) for i in range(n_cases)]
     bases = {name: load_base(name) for name in available_bases(real_model)}
     api_base = "real-header" if real_model else "tiny"
     if target == "untrusted":

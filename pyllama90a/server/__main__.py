@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..kv_types import FLASH_ATTN_MODES, KV_TYPES
 from .protocol_base import UNKNOWN_FIELDS_MODES, Limits
+from .slot_policy import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, byte_size, slot_folder_of
 
 ENV = "PYLLAMA90A_"
 
@@ -98,6 +99,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
     p.add_argument("--slot-save-path", default=_env("slot-save-path", None),
                    help="a folder for slot files (POST /slots/{id}?action=save|restore|erase); none: those are 501")
+    p.add_argument("--slot-secret-file", default=_env("slot-secret-file", None),
+                   help="a file (mode 600, 16 bytes or more) whose bytes are the secret that authenticates slot "
+                        "files (HMAC-SHA256): a file without its MAC is refused (default: $PYLLAMA90A_HOME/"
+                        "slot-secret, made once with 32 random bytes); never inside --slot-save-path")
+    p.add_argument("--slot-max-files", type=int, default=_env("slot-max-files", DEFAULT_MAX_FILES),
+                   help=f"files the slot folder may hold; a save past it is a 409 (default {DEFAULT_MAX_FILES})")
+    p.add_argument("--slot-max-bytes", type=byte_size, default=_env("slot-max-bytes", DEFAULT_MAX_BYTES),
+                   help="bytes the slot folder's files may take, e.g. 512M or 4G; a save past it is a 409 "
+                        f"(default {DEFAULT_MAX_BYTES >> 30}G)")
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None),
@@ -242,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
                                       args.unknown_fields), reopen=make_engine if args.rpc else None,
-                        slot_save_path=args.slot_save_path)
+                        slot_folder=slot_folder_of(args))
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "

@@ -2,21 +2,26 @@
 back (BatchEngine.save_slot / restore_slot / erase_slot, slot_state.py's format and checks).
 
 save and restore take {"filename": NAME}: a plain file name in that folder (letters, digits, '.', '_', '-', not
-starting with '.'), never a path. Without --slot-save-path the route answers 501, as llama-server does.
+starting with '.'), never a path. Without --slot-save-path the route answers 501, as llama-server does. Files
+are authenticated with the server's secret (slot_policy.py): a file without its MAC is a 400. A save that would
+take the folder past --slot-max-files or --slot-max-bytes is a 409 (slot_quota_exceeded), checked on the
+engine thread, where every slot action runs one at a time, so two saves cannot both take the last room.
 """
 from __future__ import annotations
 
 import asyncio
 import re
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from ..errors import StateFileError
 from .errors import APIError
 from .request_body import read_json
+from .slot_policy import SlotFolder, folder_usage
 from .state import ServerState
 
 ACTIONS = ("save", "restore", "erase")
@@ -34,8 +39,26 @@ def _filename(body: Any) -> str:
     return name
 
 
+def quota(folder: SlotFolder, name: str) -> Callable[[int], None]:
+    """The `admit` of a save to `name`: refuses a file that would take the folder past its quota (the file it
+    replaces does not count)."""
+    def admit(file_bytes: int) -> None:
+        try:
+            files, used = folder_usage(folder.path, name)
+        except OSError as e:
+            raise StateFileError(f"the slot folder cannot be read: {e.strerror}") from None
+        if files + 1 > folder.max_files:
+            raise APIError(409, f"the slot folder holds {files} files, its quota (--slot-max-files); erase some or "
+                                f"save over one", code="slot_quota_exceeded", param="filename")
+        if used + file_bytes > folder.max_bytes:
+            raise APIError(409, f"this slot file takes {file_bytes} bytes and the slot folder's files {used} of its "
+                                f"{folder.max_bytes} (--slot-max-bytes)", code="slot_quota_exceeded",
+                           param="filename")
+    return admit
+
+
 async def slot_action(state: ServerState, request: Request, id_slot: str) -> JSONResponse:
-    folder = state.slot_save_path
+    folder = state.slot_folder
     if folder is None:
         raise APIError(501, "slot files need the server started with --slot-save-path DIR", type="not_supported_error",
                        code="not_supported")
@@ -51,14 +74,15 @@ async def slot_action(state: ServerState, request: Request, id_slot: str) -> JSO
     if action == "erase":
         return JSONResponse({"id_slot": slot, "n_erased": await asyncio.to_thread(engine.erase_slot, slot)})
     name = _filename(await read_json(request, state.limits.max_request_bytes))
-    path = Path(folder) / name
+    path = folder.path / name
     start = time.perf_counter()
     if action == "save":
-        n_tokens, n_bytes = await asyncio.to_thread(engine.save_slot, slot, path)
+        n_tokens, n_bytes = await asyncio.to_thread(engine.save_slot, slot, path, key=folder.key,
+                                                    admit=quota(folder, name))
         ms = (time.perf_counter() - start) * 1e3
         return JSONResponse({"id_slot": slot, "filename": name, "n_saved": n_tokens, "n_written": n_bytes,
                              "timings": {"save_ms": ms}})
-    n_tokens, n_bytes = await asyncio.to_thread(engine.restore_slot, slot, path)
+    n_tokens, n_bytes = await asyncio.to_thread(engine.restore_slot, slot, path, key=folder.key)
     ms = (time.perf_counter() - start) * 1e3
     return JSONResponse({"id_slot": slot, "filename": name, "n_restored": n_tokens, "n_read": n_bytes,
                          "timings": {"restore_ms": ms}})

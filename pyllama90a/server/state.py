@@ -16,6 +16,7 @@ from ..errors import LlamaError
 from ..model import Model
 from .protocol_base import Limits
 from .responses import Shape
+from .slot_policy import SlotFolder
 from .worker_recovery import WorkerRecovery
 
 
@@ -29,7 +30,7 @@ class ServerState:
     cors_origins: tuple[str, ...] = ()  # --cors-origins: "*", "localhost" or origins; none: no CORS headers
     # a new engine made as at start-up: what loads the model again once lost RPC workers are back (None: never)
     reopen: Callable[[], BatchEngine] | None = None
-    slot_save_path: str | None = None  # --slot-save-path: the folder of slot files (None: the slot actions are 501)
+    slot_folder: SlotFolder | None = None  # --slot-save-path and its secret and quota (None: the slot actions are 501)
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
