@@ -120,7 +120,11 @@ def peer(worker):
 
 
 def refused(peer: Peer, worker: WorkerProcess) -> bool:
-    return peer.closed() and worker.proc is not None and worker.proc.poll() is None
+    """The worker closed the peer's connection and is alive (a worker that aborted closes it too: give it the time
+    to exit)."""
+    closed = peer.closed()
+    time.sleep(0.3)
+    return closed and worker.proc is not None and worker.proc.poll() is None
 
 
 def test_a_valid_graph_still_computes(peer):
@@ -179,6 +183,14 @@ def test_a_tensor_before_its_buffer_is_refused(peer, worker):
     peer.get_tensor(tensor(1, buf, base), 16)  # inside: answered
     with pytest.raises(OSError):
         peer.get_tensor(tensor(1, buf, base - 4096), 16)
+    assert refused(peer, worker)
+
+
+def test_a_tensor_of_more_than_2_63_elements_is_refused(peer, worker):
+    """ne of 2^32-1 in every dimension: ggml_new_tensor asserted that the count fits in int64_t."""
+    buf, base = peer.alloc()
+    with pytest.raises(OSError):
+        peer.get_tensor(tensor(1, buf, base, ne=(2**32 - 1,) * 4, nb=(4, 0, 0, 0)), 4)
     assert refused(peer, worker)
 
 
