@@ -26,7 +26,7 @@ ALLOC_BUFFER, BUFFER_GET_BASE, FREE_BUFFER, SET_TENSOR, GET_TENSOR, GRAPH_COMPUT
     0, 3, 4, 6, 8, 10, 14, 15)
 # ggml's op and type numbers of this build (GGML_OP_COUNT 101: ggml-rpc's protocol patch version pins them)
 OP_NONE, OP_ADD, OP_ACC, OP_RMS_NORM, OP_MUL_MAT, OP_SCALE, OP_GET_ROWS, OP_MAP_CUSTOM1 = 0, 2, 5, 25, 29, 32, 40, 92
-OP_COUNT = 101
+OP_GLU, OP_COUNT = 100, 101
 F32, I32 = 0, 26
 FLAG_COMPUTE = 16  # GGML_TENSOR_FLAG_COMPUTE: the CPU backend skips nodes without it
 # rpc_tensor: id type buffer ne[4] nb[4] op op_params[16] flags src[10] view_src view_offs data name[64] use_count
@@ -245,6 +245,15 @@ def test_op_params_its_kernel_asserts_on_are_refused(peer, worker):
     (eps,) = struct.unpack("<i", struct.pack("<f", -1.0))
     norm = tensor(2, buf, base + 64, op=OP_RMS_NORM, op_params=(eps,), src=(1,))
     peer.compute([2], [tensor(1, buf, base), norm])
+    assert refused(peer, worker)
+
+
+def test_a_glu_with_a_negative_sub_op_is_refused(peer, worker):
+    """GLU's sub-op is op_params[0]: a negative one passed a range check on the (unsigned) enum, and the refusal's
+    own log line indexed ggml's name table with it (SIGSEGV)."""
+    buf, base = peer.alloc()
+    glu = tensor(2, buf, base + 64, ne=(2,), op=OP_GLU, op_params=(-4096,), src=(1,))
+    peer.compute([2], [tensor(1, buf, base, ne=(4,), type_=I32), glu])
     assert refused(peer, worker)
 
 
