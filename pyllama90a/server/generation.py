@@ -92,7 +92,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
     timer = RequestTimer()
     # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
-    handles, prepared, prompt = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
+    handles, prepared, prompt = await state.executors.submit.run(_submit, state, gen, deliver, chat=chat)
 
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex

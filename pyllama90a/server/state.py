@@ -14,6 +14,7 @@ from .. import __version__
 from ..engine import BatchEngine, Chunk
 from ..errors import LlamaError
 from ..model import Model
+from .executors import Executors
 from .protocol_base import Limits
 from .responses import Shape
 from .worker_recovery import WorkerRecovery
@@ -30,6 +31,8 @@ class ServerState:
     # a new engine made as at start-up: what loads the model again once lost RPC workers are back (None: never)
     reopen: Callable[[], BatchEngine] | None = None
     slot_save_path: str | None = None  # --slot-save-path: the folder of slot files (None: the slot actions are 501)
+    executors: Executors = field(default_factory=Executors)  # the worker threads, one bounded pool per kind of work
+    metrics_public: bool = False  # --metrics-public: /metrics answered without the API key
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
