@@ -5,8 +5,8 @@ one, in one run. Prints one JSON line.
     git worktree add --detach /tmp/pool-before <main's commit>
     python benchmarks/pool_starvation.py --before /tmp/pool-before
 
-Each round holds `--held` embeddings requests (tools/pool_saturation.py's HOLD body: ~10,000 tokens each, a few
-seconds of the embedder), waits `--settle` seconds for them to arrive, then sends every probe at once and times
+Each round holds `--held` embeddings requests (tools/pool_saturation.py's HOLD body: 512 short texts, ~5,000
+tokens each), waits `--settle` seconds for them to arrive, then sends every probe at once and times
 each answer (up to `--timeout`); then it closes the held connections and waits until the server is idle again.
 """
 from __future__ import annotations
