@@ -2,8 +2,8 @@
 open (issue 33 item 8; target: each within 1 s), on the server of another checkout (--before: main) and on this
 one, in one run. Prints one JSON line.
 
-    git worktree add --detach /tmp/pool-before <main's commit>
-    python benchmarks/pool_starvation.py --before /tmp/pool-before
+    mkdir /tmp/pool-before && git archive <main's commit> | tar -x -C /tmp/pool-before
+    PYTHONPATH=. python benchmarks/pool_starvation.py --before /tmp/pool-before   # (this checkout's package)
 
 Each round holds `--held` embeddings requests (tools/pool_saturation.py's HOLD body: 512 short texts, ~5,000
 tokens each), waits `--settle` seconds for them to arrive, then sends every probe at once and times
