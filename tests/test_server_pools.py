@@ -108,3 +108,17 @@ def test_a_pool_admits_threads_plus_queue_and_a_cancelled_wait_leaves_it() -> No
         assert pool.usage().refused == 1
         pool.shutdown()
     asyncio.run(scenario())
+
+
+def test_pool_flags_are_checked_and_read_from_the_environment(monkeypatch, capsys) -> None:
+    from pyllama90a.server.__main__ import parse_args
+
+    args = parse_args([])
+    assert (args.pool_queue_size, args.metrics_public) == (64, False)
+    monkeypatch.setenv("PYLLAMA90A_POOL_QUEUE_SIZE", "3")
+    monkeypatch.setenv("PYLLAMA90A_METRICS_PUBLIC", "1")
+    args = parse_args([])
+    assert (args.pool_queue_size, args.metrics_public) == (3, True)
+    with pytest.raises(SystemExit):
+        parse_args(["--pool-queue-size", "-1"])
+    assert "--pool-queue-size must be at least 0" in capsys.readouterr().err
