@@ -30,12 +30,12 @@ import httpx
 HOLD: dict[str, tuple[str, dict[str, Any]]] = {
     # 512 short texts, ~5,000 tokens to embed behind one embedder (stopped within 8 texts once its client left)
     "embeddings": ("/v1/embeddings", {"input": ["the quick brown fox jumps over the lazy dog"] * 512}),
-    # 1 million tokens: tokenized, then its answer made
-    "text": ("/tokenize", {"content": "word " * 1_000_000}),
+    # 200,000 tokens: tokenized, then its answer made
+    "text": ("/tokenize", {"content": "word " * 200_000}),
     # a 2.9 MB body of a million numbers: each one checked by the parser's hooks and the tree walk
     "parse": ("/v1/completions", {"prompt": [42] * 1_000_000, "max_tokens": 1}),
-    # a 5 MB prompt tokenized in submit, then refused as longer than the context
-    "submit": ("/v1/completions", {"prompt": "word " * 1_000_000, "max_tokens": 1}),
+    # a 1 MB prompt tokenized in submit, then refused as longer than the context
+    "submit": ("/v1/completions", {"prompt": "word " * 200_000, "max_tokens": 1}),
     "slot_files": ("/slots/0?action=save", {"filename": "pool-saturation.bin"}),
 }
 
