@@ -103,8 +103,11 @@ def test_a_pool_admits_threads_plus_queue_and_a_cancelled_wait_leaves_it() -> No
         await asyncio.sleep(0.05)
         assert pool.usage().waiting == 0
         third = asyncio.ensure_future(pool.run(lambda: "third"))
+        ending = asyncio.ensure_future(pool.finish(lambda: "an admitted request's end"))  # (full, never refused)
+        await asyncio.sleep(0.05)
+        assert pool.usage().waiting == 2
         release.set()
-        assert await running is True and await third == "third"
+        assert await running is True and await third == "third" and await ending == "an admitted request's end"
         assert pool.usage().refused == 1
         pool.shutdown()
     asyncio.run(scenario())

@@ -72,6 +72,17 @@ class Pool:
                 raise QueueFullError(f"the server's {self.kind} work is full ({self.threads} running, {self.queue} "
                                      f"waiting: --pool-queue-size)")
             self._admitted += 1
+        return await self._start(fn, *args, **kwargs)
+
+    async def finish(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """fn(*args, **kwargs) in this pool for a request it admitted before (the end of its answer, which the
+        request has waited for): counted, never refused."""
+        with self._lock:
+            self._admitted += 1
+        return await self._start(fn, *args, **kwargs)
+
+    async def _start(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Queue an admitted job (it leaves the count once done, or cancelled before it started)."""
         call = functools.partial(contextvars.copy_context().run, self._counted, fn, *args, **kwargs)
         try:
             future: Future[T] = self._executor.submit(call)
