@@ -75,8 +75,9 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse, **docs["metrics"])
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(state.engine, state.responses, state.timed, state.workers,
-                                                state.executors.usage()), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(render_metrics(state.engine, state.kv_cache, state.responses, state.timed,
+                                                state.workers, state.executors.usage()),
+                                 media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", **docs["models"])
     @app.get("/models", include_in_schema=False)

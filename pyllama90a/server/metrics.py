@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..engine import BatchEngine, EngineStats
+    from ..memory_plan import KVCacheInfo
     from .executors import PoolUsage
     from .worker_recovery import WorkerRecovery
 
@@ -48,15 +49,14 @@ def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mappin
         _family(lines, name, kind, text, [("", value)], prefix=LLAMA_SERVER_PREFIX)
 
 
-def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int],
+def render_metrics(engine: BatchEngine, kv: KVCacheInfo, responses: Mapping[tuple[str, int], int],
                    seconds: Mapping[str, float] | None = None, workers: WorkerRecovery | None = None,
                    pools: Sequence[PoolUsage] = ()) -> str:
-    """The engine's counters and configuration, the HTTP responses counted by (route, status code), and
-    llama-server's families; `seconds`: the summed timings of finished requests (prompt, predicted seconds and
-    the token counts they timed); `workers`: the RPC workers' losses and the reloads after them; `pools`: the
-    worker threads' use by kind of work (server/executors.py)."""
+    """The engine's counters and configuration (`kv`: its KV cache's, read once: ServerState.kv_cache), the HTTP
+    responses counted by (route, status code), and llama-server's families; `seconds`: the summed timings of
+    finished requests (prompt, predicted seconds and the token counts they timed); `workers`: the RPC workers'
+    losses and the reloads after them; `pools`: the worker threads' use by kind of work (server/executors.py)."""
     stats = engine.stats()
-    kv = engine.model.kv_cache
     attention = engine.model.attention
     lines: list[str] = []
     _family(lines, "engine_up", "gauge", "1 while the engine thread serves requests; 0 once it stopped or failed.",
