@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import threading
 from typing import Any
 
@@ -54,12 +53,15 @@ async def embeddings(state: ServerState, request: Request, *, native: bool) -> R
     cancelled = threading.Event()
     work = asyncio.ensure_future(pool.run(_embed, state, req.input or req.content, cancelled))
     while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
-        if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
+        if await request.is_disconnected():  # nobody will read the vectors
+            # a job still queued leaves the embeddings queue (and its place there) now; a running one stops at its
+            # next chunk of inputs and leaves the pool then
             cancelled.set()
-    if cancelled.is_set():
-        with contextlib.suppress(_Cancelled):
-            await work
-        return Response(status_code=499)
+            work.cancel()
+            await asyncio.wait({work})
+            if not work.cancelled():
+                work.exception()  # (retrieved: _Cancelled, or vectors nobody reads)
+            return Response(status_code=499)
     vectors, n_tokens = await work
     headers = ignored_fields(request, ignored)
     values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.encoding_format == "base64"

@@ -155,6 +155,9 @@ def hold_and_probe(base_url: str, kinds: list[str], count: int, report: Report, 
     phase = "+".join(kinds)
     headers = {"X-Api-Key": api_key} if api_key else {}
     with httpx.Client(base_url=base_url, headers=headers) as client, HeldRequests(base_url, api_key) as held:
+        deadline = time.monotonic() + 120  # (what the last phase left, e.g. a /tokenize nothing cancels, drains)
+        while client.get("/health", timeout=30).json().get("saturated") and time.monotonic() < deadline:
+            time.sleep(0.1)
         for kind in kinds:
             path, body = HOLD[kind]
             held.hold(path, body, count)
