@@ -126,9 +126,10 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
         for handle in handles:
             handle.cancel()  # a client gone before the end (or an error) frees the slots
     state.note_timings(shape)
-    # (the answer's end in the submit pool: llama-server's shape detokenizes the prompt and the generated tokens
-    # under the model's lock, which a long tokenize elsewhere holds for seconds: never on the event loop)
-    return JSONResponse(await state.executors.submit.finish(shape.whole), headers=headers)
+    # (llama-server's shape detokenizes the prompt and the generated tokens under the model's lock, which a long
+    # tokenize elsewhere holds for seconds: in the submit pool, never on the event loop)
+    whole = await state.executors.submit.finish(shape.whole) if shape.ends_in_model else shape.whole()
+    return JSONResponse(whole, headers=headers)
 
 
 async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], handles: list[Handle], shape: Shape,
@@ -142,8 +143,8 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
                 yield _event(answer(chunk.error, path).body())
                 break
-            events = (shape.events(choice, chunk) if chunk.finish_reason is None
-                      else await state.executors.submit.finish(shape.events, choice, chunk))  # (as generate's whole())
+            events = (await state.executors.submit.finish(shape.events, choice, chunk)  # (as generate's whole())
+                      if shape.ends_in_model and chunk.finish_reason is not None else shape.events(choice, chunk))
             for event in events:
                 yield _event(event)
         else:
