@@ -368,7 +368,7 @@ def test_api_key(small_server) -> None:
 
 
 def test_settings_from_environment_and_flags(small_server) -> None:
-    text = httpx.get(small_server.base_url + "/metrics").text
+    text = httpx.get(small_server.base_url + "/metrics", headers={"X-Api-Key": "s3cret"}).text  # (behind the key)
     assert 'type_k="q8_0",type_v="q4_0"' in text and 'n_ctx="2048",n_ctx_slot="2048"' in text
 
 

@@ -125,6 +125,28 @@ def test_unimplemented_fields_are_refused_by_name(server, field, value) -> None:
         assert error["param"] == field and field in error["message"]
 
 
+# llama-server's fields that change its answer (images, a time limit, the answer's fields, a chosen slot):
+# answered from the text alone, they were only named in X-Ignored-Fields (issue 33 item 9)
+LLAMA_SERVER_REFUSED = [("image_data", [{"data": "aGk=", "id": 1}]), ("multimodal_data", ["aGk="]),
+                        ("t_max_predict_ms", 1), ("response_fields", ["content"]), ("post_sampling_probs", True),
+                        ("id_slot", 0)]
+
+
+@pytest.mark.parametrize("field, value", LLAMA_SERVER_REFUSED)
+def test_llama_server_fields_that_change_the_answer_are_refused(server, field, value) -> None:
+    for path, base in [("/completion", {"prompt": "Hi"}), (COMPLETIONS, {"prompt": "Hi"}), (CHAT, {"messages": HI})]:
+        error = _error(_post(server, path, json={**base, "max_tokens": 2, field: value}))
+        assert error["param"] == field and field in error["message"], path
+
+
+def test_llama_server_fields_at_their_defaults_are_served(server) -> None:
+    body = {"prompt": "Hi", "n_predict": 2, "image_data": [], "multimodal_data": [], "t_max_predict_ms": -1,
+            "response_fields": [], "post_sampling_probs": False, "id_slot": -1}
+    response = _post(server, "/completion", json=body)
+    assert response.status_code == 200 and "X-Ignored-Fields" not in response.headers
+    assert _post(server, COMPLETIONS, json={"prompt": "Hi", "max_tokens": 2, "t_max_predict_ms": 0}).status_code == 200
+
+
 def test_no_op_values_of_unimplemented_fields_are_served(server) -> None:
     body = {"messages": HI, "max_tokens": 2, "response_format": {"type": "text"}, "tools": [], "tool_choice": "none",
             "logit_bias": {}, "best_of": 1, "echo": False, "n": 1, "user": "u", "metadata": {"k": "v"}, "store": False,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..kv_types import FLASH_ATTN_MODES, KV_TYPES
+from .executors import DEFAULT_QUEUE, Executors
 from .protocol_base import UNKNOWN_FIELDS_MODES, Limits
 from .slot_policy import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, byte_size, slot_folder_of
 
@@ -95,6 +96,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=_env("threads", None), help="CPU threads (default: cores)")
     p.add_argument("--queue-size", type=int, default=_env("queue-size", 64),
                    help="requests that may wait for a slot; more get 429 (default 64)")
+    p.add_argument("--pool-queue-size", type=int, default=_env("pool-queue-size", DEFAULT_QUEUE),
+                   help="requests of one kind of work (parsing, generation submit, embeddings, tokenizer and "
+                        "template, slot files) that may wait for that kind's worker threads; more get 429 with "
+                        f"Retry-After, and /health names the saturated kinds (default {DEFAULT_QUEUE})")
     p.add_argument("--chat-template-file", default=_env("chat-template-file", None),
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
     p.add_argument("--slot-save-path", default=_env("slot-save-path", None),
@@ -111,8 +116,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None),
-                   help="require 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' on every route but /health, "
-                        "/metrics and /openapi.json")
+                   help="require 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' on every route but /health "
+                        "and /openapi.json (and /metrics with --metrics-public)")
+    p.add_argument("--metrics-public", action="store_true",
+                   default=str(_env("metrics-public", "")).lower() in ("1", "true", "yes"),
+                   help="answer /metrics without the API key (default: it needs the key, as llama-server's does)")
     p.add_argument("--cors-origins", default=_env("cors-origins", ""),
                    help="comma-separated origins whose web pages may call this server (CORS): '*' for any, "
                         "'localhost' for pages served from this machine (any port), or origins such as "
@@ -163,6 +171,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_tokens_default > args.max_tokens_limit:
         p.error(f"--max-tokens-default ({args.max_tokens_default}) is above --max-tokens-limit "
                 f"({args.max_tokens_limit})")
+    if args.pool_queue_size < 0:
+        p.error(f"--pool-queue-size must be at least 0, got {args.pool_queue_size}")
     if not 0 < args.header_timeout <= 3600:  # also refuses nan
         p.error(f"--header-timeout must be above 0 and at most 3600 seconds, got {args.header_timeout}")
     if not 0 <= args.shutdown_grace <= 3600:  # also refuses nan
@@ -252,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
                                       args.unknown_fields), reopen=make_engine if args.rpc else None,
-                        slot_folder=slot_folder_of(args))
+                        slot_folder=slot_folder_of(args), executors=Executors(args.pool_queue_size),
+                        metrics_public=args.metrics_public)
     kv, att = engine.model.kv_cache, engine.model.attention
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
@@ -270,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
     finally:
         state.workers.close()
+        state.executors.shutdown()  # (work still waiting is dropped: its requests are gone)
         state.engine.close()  # (the one loaded again, if workers came back)
         isolation.shutdown()
         if state.embedder is not None:

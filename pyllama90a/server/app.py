@@ -68,11 +68,15 @@ def create_app(state: ServerState) -> FastAPI:
             body.update(status="error", reason=lost_reason(lost), lost_workers=list(lost))
         elif state.draining:
             body.update(status="shutting_down", reason="the server is shutting down")
+        # kinds of work whose threads are all busy with more waiting (server/executors.py): their routes are
+        # delayed, or answered 429 once the kind's queue is full; the others are served as usual
+        body["saturated"] = state.executors.saturated()
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse, **docs["metrics"])
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(state.engine, state.responses, state.timed, state.workers),
+        return PlainTextResponse(render_metrics(state.engine, state.kv_cache, state.responses, state.timed,
+                                                state.workers, state.executors.usage()),
                                  media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", **docs["models"])
@@ -90,13 +94,13 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/completions", **docs["completions"])
     async def completions(request: Request) -> Response:
         # (its constraint compiles in a worker process: the thread only waits, off the event loop)
-        gen, ignored = await read_request(request, state.limits, CompletionRequest)
+        gen, ignored = await read_request(request, state.limits, CompletionRequest, pool=state.executors.parse)
         return await generate(state, request, gen, ignored, chat=False)
 
     @app.post("/v1/chat/completions", **docs["chat"])
     @app.post("/chat/completions", include_in_schema=False)
     async def chat_completions(request: Request) -> Response:
-        gen, ignored = await read_request(request, state.limits, ChatRequest)
+        gen, ignored = await read_request(request, state.limits, ChatRequest, pool=state.executors.parse)
         return await generate(state, request, gen, ignored, chat=True)
 
     @app.post("/v1/embeddings", **docs["embeddings"])
@@ -109,8 +113,10 @@ def create_app(state: ServerState) -> FastAPI:
 
 
 
-# routes answered without the API key (every other path needs it, unknown ones too)
-PUBLIC_ROUTES = frozenset({"/health", "/metrics", "/openapi.json"})
+# routes answered without the API key (every other path needs it, unknown ones too); /metrics only with
+# --metrics-public (it shows per-route counts and the KV settings: llama-server keeps it behind the key too)
+PUBLIC_ROUTES = frozenset({"/health", "/openapi.json"})
+_SERVED_WHILE_DRAINING = PUBLIC_ROUTES | {"/metrics"}
 # the routes /metrics counts responses of by name (others as "other")
 _ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
            "/models", "/chat/completions", *native_routes.PATHS, *lora_routes.PATHS}
@@ -143,7 +149,7 @@ class _AuthAndCount:
         path = scope["path"]
         route = path if path in _ROUTES else "other"
         key = self.state.api_key
-        public = path in PUBLIC_ROUTES
+        public = path in PUBLIC_ROUTES or (path == "/metrics" and self.state.metrics_public)
         if key is not None and not public and not _authorized(Headers(scope=scope), key):
             response = JSONResponse(APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>' "
                                                   "or 'X-Api-Key: <key>')", code="invalid_api_key").body(),
@@ -151,7 +157,7 @@ class _AuthAndCount:
             await response(scope, receive, send)
             self.state.responses[(route, 401)] += 1
             return
-        if self.state.draining and not public:  # a request on a connection kept alive
+        if self.state.draining and path not in _SERVED_WHILE_DRAINING:  # a request on a connection kept alive
             response = JSONResponse(answer(ClosedError("shutting down"), path).body(), status_code=503,
                                     headers={"Connection": "close", "Retry-After": "5"})
             await response(scope, receive, send)

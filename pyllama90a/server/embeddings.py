@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import threading
 from typing import Any
 
@@ -31,6 +30,8 @@ def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threadin
     embedded a few at a time, so a request whose client left (`cancelled`) stops within one chunk instead of
     holding the embedder (and every request behind it) for all of its inputs."""
     with state.embed_lock:
+        if cancelled.is_set():  # (its client left while it waited for the embedder)
+            raise _Cancelled
         if state.embedder is None:
             engine = state.engine
             state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
@@ -47,16 +48,20 @@ def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threadin
 
 async def embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
     """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
-    req, ignored = await read_request(request, state.limits, EmbeddingRequest)
+    pool = state.executors.embeddings
+    req, ignored = await read_request(request, state.limits, EmbeddingRequest, pool=pool)
     cancelled = threading.Event()
-    work = asyncio.ensure_future(asyncio.to_thread(_embed, state, req.input or req.content, cancelled))
+    work = asyncio.ensure_future(pool.run(_embed, state, req.input or req.content, cancelled))
     while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
-        if await request.is_disconnected():  # nobody will read the vectors: stop at the next chunk of inputs
+        if await request.is_disconnected():  # nobody will read the vectors
+            # a job still queued leaves the embeddings queue (and its place there) now; a running one stops at its
+            # next chunk of inputs and leaves the pool then
             cancelled.set()
-    if cancelled.is_set():
-        with contextlib.suppress(_Cancelled):
-            await work
-        return Response(status_code=499)
+            work.cancel()
+            await asyncio.wait({work})
+            if not work.cancelled():
+                work.exception()  # (retrieved: _Cancelled, or vectors nobody reads)
+            return Response(status_code=499)
     vectors, n_tokens = await work
     headers = ignored_fields(request, ignored)
     values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.encoding_format == "base64"

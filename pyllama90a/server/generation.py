@@ -92,7 +92,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
     timer = RequestTimer()
     # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
-    handles, prepared, prompt = await asyncio.to_thread(_submit, state, gen, deliver, chat=chat)
+    handles, prepared, prompt = await state.executors.submit.run(_submit, state, gen, deliver, chat=chat)
 
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -126,7 +126,10 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
         for handle in handles:
             handle.cancel()  # a client gone before the end (or an error) frees the slots
     state.note_timings(shape)
-    return JSONResponse(shape.whole(), headers=headers)
+    # (llama-server's shape detokenizes the prompt and the generated tokens under the model's lock, which a long
+    # tokenize elsewhere holds for seconds: in the submit pool, never on the event loop)
+    whole = await state.executors.submit.finish(shape.whole) if shape.ends_in_model else shape.whole()
+    return JSONResponse(whole, headers=headers)
 
 
 async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], handles: list[Handle], shape: Shape,
@@ -140,7 +143,9 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
                 yield _event(answer(chunk.error, path).body())
                 break
-            for event in shape.events(choice, chunk):
+            events = (await state.executors.submit.finish(shape.events, choice, chunk)  # (as generate's whole())
+                      if shape.ends_in_model and chunk.finish_reason is not None else shape.events(choice, chunk))
+            for event in events:
                 yield _event(event)
         else:
             state.note_timings(shape)

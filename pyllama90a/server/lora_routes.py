@@ -39,7 +39,7 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
 
     @app.post(PATHS[0], **docs["set_lora_adapters"])
     async def set_lora_adapters(request: Request) -> JSONResponse:
-        body = await read_json(request, state.limits.max_request_bytes)
+        body = await read_json(request, state.limits.max_request_bytes, state.executors.parse)
         if not isinstance(body, list):
             raise APIError(400, 'the body must be a list of {"id": ..., "scale": ...} objects', param="lora")
         defaults, ignored = parse(LoraDefaults, {"lora": body}, state.limits)

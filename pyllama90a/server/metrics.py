@@ -2,11 +2,13 @@
 counts under llama-server's names (llamacpp:*), for dashboards made for it."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..engine import BatchEngine, EngineStats
+    from ..memory_plan import KVCacheInfo
+    from .executors import PoolUsage
     from .worker_recovery import WorkerRecovery
 
 PREFIX = "pyllama90a_"
@@ -47,13 +49,14 @@ def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mappin
         _family(lines, name, kind, text, [("", value)], prefix=LLAMA_SERVER_PREFIX)
 
 
-def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int],
-                   seconds: Mapping[str, float] | None = None, workers: WorkerRecovery | None = None) -> str:
-    """The engine's counters and configuration, the HTTP responses counted by (route, status code), and
-    llama-server's families; `seconds`: the summed timings of finished requests (prompt, predicted seconds and
-    the token counts they timed); `workers`: the RPC workers' losses and the reloads after them."""
+def render_metrics(engine: BatchEngine, kv: KVCacheInfo, responses: Mapping[tuple[str, int], int],
+                   seconds: Mapping[str, float] | None = None, workers: WorkerRecovery | None = None,
+                   pools: Sequence[PoolUsage] = ()) -> str:
+    """The engine's counters and configuration (`kv`: its KV cache's, read once: ServerState.kv_cache), the HTTP
+    responses counted by (route, status code), and llama-server's families; `seconds`: the summed timings of
+    finished requests (prompt, predicted seconds and the token counts they timed); `workers`: the RPC workers'
+    losses and the reloads after them; `pools`: the worker threads' use by kind of work (server/executors.py)."""
     stats = engine.stats()
-    kv = engine.model.kv_cache
     attention = engine.model.attention
     lines: list[str] = []
     _family(lines, "engine_up", "gauge", "1 while the engine thread serves requests; 0 once it stopped or failed.",
@@ -85,5 +88,11 @@ def render_metrics(engine: BatchEngine, responses: Mapping[tuple[str, int], int]
         _family(lines, "rpc_worker_losses_total", "counter", "Losses of RPC workers seen.", [("", workers.losses)])
         _family(lines, "rpc_reloads_total", "counter", "Model loads again after lost RPC workers came back.",
                 [("", workers.reloads)])
+    for name, text, attr in (("pool_threads", "Worker threads by kind of work.", "threads"),
+                             ("pool_running", "Jobs running on a kind's worker threads.", "running"),
+                             ("pool_waiting", "Jobs waiting for a kind's worker threads.", "waiting")):
+        _family(lines, name, "gauge", text, [(f'{{kind="{u.kind}"}}', getattr(u, attr)) for u in pools])
+    _family(lines, "pool_refused_total", "counter", "Requests answered 429 because a kind's queue was full.",
+            [(f'{{kind="{u.kind}"}}', u.refused) for u in pools])
     _llama_server_families(lines, stats, seconds or {})
     return "\n".join(lines) + "\n"

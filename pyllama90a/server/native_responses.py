@@ -34,6 +34,7 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
 class NativeCompletionShape(Shape):
     """One choice (n is 1 on /completion)."""
     done_marker = False
+    ends_in_model = True  # (the prompt's text, and the stop word found in the generated tokens' text)
 
     def __init__(self, ident: str, model: str, *, prompt: list[int], settings: dict[str, Any],
                  detokenize: Callable[[list[int]], str], return_tokens: bool, probabilities: bool,

@@ -5,7 +5,6 @@ Requests are read by protocol.py, answers shaped by native_responses.py; errors 
 contract (server/errors.py)."""
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -88,7 +87,7 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     """Read, generate and answer a /completion (or /infill) request in llama-server's shape."""
     engine = state.engine
     gen: Generation
-    gen, ignored = await read_request(request, state.limits, model, engine.model)
+    gen, ignored = await read_request(request, state.limits, model, engine.model, pool=state.executors.parse)
     settings = generation_settings(gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
                                    stream=gen.stream)
 
@@ -103,6 +102,7 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
 def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
     """Add the native routes to `app` (server/openapi.py's `docs` describe them)."""
     settings = default_settings(state)  # depends only on the server's limits, slot size and model name
+    text = state.executors.text  # tokenizer and template work, their bodies' too (server/executors.py)
     # each route reads state.engine when it runs: a server whose RPC workers came back serves from a new engine
 
     async def completion(request: Request) -> Response:
@@ -124,9 +124,9 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
     @app.post("/tokenize", **docs["tokenize"])
     async def tokenize(request: Request) -> StreamingResponse:
         model = state.engine.model
-        req, ignored = await read_request(request, state.limits, TokenizeRequest)
-        tokens = await asyncio.to_thread(model.tokenize, req.content, add_special=req.add_special,
-                                         parse_special=req.parse_special)
+        req, ignored = await read_request(request, state.limits, TokenizeRequest, pool=text)
+        tokens = await text.run(model.tokenize, req.content, add_special=req.add_special,
+                                parse_special=req.parse_special)
 
         def piece_of(token: int) -> bytes:
             return model.handle.token_piece(token, special=True)
@@ -137,15 +137,16 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
     @app.post("/detokenize", **docs["detokenize"])
     async def detokenize(request: Request) -> JSONResponse:
         model = state.engine.model
-        req, ignored = await read_request(request, state.limits, DetokenizeRequest)
-        text = await asyncio.to_thread(model.detokenize, req.tokens, True)
-        return JSONResponse({"content": text}, headers=ignored_fields(request, ignored))
+        req, ignored = await read_request(request, state.limits, DetokenizeRequest, pool=text)
+        return JSONResponse({"content": await text.run(model.detokenize, req.tokens, True)},
+                            headers=ignored_fields(request, ignored))
 
     @app.post("/apply-template", **docs["apply_template"])
     async def apply_template(request: Request) -> JSONResponse:
         model = state.engine.model
-        (messages, tools, kwargs), ignored = await read_request(request, state.limits, ApplyTemplateRequest)
-        prompt = await asyncio.to_thread(model.apply_chat_template, messages, tools=tools, **kwargs)
+        (messages, tools, kwargs), ignored = await read_request(request, state.limits, ApplyTemplateRequest,
+                                                                pool=text)
+        prompt = await text.run(model.apply_chat_template, messages, tools=tools, **kwargs)
         return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, ignored))
 
     @app.get("/props", **docs["props"])
@@ -156,7 +157,7 @@ def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) 
                                                 "speculative": False, "is_processing": False,
                                                 "params": settings},
                 "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(model.path),
-                "chat_template": await asyncio.to_thread(_chat_template, state),
+                "chat_template": await text.run(_chat_template, state),
                 "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
                 "is_sleeping": False}
 

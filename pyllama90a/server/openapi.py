@@ -80,7 +80,8 @@ EMBEDDINGS = _obj("object data model usage", object={"const": "list"}, model=STR
         "anyOf": [{"type": "array", "items": {"type": "number"}}, STR]})})
 MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR)
 HEALTH = _obj("status slots_busy slots_idle queue_depth", status={"enum": ["ok", "shutting_down", "error"]},
-              reason=STR, slots_busy=INT, slots_idle=INT, queue_depth=INT)
+              reason=STR, slots_busy=INT, slots_idle=INT, queue_depth=INT,
+              saturated={"type": "array", "items": STR, "description": "kinds of work whose threads are all busy"})
 
 
 def _json(description: str, schema: Schema) -> dict[str, Any]:
@@ -114,7 +115,8 @@ def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
                 "(param names it)",
            401: "wrong or missing API key (--api-key: 'Authorization: Bearer KEY' or 'X-Api-Key: KEY')",
            404: "no such model or route",
-           413: "body larger than --max-request-bytes", 429: "queue full (Retry-After)",
+           413: "body larger than --max-request-bytes",
+           429: "queue full: the engine's or this kind of work's (--queue-size, --pool-queue-size; Retry-After)",
            409: "the slot is generating (code slot_busy)",
            500: "a bug of this server", 501: "not enabled on this server (slot files: --slot-save-path)",
            503: "shutting down, or the engine stopped (code says which)"}
@@ -133,7 +135,8 @@ def _generation_route(summary: str, request: type[ProtocolModel], answer: Schema
 
 def _native_route(summary: str, request: type[ProtocolModel], answer: Schema, limits: Limits) -> dict[str, Any]:
     return {"summary": summary, "openapi_extra": _request_body(request, limits),
-            "responses": {200: {**_json(summary, answer), **_ok_headers(limits)}, **_errors(400, 401, 413, 500, 503)}}
+            "responses": {200: {**_json(summary, answer), **_ok_headers(limits)},
+                          **_errors(400, 401, 413, 429, 500, 503)}}
 
 
 def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
@@ -143,7 +146,7 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
         "chat": _generation_route("Chat completion", p.ChatRequest, CHAT_COMPLETION, limits),
         "embeddings": {"summary": "Embeddings", "openapi_extra": _request_body(p.EmbeddingRequest, limits),
                        "responses": {200: {**_json("one vector per input", EMBEDDINGS), **_ok_headers(limits)},
-                                     **_errors(400, 401, 413, 500, 503)}},
+                                     **_errors(400, 401, 413, 429, 500, 503)}},
         "models": {"summary": "The served model", "responses": {
             200: _json("a list of one model", {"type": "object", "required": ["object", "data"],
                                                "properties": {"object": {"const": "list"},
@@ -163,7 +166,7 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
         "native_embeddings": {"summary": "llama-server's embeddings (also at /embedding): one pooled vector per "
                                          "input, in a list", "openapi_extra": _request_body(p.EmbeddingRequest, limits),
                               "responses": {200: {**_json("one vector per input", NATIVE_EMBEDDINGS),
-                                                  **_ok_headers(limits)}, **_errors(400, 401, 413, 500, 503)}},
+                                                  **_ok_headers(limits)}, **_errors(400, 401, 413, 429, 500, 503)}},
         "tokenize": _native_route("llama-server's tokenizer (no BOS and special tokens parsed unless asked)",
                                   p.TokenizeRequest, TOKENIZE, limits),
         "detokenize": _native_route("Token ids to text", p.DetokenizeRequest, DETOKENIZE, limits),
@@ -171,14 +174,14 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
                                         p.ApplyTemplateRequest, PROMPT, limits),
         "props": {"summary": "llama-server's server properties", "responses": {
             200: _json("the default generation settings, slots, model path, chat template", PROPS),
-            **_errors(401, 503)}},
+            **_errors(401, 429, 503)}},
         "slot_action": {
             "summary": "llama-server's slot files: ?action=save|restore (body {filename}, a plain name in "
                        "--slot-save-path) or erase; the slot must be idle",
             "openapi_extra": {"requestBody": {"required": False, "content": {"application/json": {
                 "schema": {"type": "object", "properties": {"filename": {"type": "string"}}}}}}},
             "responses": {200: _json("what was saved, restored or erased", SLOT_ACTION),
-                          **_errors(400, 401, 409, 413, 501, 503)}},
+                          **_errors(400, 401, 409, 413, 429, 501, 503)}},
         "slots": {"summary": "The slots and whether each is generating (fail_on_no_slot=1: 503 when none is free)",
                   "responses": {200: _json("one entry per slot", SLOTS), **_errors(400, 401, 503)}},
         "lora_adapters": {"summary": "The LoRA adapters loaded (--lora) with their default scales",
@@ -190,5 +193,6 @@ def route_docs(limits: Limits) -> dict[str, dict[str, Any]]:
                 "schema": {"type": "array", "items": request_schema(p.LoraScale, limits)}}}}},
             "responses": {200: _json("done", _obj("success", success=BOOL)), **_errors(400, 401, 413, 503)}},
         "metrics": {"summary": "Prometheus metrics", "responses": {
-            200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+            200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
+            **_errors(401)}},
     }

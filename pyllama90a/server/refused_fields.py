@@ -58,6 +58,14 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "dynatemp_range": (_is(0), "dynamic temperature is not supported"),
     "penalty_last_n": (_is(64), "the penalties look at the last 64 tokens; penalty_last_n cannot change that"),
     "repeat_last_n": (_is(64), "the penalties look at the last 64 tokens; repeat_last_n cannot change that"),
+    "image_data": (_is([]), "images are not supported: this server reads text only"),
+    "multimodal_data": (_is([]), "multimodal input is not supported: this server reads text only"),
+    # (llama-server: a limit on the generation phase's time when positive; none at 0 or below)
+    "t_max_predict_ms": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0),
+                         "a time limit on generation is not supported: use max_tokens"),
+    "response_fields": (_is([]), "choosing the answer's fields is not supported: the whole answer is sent"),
+    "post_sampling_probs": (_is(False), "post-sampling probabilities are not supported: logprobs are the model's"),
+    "id_slot": (_is(-1), "choosing a slot is not supported: the server picks one (-1)"),
     # vLLM's server
     "guided_json": (_is(), STRUCTURED),
     "guided_regex": (_is(), STRUCTURED),

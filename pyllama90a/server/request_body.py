@@ -9,7 +9,6 @@ be encoded as UTF-8 when the text reaches the tokenizer).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 
 from .errors import APIError
+from .executors import Pool
 from .protocol_base import Limits, ProtocolModel, parse
 
 MAX_DEPTH = 32         # an OpenAI request nests 4-5 levels (messages, content parts); tools schemas a few more
@@ -84,8 +84,9 @@ def _check_text(text: str, path: str) -> None:
                             "not valid Unicode text", param=path[:200] or None) from None
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The request's JSON body, read at most `max_bytes` far (413 past that) and parsed by parse_json."""
+async def read_json(request: Request, max_bytes: int, pool: Pool) -> Any:
+    """The request's JSON body, read at most `max_bytes` far (413 past that) and parsed by parse_json (a large
+    one in `pool`, the route's kind of work: server/executors.py)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and (len(declared) > 18 or int(declared) > max_bytes):  # (no int() of 5,000 digits)
         raise _too_large(max_bytes)
@@ -100,19 +101,20 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise APIError(400, "the client disconnected before the whole body arrived") from None
     data = b"".join(chunks)
     if len(data) > _PARSE_ON_LOOP_BYTES:  # a large body's parse and checks take long: not on the event loop
-        return await asyncio.to_thread(parse_json, data)
+        return await pool.run(parse_json, data)
     return parse_json(data)
 
 
 _PARSE_ON_LOOP_BYTES = 64 * 1024
 
 
-async def read_request(request: Request, limits: Limits, model: type[ProtocolModel],
-                       *args: Any) -> tuple[Any, list[str]]:
-    """The body read by read_json, then validated as `model` and converted (protocol_base.parse) in a worker
-    thread: a grammar compiles, an infill prompt is tokenized there. Returns it and its unknown fields."""
-    body = await read_json(request, limits.max_request_bytes)
-    return await asyncio.to_thread(parse, model, body, limits, *args)
+async def read_request(request: Request, limits: Limits, model: type[ProtocolModel], *args: Any,
+                       pool: Pool) -> tuple[Any, list[str]]:
+    """The body read by read_json, then validated as `model` and converted (protocol_base.parse) in `pool`'s
+    threads (the route's kind of work): a grammar compiles, an infill prompt is tokenized there. Returns it and
+    its unknown fields."""
+    body = await read_json(request, limits.max_request_bytes, pool)
+    return await pool.run(parse, model, body, limits, *args)
 
 
 def _too_large(max_bytes: int) -> APIError:

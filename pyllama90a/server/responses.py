@@ -53,6 +53,8 @@ class Shape:
     """The response objects of one request (n choices): the fields all of them carry, the usage of all."""
     chunk_object = ""  # the "object" of streamed chunks
     done_marker = True  # a stream ends with `data: [DONE]` (OpenAI's; llama-server's /completion sends none)
+    # its last event or whole answer calls the model (detokenize: under the model's lock): made in a worker thread
+    ends_in_model = False
 
     def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
                  timer: RequestTimer | None = None) -> None:

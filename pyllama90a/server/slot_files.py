@@ -9,7 +9,6 @@ engine thread, where every slot action runs one at a time, so two saves cannot b
 """
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Callable
@@ -70,19 +69,18 @@ async def slot_action(state: ServerState, request: Request, id_slot: str) -> JSO
     # Arabic-Indic 1, which int() takes)
     if not _SLOT_ID.fullmatch(id_slot) or int(id_slot) >= engine.parallel:
         raise APIError(400, f"id_slot must be 0 to {engine.parallel - 1}", param="id_slot")
-    slot = int(id_slot)
+    slot, pool = int(id_slot), state.executors.slot_files
     if action == "erase":
-        return JSONResponse({"id_slot": slot, "n_erased": await asyncio.to_thread(engine.erase_slot, slot)})
-    name = _filename(await read_json(request, state.limits.max_request_bytes))
+        return JSONResponse({"id_slot": slot, "n_erased": await pool.run(engine.erase_slot, slot)})
+    name = _filename(await read_json(request, state.limits.max_request_bytes, pool))
     path = folder.path / name
     start = time.perf_counter()
     if action == "save":
-        n_tokens, n_bytes = await asyncio.to_thread(engine.save_slot, slot, path, key=folder.key,
-                                                    admit=quota(folder, name))
+        n_tokens, n_bytes = await pool.run(engine.save_slot, slot, path, key=folder.key, admit=quota(folder, name))
         ms = (time.perf_counter() - start) * 1e3
         return JSONResponse({"id_slot": slot, "filename": name, "n_saved": n_tokens, "n_written": n_bytes,
                              "timings": {"save_ms": ms}})
-    n_tokens, n_bytes = await asyncio.to_thread(engine.restore_slot, slot, path, key=folder.key)
+    n_tokens, n_bytes = await pool.run(engine.restore_slot, slot, path, key=folder.key)
     ms = (time.perf_counter() - start) * 1e3
     return JSONResponse({"id_slot": slot, "filename": name, "n_restored": n_tokens, "n_read": n_bytes,
                          "timings": {"restore_ms": ms}})

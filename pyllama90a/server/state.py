@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..engine import BatchEngine, Chunk
 from ..errors import LlamaError
+from ..memory_plan import KVCacheInfo
 from ..model import Model
+from .executors import Executors
 from .protocol_base import Limits
 from .responses import Shape
 from .slot_policy import SlotFolder
@@ -31,6 +33,8 @@ class ServerState:
     # a new engine made as at start-up: what loads the model again once lost RPC workers are back (None: never)
     reopen: Callable[[], BatchEngine] | None = None
     slot_folder: SlotFolder | None = None  # --slot-save-path and its secret and quota (None: the slot actions are 501)
+    executors: Executors = field(default_factory=Executors)  # the worker threads, one bounded pool per kind of work
+    metrics_public: bool = False  # --metrics-public: /metrics answered without the API key
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 
@@ -42,6 +46,7 @@ class ServerState:
         # per request: they are fixed)
         self.fingerprint = f"pyllama90a-{__version__}-{self.engine.model.ctk}-{self.engine.model.ctv}"
         self._mailbox: Mailbox | None = None
+        self.kv_cache: KVCacheInfo = self.engine.model.kv_cache  # (read once per engine: see replace_engine)
         self.workers = WorkerRecovery(lambda: self.engine, self.replace_engine, self.reopen)
 
     def replace_engine(self, engine: BatchEngine) -> None:
@@ -49,6 +54,9 @@ class ServerState:
         /lora-adapters may have changed them) and close the old one, and the embedder on its weights (made again
         on first use)."""
         engine.lora.set_defaults(dict(enumerate(self.engine.lora.defaults)))
+        # the KV cache's facts, fixed with the context, for /metrics: Model.kv_cache takes the model's lock, which
+        # a long tokenize holds for seconds, and /metrics must not wait for it on the event loop
+        self.kv_cache = engine.model.kv_cache
         old, self.engine = self.engine, engine
         with self.embed_lock:
             embedder, self.embedder = self.embedder, None

@@ -32,19 +32,21 @@ class ServerProcess:
     """
 
     def __init__(self, args: list[str], *, command: list[str] | None = None, env: dict[str, str] | None = None,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 120.0, cwd: str | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         command = command or [sys.executable, "-m", "pyllama90a.server"]
         self.argv = [*command, *args, "--port", str(self.port)]
         self.env = {**os.environ, **(env or {})}
         self.timeout = timeout
+        self.cwd = cwd  # (`python -m` imports the package from here first: another checkout's server)
         self.proc: subprocess.Popen | None = None
         self._output: IO[bytes] | None = None
 
     def start(self) -> ServerProcess:
         self._output = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; stop() closes it)
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._output, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._output, stderr=subprocess.STDOUT,
+                                     cwd=self.cwd)
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
