@@ -2,6 +2,7 @@
 
     python -m pyllama90a.fuzz --cases 1000 --seed 1 --jobs 2 --timeout 20 --out DIR [--real-model]
     python -m pyllama90a.fuzz --target api --cases 500 --real-model
+    python -m pyllama90a.fuzz --target rpc --cases 10000 --timeout 30
     python -m pyllama90a.fuzz --replay DIR/repro/crash-0123456789.json
 
 Exits 1 if any case crashed, hung, went over the memory limit, or leaked an exception that is not a
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also mutate the default model: its metadata over small tensors, and a few whole files")
     parser.add_argument("--target", choices=TARGETS, default="gguf",
                         help="gguf: mutated model files; api: hostile Model arguments and calls; untrusted: hostile "
-                             "chat templates and constraints; all: gguf and api")
+                             "chat templates and constraints; rpc: the RPC worker's protocol (recorded sessions, "
+                             "mutated, and issue 33's attacks); all: gguf and api")
     parser.add_argument("--batch", type=int, default=50, help="cases between reports (default 50)")
     parser.add_argument("--no-shrink", action="store_true", help="keep failing cases as they are")
     parser.add_argument("--replay", type=Path, help="rerun one reproducer (.json) and report its outcome")

@@ -20,6 +20,9 @@ from .bases import available_bases, load_base
 from .gguf_generator import generate_case
 from .gguf_mutations import describe, write_case
 from .model_case import case_job
+from .rpc_cases import describe_rpc, generate_rpc_case
+from .rpc_replay import corpus_sessions, rpc_job
+from .rpc_sessions import ensure_corpus
 from .runner import DEFECTS, OUTCOMES, Outcome, run_jobs
 
 
@@ -48,6 +51,8 @@ class Finding:
 def job_for(spec: dict, work: Path, i: int):  # a runner job function
     if spec.get("target") == "api":
         return api_job(spec, work / f"api-{i}")
+    if spec.get("target") == "rpc":
+        return rpc_job(spec, work / f"rpc-{i}")
     return case_job(spec, work / f"case-{i}.gguf")
 
 
@@ -62,6 +67,8 @@ SPEC_KEYS = ("target", "base", "model_args", "mutations")
 
 
 def describe_spec(spec: dict) -> str:
+    if spec.get("target") == "rpc":
+        return f"rpc on {spec['base']}: {describe_rpc(spec['mutations'])}"
     args = "".join(f", {k}={v!r}" for k, v in spec.get("model_args", {}).items())
     return f"{spec.get('target', 'gguf')} on {spec['base']}{args}: {describe(spec['mutations'])}"
 
@@ -154,7 +161,7 @@ class Campaign:
         data = {"signature": f.signature, "description": describe_spec(f.spec), "outcome": f.outcome.to_json(),
                 **f.spec}
         (self.repro_dir / f"{f.name}.json").write_text(json.dumps(data, indent=1) + "\n")
-        if f.spec.get("target") != "api":
+        if f.spec.get("target") not in ("api", "rpc"):
             write_case(load_base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
 
     # -- reporting -----------------------------------------------------------------------------------
@@ -198,12 +205,17 @@ class Campaign:
         return sum(self.outcomes[k] for k in DEFECTS)
 
 
-TARGETS = ("gguf", "api", "untrusted", "all")
+TARGETS = ("gguf", "api", "untrusted", "rpc", "all")
 
 
 def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "gguf") -> list[dict]:
     """Mutated model files ("gguf"), API misuse ("api", on the real metadata with --real-model, else the
-    tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only."""
+    tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only; "rpc": the RPC
+    worker's protocol (sessions recorded first if missing)."""
+    if target == "rpc":
+        ensure_corpus()
+        sessions = corpus_sessions()
+        return [generate_rpc_case(seed, i, sessions) for i in range(n_cases)]
     bases = {name: load_base(name) for name in available_bases(real_model)}
     api_base = "real-header" if real_model else "tiny"
     if target == "untrusted":
