@@ -68,7 +68,8 @@ SPEC_KEYS = ("target", "base", "model_args", "mutations")
 
 def describe_spec(spec: dict) -> str:
     if spec.get("target") == "rpc":
-        return f"rpc on {spec['base']}: {describe_rpc(spec['mutations'])}"
+        worker = "".join(f", {k}={v!r}" for k, v in spec.get("model_args", {}).items())
+        return f"rpc on {spec['base']}{worker}: {describe_rpc(spec['mutations'])}"
     args = "".join(f", {k}={v!r}" for k, v in spec.get("model_args", {}).items())
     return f"{spec.get('target', 'gguf')} on {spec['base']}{args}: {describe(spec['mutations'])}"
 

@@ -26,6 +26,7 @@ from .rpc_protocol import (ALLOC_BUFFER, BUFFER_CLEAR, BUFFER_GET_BASE, COMMAND_
                            FREE_BUFFER, GET_ALIGNMENT, GET_ALLOC_SIZE, GET_DEVICE_MEMORY, GET_MAX_SIZE, GET_TENSOR,
                            GRAPH_COMPUTE, GRAPH_RECOMPUTE, HELLO, INIT_TENSOR, MAX_SRC, MEMSET_TENSOR, OP_COUNT, OPS,
                            SCALARS, SET_TENSOR, SET_TENSOR_HASH, TYPE_F32, TYPE_I32, tensor_offsets)
+from .rpc_replay import Settings
 from .rpc_sessions import SESSIONS, Session
 
 INTS = [0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64, 255, 256, 4096, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
@@ -331,7 +332,9 @@ def generate_rpc_case(seed: int, index: int, sessions: dict[str, Session]) -> di
     weights = [WEIGHTS.get(a, 1.0) for a in attacks]
     for cls in rng.choices(attacks, weights, k=n_attacks):
         mutations.append({"cls": cls, "ops": ATTACKS[cls](rng)})
-    return {"target": "rpc", "base": base, "mutations": mutations}
+    spec = {"target": "rpc", "base": base, "mutations": mutations}
+    settings = Settings.from_environment().to_json()
+    return {**spec, "model_args": settings} if settings else spec
 
 
 def known_crash_case() -> dict[str, Any]:
@@ -374,6 +377,8 @@ def describe_op(op: dict[str, Any]) -> str:
         size = f" declaring {op['size']} bytes" if "size" in op else ""
         name = _CMD_NAMES.get(op["cmd"], f"cmd {op['cmd']}")
         return f"{name}{size} {_short(op['parts'])}"
+    if kind == "conn":
+        return "new connection" + (" (HELLO)" if op.get("hello") else " (says nothing)")
     return _short(op)
 
 

@@ -1,16 +1,17 @@
 """One RPC fuzz case in the runner's child: start a worker, play the case's requests to it, then check it.
 
 The worker is the real one (`pyllama90a.worker.main`, forked from the child so that it starts in milliseconds),
-or the command in PYLLAMA90A_FUZZ_RPC_WORKER (e.g. an AddressSanitizer build of ggml's rpc-server; `{port}` in it
-is replaced). The case's ops (rpc_cases describes them) run in order; a request the worker refuses closes that
+or another command (e.g. an AddressSanitizer build of ggml's rpc-server). How it runs is the case's
+"model_args" (the spec key the runner keeps with a reproducer): see Settings; generate_rpc_case fills it from the
+PYLLAMA90A_FUZZ_RPC_* environment variables. The case's ops (rpc_cases describes them) run in order; a request the worker refuses closes that
 connection, and the ops after it on that connection are skipped, which is what a refusal should look like.
 
 Then a fresh client says HELLO, allocates buffers of the sizes the case allocated (and 4 KiB), reads each whole and
 requires zeros: a nonzero byte is another client's data (issue 33, item 3). The outcome is the runner's:
     the worker died by a signal        the child ends by the same signal ("crash", with the worker's stderr)
     the worker exited                  the child exits with its code ("crash")
-    the worker does not answer the check within CHECK_TIMEOUT_S   the child waits to be killed ("hang at check")
-    data crossed, or the worker's RSS went over WORKER_RSS_LIMIT_MB   WorkerDefect ("leaked", a defect)
+    the worker does not answer the check in time   the child waits to be killed ("hang at check")
+    data crossed, or the worker's RSS went over its limit   WorkerDefect ("leaked", a defect)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,36 @@ from .rpc_sessions import SESSIONS, Session, corpus_dir, free_port, load_session
 from .runner import Stage
 
 HOST = "127.0.0.1"
-REPLY_TIMEOUT_S = float(os.environ.get("PYLLAMA90A_FUZZ_RPC_REPLY_TIMEOUT", "3"))
-CHECK_TIMEOUT_S = float(os.environ.get("PYLLAMA90A_FUZZ_RPC_CHECK_TIMEOUT", "10"))
-WORKER_RSS_LIMIT_MB = float(os.environ.get("PYLLAMA90A_FUZZ_RPC_WORKER_RSS_MB", "2048"))
-CHECK_MAX_BYTES = 16 << 20  # the largest fresh buffer the check reads whole
+CHECK_MAX_BYTES = 16 << 20
+ASAN_OPTIONS = "abort_on_error=1:halt_on_error=1:detect_leaks=0:allocator_may_return_null=1"  # the largest fresh buffer the check reads whole
 TYPE_I8 = 24
+
+
+@dataclass
+class Settings:
+    """How a case runs its worker. worker: a command ("{port}" replaced), else pyllama90a.worker forked with
+    worker_args; reply_timeout: seconds a case's request may wait for its reply before its connection is dropped
+    (a busy or stalled worker); check_timeout: seconds the check's client waits (longer than the worker's own idle
+    timeout, which idle peers must meet); rss_mb: the worker's RSS limit."""
+
+    worker: list[str] = field(default_factory=list)
+    worker_args: list[str] = field(default_factory=list)
+    reply_timeout: float = 3.0
+    check_timeout: float = 10.0
+    rss_mb: float = 2048.0
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        env = os.environ.get
+        return cls(shlex.split(env("PYLLAMA90A_FUZZ_RPC_WORKER", "")),
+                   shlex.split(env("PYLLAMA90A_FUZZ_RPC_WORKER_ARGS", "")),
+                   float(env("PYLLAMA90A_FUZZ_RPC_REPLY_TIMEOUT", "3")),
+                   float(env("PYLLAMA90A_FUZZ_RPC_CHECK_TIMEOUT", "10")),
+                   float(env("PYLLAMA90A_FUZZ_RPC_WORKER_RSS_MB", "2048")))
+
+    def to_json(self) -> dict[str, Any]:
+        default = asdict(Settings())
+        return {k: v for k, v in asdict(self).items() if v != default[k]}
 
 
 class WorkerDefect(Exception):
@@ -51,15 +78,15 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a child killed for a hang takes its worker along
 
 
-def start_worker(port: int) -> int:
+def start_worker(port: int, settings: Settings) -> int:
     """The worker's pid, listening on `port` once this returns."""
-    command = os.environ.get("PYLLAMA90A_FUZZ_RPC_WORKER")
-    extra = shlex.split(os.environ.get("PYLLAMA90A_FUZZ_RPC_WORKER_ARGS", ""))
     sys.stdout.flush()
     sys.stderr.flush()
-    if command:
-        argv = [a.replace("{port}", str(port)) for a in shlex.split(command)] + extra
-        pid = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent).pid
+    if settings.worker:
+        argv = [a.replace("{port}", str(port)) for a in settings.worker]
+        # an AddressSanitizer report ends the worker by SIGABRT (a crash to the runner); leaks at exit are no finding
+        env = {**os.environ, "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", ASAN_OPTIONS)}
+        pid = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent).pid
     else:
         pid = os.fork()
         if pid == 0:  # the worker: the real entry point, in this fresh fork
@@ -68,7 +95,7 @@ def start_worker(port: int) -> int:
                 _die_with_parent()
                 from .. import worker
 
-                code = worker.main(["--host", HOST, "--port", str(port), "--threads", "1", *extra])
+                code = worker.main(["--host", HOST, "--port", str(port), "--threads", "1", *settings.worker_args])
             finally:
                 os._exit(code)
     wait_for_port(port, 30)
@@ -103,9 +130,9 @@ def _mirror(status: int) -> None:
 
 
 class _RssWatch(threading.Thread):
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, limit_mb: float) -> None:
         super().__init__(daemon=True)
-        self.pid, self.peak_mb, self.over = pid, 0.0, False
+        self.pid, self.limit_mb, self.peak_mb, self.over = pid, limit_mb, 0.0, False
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -115,7 +142,7 @@ class _RssWatch(threading.Thread):
             proc = psutil.Process(self.pid)
             while not self.stopped.wait(0.02):
                 self.peak_mb = max(self.peak_mb, proc.memory_info().rss / 2**20)
-                if self.peak_mb > WORKER_RSS_LIMIT_MB:
+                if self.peak_mb > self.limit_mb:
                     self.over = True
                     proc.kill()
                     return
@@ -129,8 +156,8 @@ class Replay:
     """The live side of a case: its connections, the buffers the worker gave it, and the recorded sessions whose
     requests it plays with the live addresses in place of the recorded ones."""
 
-    def __init__(self, port: int, sessions: dict[str, Session]) -> None:
-        self.port, self.sessions = port, sessions
+    def __init__(self, port: int, sessions: dict[str, Session], reply_timeout: float) -> None:
+        self.port, self.sessions, self.reply_timeout = port, sessions, reply_timeout
         self.live: list[list[int]] = []  # allocation order -> [handle, size, base]
         self.recorded_to_live: dict[tuple[str, int], int] = {}
         self.conns: list[Client | None] = []
@@ -159,7 +186,7 @@ class Replay:
 
     def connect(self, hello: bool = True) -> None:
         try:
-            client = Client(HOST, self.port, REPLY_TIMEOUT_S)
+            client = Client(HOST, self.port, self.reply_timeout)
             if hello:
                 client.hello()
         except (OSError, Closed):
@@ -322,8 +349,8 @@ class Replay:
 
 # -- the check: a fresh client's fresh buffers hold zeros ---------------------------------------------
 
-def check_fresh_buffers(port: int, sizes: set[int]) -> None:
-    client = Client(HOST, port, CHECK_TIMEOUT_S)
+def check_fresh_buffers(port: int, sizes: set[int], timeout: float) -> None:
+    client = Client(HOST, port, timeout)
     try:
         client.hello()
         for size in sorted({4096, *(s for s in sizes if 0 < s <= CHECK_MAX_BYTES)})[-4:]:
@@ -358,13 +385,14 @@ def corpus_sessions() -> dict[str, Session]:
 def run_case(spec: dict[str, Any], stage: Stage) -> None:
     stage("build")
     sessions = corpus_sessions()
+    settings = Settings(**spec.get("model_args", {}))
     port = free_port()
-    pid = start_worker(port)
-    watch = _RssWatch(pid)
+    pid = start_worker(port, settings)
+    watch = _RssWatch(pid, settings.rss_mb)
     watch.start()
     try:
         stage("replay")
-        replay = Replay(port, sessions)
+        replay = Replay(port, sessions, settings.reply_timeout)
         replay.connect()
         for m in spec["mutations"]:
             for op in m["ops"]:
@@ -375,11 +403,11 @@ def run_case(spec: dict[str, Any], stage: Stage) -> None:
         status = _reap(pid, 0)
         if status is None:
             try:
-                check_fresh_buffers(port, replay.sizes)
+                check_fresh_buffers(port, replay.sizes, settings.check_timeout)
             except TimeoutError:
                 status = _reap(pid, 0)
                 if status is None and not watch.over:
-                    print(f"rpc worker did not answer a new client within {CHECK_TIMEOUT_S:g} s", file=sys.stderr,
+                    print(f"rpc worker did not answer a new client within {settings.check_timeout:g} s", file=sys.stderr,
                           flush=True)
                     time.sleep(3600)  # the runner's timeout ends it: a hang
             except (Closed, OSError) as e:
@@ -389,7 +417,7 @@ def run_case(spec: dict[str, Any], stage: Stage) -> None:
         for client in replay.held:
             client.close()
         if watch.over:
-            raise WorkerDefect(f"rpc worker's RSS went over {WORKER_RSS_LIMIT_MB:g} MiB")
+            raise WorkerDefect(f"rpc worker's RSS went over {settings.rss_mb:g} MiB")
         if status is not None:
             _mirror(status)
         stage("close")
