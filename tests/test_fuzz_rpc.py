@@ -14,8 +14,18 @@ import pytest
 
 from pyllama90a.fuzz.__main__ import main as fuzz_main
 from pyllama90a.fuzz.rpc_cases import ATTACKS, generate_rpc_case, known_crash_case
-from pyllama90a.fuzz.rpc_protocol import (ALLOC_BUFFER, GRAPH_COMPUTE, SET_TENSOR, TENSOR_SIZE, Message, pack_field,
-                                          split_requests, tensor_bytes, tensor_field, tensor_offsets)
+from pyllama90a.fuzz.rpc_protocol import (
+    ALLOC_BUFFER,
+    GRAPH_COMPUTE,
+    SET_TENSOR,
+    TENSOR_SIZE,
+    Message,
+    pack_field,
+    split_requests,
+    tensor_bytes,
+    tensor_field,
+    tensor_offsets,
+)
 from pyllama90a.fuzz.rpc_replay import Replay, corpus_sessions, rpc_job
 from pyllama90a.fuzz.rpc_sessions import ensure_corpus
 from pyllama90a.fuzz.runner import run_one

@@ -22,10 +22,33 @@ import json
 import random
 from typing import Any
 
-from .rpc_protocol import (ALLOC_BUFFER, BUFFER_CLEAR, BUFFER_GET_BASE, COMMAND_COUNT, COPY_TENSOR, FIELDS,
-                           FREE_BUFFER, GET_ALIGNMENT, GET_ALLOC_SIZE, GET_DEVICE_MEMORY, GET_MAX_SIZE, GET_TENSOR,
-                           GRAPH_COMPUTE, GRAPH_RECOMPUTE, HELLO, INIT_TENSOR, MAX_SRC, MEMSET_TENSOR, OP_COUNT, OPS,
-                           SCALARS, SET_TENSOR, SET_TENSOR_HASH, TYPE_F32, TYPE_I32, tensor_offsets)
+from .rpc_protocol import (
+    ALLOC_BUFFER,
+    BUFFER_CLEAR,
+    BUFFER_GET_BASE,
+    COMMAND_COUNT,
+    COPY_TENSOR,
+    FIELDS,
+    FREE_BUFFER,
+    GET_ALIGNMENT,
+    GET_ALLOC_SIZE,
+    GET_DEVICE_MEMORY,
+    GET_MAX_SIZE,
+    GET_TENSOR,
+    GRAPH_COMPUTE,
+    GRAPH_RECOMPUTE,
+    HELLO,
+    INIT_TENSOR,
+    MEMSET_TENSOR,
+    OP_COUNT,
+    OPS,
+    SCALARS,
+    SET_TENSOR,
+    SET_TENSOR_HASH,
+    TYPE_F32,
+    TYPE_I32,
+    tensor_offsets,
+)
 from .rpc_replay import Settings
 from .rpc_sessions import SESSIONS, Session
 
@@ -45,7 +68,7 @@ def tensor(tid: int, ne: list[int], *, buf: int | None = -1, off: int | dict[str
            op: int = 0, op_params: list[Any] | None = None, src: list[int] | None = None,
            nb: list[int] | None = None, **more: Any) -> dict[str, Any]:
     """A tensor's fields: in the case's buffer `buf` at offset `off` (None: no buffer, NULL data)."""
-    ne = (ne + [1, 1, 1])[:4]
+    ne = [*ne, 1, 1, 1][:4]
     size = TYPE_SIZE.get(type_, 4)
     fields: dict[str, Any] = {"id": tid, "type": type_, "ne": ne, "op": op,
                               "nb": nb or [size, size * ne[0], size * ne[0] * ne[1], size * ne[0] * ne[1] * ne[2]]}

@@ -8,6 +8,7 @@ are not, and a worker refuses a request by closing the connection. This is read 
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from collections.abc import Iterator
@@ -197,7 +198,5 @@ class Client:
         return reply[0], reply[1], reply[2]
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass

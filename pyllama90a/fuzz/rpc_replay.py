@@ -3,15 +3,16 @@
 The worker is the real one (`pyllama90a.worker.main`, forked from the child so that it starts in milliseconds),
 or another command (e.g. an AddressSanitizer build of ggml's rpc-server). How it runs is the case's
 "model_args" (the spec key the runner keeps with a reproducer): see Settings; generate_rpc_case fills it from the
-PYLLAMA90A_FUZZ_RPC_* environment variables. The case's ops (rpc_cases describes them) run in order; a request the worker refuses closes that
-connection, and the ops after it on that connection are skipped, which is what a refusal should look like.
+PYLLAMA90A_FUZZ_RPC_* environment variables. The case's ops (rpc_cases describes them) run in order; a request
+the worker refuses closes that connection, and the ops after it on that connection are skipped: that is what a
+refusal should look like.
 
 Then a fresh client says HELLO, allocates buffers of the sizes the case allocated (and 4 KiB), reads each whole and
 requires zeros: a nonzero byte is another client's data (issue 33, item 3). The outcome is the runner's:
     the worker died by a signal        the child ends by the same signal ("crash", with the worker's stderr)
     the worker exited                  the child exits with its code ("crash")
-    the worker does not answer the check in time   the child waits to be killed ("hang at check")
-    data crossed, or the worker's RSS went over its limit   WorkerDefect ("leaked", a defect)
+    the worker does not answer the check in time  the child waits to be killed ("hang at check")
+    data crossed, or the worker's RSS went too high  WorkerDefect ("leaked", a defect)
 """
 from __future__ import annotations
 
@@ -28,15 +29,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .rpc_protocol import (ALLOC_BUFFER, BUFFER_GET_BASE, FIELDS, FREE_BUFFER, GET_TENSOR, GRAPH_COMPUTE, HELLO,
-                           SCALARS, Client, Closed, Message, graph_layout, pack_field, tensor_bytes, tensor_field,
-                           tensor_offsets)
+from .rpc_protocol import (
+    ALLOC_BUFFER,
+    BUFFER_GET_BASE,
+    FIELDS,
+    FREE_BUFFER,
+    GET_TENSOR,
+    GRAPH_COMPUTE,
+    HELLO,
+    SCALARS,
+    Client,
+    Closed,
+    Message,
+    graph_layout,
+    pack_field,
+    tensor_bytes,
+    tensor_field,
+    tensor_offsets,
+)
 from .rpc_sessions import SESSIONS, Session, corpus_dir, free_port, load_session, wait_for_port
 from .runner import Stage
 
 HOST = "127.0.0.1"
-CHECK_MAX_BYTES = 16 << 20
-ASAN_OPTIONS = "abort_on_error=1:halt_on_error=1:detect_leaks=0:allocator_may_return_null=1"  # the largest fresh buffer the check reads whole
+CHECK_MAX_BYTES = 16 << 20  # the largest fresh buffer the check reads whole
+ASAN_OPTIONS = "abort_on_error=1:halt_on_error=1:detect_leaks=0:allocator_may_return_null=1"
 TYPE_I8 = 24
 
 
@@ -356,7 +372,7 @@ def check_fresh_buffers(port: int, sizes: set[int], timeout: float) -> None:
         for size in sorted({4096, *(s for s in sizes if 0 < s <= CHECK_MAX_BYTES)})[-4:]:
             reply = client.send(Message(ALLOC_BUFFER, struct.pack("<IQ", 0, size)))
             assert reply is not None
-            handle, got = struct.unpack_from("<QQ", reply)
+            (handle,) = struct.unpack_from("<Q", reply)
             if not handle:
                 raise WorkerDefect(f"the check could not allocate {size} bytes")
             base = client.send(Message(BUFFER_GET_BASE, struct.pack("<Q", handle)))
@@ -371,7 +387,7 @@ def check_fresh_buffers(port: int, sizes: set[int], timeout: float) -> None:
                 first = next(i for i, b in enumerate(data) if b)
                 print(f"fresh {size}-byte buffer: {nonzero} nonzero bytes, the first at {first}: "
                       f"{data[first:first + 32].hex()}", file=sys.stderr, flush=True)
-                raise WorkerDefect("data crossing: a new client's fresh buffer holds an earlier client's bytes")
+                raise WorkerDefect("data crossing: a new client's fresh buffer is not zeroed (stale worker memory)")
             client.send(Message(FREE_BUFFER, struct.pack("<Q", handle)))
     finally:
         client.close()
@@ -407,8 +423,8 @@ def run_case(spec: dict[str, Any], stage: Stage) -> None:
             except TimeoutError:
                 status = _reap(pid, 0)
                 if status is None and not watch.over:
-                    print(f"rpc worker did not answer a new client within {settings.check_timeout:g} s", file=sys.stderr,
-                          flush=True)
+                    print(f"rpc worker did not answer a new client within {settings.check_timeout:g} s",
+                          file=sys.stderr, flush=True)
                     time.sleep(3600)  # the runner's timeout ends it: a hang
             except (Closed, OSError) as e:
                 status = _reap(pid, 2)

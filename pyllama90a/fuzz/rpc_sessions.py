@@ -12,6 +12,7 @@ worker's addresses in their place.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -23,8 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .rpc_protocol import (ALLOC_BUFFER, BUFFER_GET_BASE, REPLIES, SET_TENSOR, Message, split_replies,
-                           split_requests)
+from .rpc_protocol import ALLOC_BUFFER, BUFFER_GET_BASE, REPLIES, SET_TENSOR, Message, split_replies, split_requests
 
 MAGIC = b"RPCS1"
 MAX_DATA = 64  # bytes of SET_TENSOR data kept per request
@@ -72,7 +72,7 @@ class Session:
 def parse_session(name: str, c2w: bytes, w2c: bytes) -> Session:
     requests = list(split_requests(c2w))
     answered = [i for i, m in enumerate(requests) if m.cmd in REPLIES]
-    return Session(name, requests, dict(zip(answered, split_replies(w2c))))
+    return Session(name, requests, dict(zip(answered, split_replies(w2c), strict=False)))
 
 
 def _cut(c2w: bytes) -> bytes:
@@ -138,10 +138,8 @@ class RecordingProxy:
                 data = b""
             if not data:
                 for s in (dst, src):
-                    try:
+                    with contextlib.suppress(OSError):
                         s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
                 return
             keep += data
             try:
@@ -170,7 +168,7 @@ def wait_for_port(port: int, timeout: float, alive: object = None) -> None:
         except OSError:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s") from None
-            time.sleep(0.05)
+            time.sleep(0.01)
 
 
 def record(out_dir: Path, worker_args: list[str] | None = None) -> list[Path]:

@@ -43,8 +43,9 @@ OUTCOMES = ("ok", "clean", *DEFECTS)
 POLL_S = 0.01
 STDERR_TAIL_LINES = 12
 # the line of a native abort that names the failure best, most telling first
-_TELLING = [re.compile(p) for p in (r"SUMMARY: AddressSanitizer", r"GGML_ASSERT|GGML_ABORT|fatal error|Assertion .* failed", r"what\(\):",
-                                    r"\berror\b|\bfailed\b", r"terminate called")]
+_TELLING = [re.compile(p) for p in (
+    r"SUMMARY: AddressSanitizer", r"GGML_ASSERT|GGML_ABORT|fatal error|Assertion .* failed", r"what\(\):",
+    r"\berror\b|\bfailed\b", r"terminate called")]
 
 
 class Stage:
