@@ -8,6 +8,7 @@ one client's bytes to the next.
 from __future__ import annotations
 
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -27,7 +28,7 @@ from pyllama90a.fuzz.rpc_protocol import (
     tensor_offsets,
 )
 from pyllama90a.fuzz.rpc_replay import Replay, corpus_sessions, rpc_job
-from pyllama90a.fuzz.rpc_sessions import ensure_corpus
+from pyllama90a.fuzz.rpc_sessions import ensure_corpus, free_port, wait_for_port
 from pyllama90a.fuzz.runner import run_one
 
 SAMPLE_CASES = 40  # about 10 s on 2 cores against the patched worker
@@ -137,3 +138,22 @@ def test_graph_counts_are_read_as_the_payload_holds_them() -> None:
     payload = struct.pack("<II", 0, 2) + struct.pack("<QQ", 1, 2) + struct.pack("<I", 1) + bytes(TENSOR_SIZE)
     assert tensor_offsets(GRAPH_COMPUTE, payload) == [28]
     assert tensor_offsets(GRAPH_COMPUTE, payload[:-1]) == []
+
+
+def test_a_recorded_session_replays_whole_without_a_refusal(sessions) -> None:
+    # what the worker refuses from a fuzz case must still include nothing a real client sends
+    port = free_port()
+    worker = subprocess.Popen([sys.executable, "-m", "pyllama90a.worker", "--port", str(port), "--threads", "2"],
+                              stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port, 60)
+        for name, session in sessions.items():
+            replay = Replay(port, sessions, 60.0)
+            replay.connect()
+            for m in range(len(session.requests)):
+                replay.run({"op": "send", "s": name, "m": m})
+            assert (replay.refused, len(replay.live)) == (0, len(session.bases)), name
+            replay.close()
+    finally:
+        worker.kill()
+        worker.wait()
