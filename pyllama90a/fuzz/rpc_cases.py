@@ -7,6 +7,7 @@ on connections the case opens; an op is one of
     {"op": "send", "s": session, "m": i, "edits": [...]}  recorded request i, the live addresses put in
     {"op": "msg", "cmd": c, "parts": [...], "size": n}     a request built here ("size": a declared size that lies)
     {"op": "conn", "hello": bool} / {"op": "close"} / {"op": "hold"} / {"op": "idle", "seconds": s} / {"op": "free_all"}
+    {"op": "expect", "buf": k, "filled" | "absent": byte}  buffer k unchanged / free of another buffer's bytes
 
 Parts are ["I"|"Q"|"B"|"i", value], ["tensor", fields], ["graph", {"nodes", "tensors", "chain"}], ["fill", n, byte],
 ["hex", s]. Values are ints or the live worker's addresses: {"buf": k} (the handle of the k-th buffer the worker
@@ -54,6 +55,7 @@ from .rpc_sessions import SESSIONS, Session
 
 INTS = [0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64, 255, 256, 4096, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
         2**48, 2**63 - 1, 2**63, 2**64 - 1, -1, -2, -4096, -2**31]
+FLAG_COMPUTE = 16  # GGML_TENSOR_FLAG_COMPUTE
 # element sizes of the types the attack cases build
 TYPE_SIZE = {TYPE_F32: 4, TYPE_I32: 4}
 
@@ -75,6 +77,8 @@ def tensor(tid: int, ne: list[int], *, buf: int | None = -1, off: int | dict[str
     if buf is not None:
         fields["buffer"] = {"buf": buf}
         fields["data"] = off if isinstance(off, dict) else {"base": buf, "off": off}
+    if op:
+        fields["flags"] = FLAG_COMPUTE  # ggml-cpu skips a node without it
     if op_params:
         fields["op_params"] = op_params
     if src:
@@ -105,14 +109,22 @@ def _offset(rng: random.Random, k: int = -1) -> dict[str, Any]:
 # -- the attack classes (issue 33) ---------------------------------------------------------------------------
 
 def acc_oob(rng: random.Random) -> list[dict[str, Any]]:
-    """ACC's view of dst comes from op_params (nb1..nb3, offset as int32): a wrapped offset reaches other buffers."""
-    offset = _pick(rng, [{"base_diff": [-2, -1]}, {"base_diff": [-2, -1], "off": -64}, -4096, -64, -1, 2**31 - 1,
-                         -2**31, 4096, 256, rng.randrange(-2**31, 2**31)])
-    nb1 = _pick(rng, [64, 64, 0, -64, 2**31 - 1, 4096])
+    """ACC's view of dst comes from op_params (nb1..nb3, offset as int32, cast to size_t): an offset to the other
+    buffer, with a stride that wraps the bounds check's sum around, writes there (buffers: -2 the other, -1 dst's)."""
+    if rng.random() < 0.5:  # row 0 at the other buffer, row 1 back in dst: offset + nb1 + 64 wraps to 64
+        nb1: Any = {"base_diff": [-2, -1], "off": _pick(rng, [0, 0, 64, -64])}
+        offset: Any = {"base_diff": [-1, -2], "off": _pick(rng, [0, 0, 64, 4032])}
+    else:
+        nb1 = _pick(rng, [64, 0, -64, 2**31 - 1, 4096])
+        offset = _pick(rng, [{"base_diff": [-1, -2]}, -4096, -64, -1, 2**31 - 1, -2**31, 4096, 256,
+                             rng.randrange(-2**31, 2**31)])
     params = [nb1, _pick(rng, [64, 2**20, -1]), _pick(rng, [64, 2**20, -1]), offset, rng.randrange(2)]
-    return [alloc(4096), alloc(4096), set_tensor(tensor(9, [1024]), [["fill", 4096, 0x5A]]),
-            graph([tensor(1, [64], buf=-2, op=OPS["ACC"], op_params=params, src=[2, 3]),
-                   tensor(2, [64], buf=-2), tensor(3, [16], buf=-2, off=1024)])]
+    # the other buffer holds 0x3F3F3F3F (0.75f) and the added rows 3.0f: a write into it changes its bytes
+    return [alloc(4096), alloc(4096), set_tensor(tensor(9, [1024], buf=-2), [["fill", 4096, 0x3F]]),
+            set_tensor(tensor(3, [16, 2], off=1024), [["fill", 128, 0x40]]),
+            graph([tensor(1, [64], op=OPS["ACC"], op_params=params, src=[2, 3]), tensor(2, [64]),
+                   tensor(3, [16, 2], off=1024)]),
+            {"op": "expect", "buf": -2, "filled": 0x3F}, {"op": "expect", "buf": -1, "absent": 0x3F}]
 
 
 def view_oob(rng: random.Random) -> list[dict[str, Any]]:
@@ -186,9 +198,9 @@ def unknown_op(rng: random.Random) -> list[dict[str, Any]]:
 
 def custom_op(rng: random.Random) -> list[dict[str, Any]]:
     """Custom ops keep a function pointer in op_params: a peer would choose the code the worker runs."""
-    fn = _pick(rng, [0x41414141, {"base": -1}, 0, 1])
+    fn = _pick(rng, [[0x41414141, 0x41414141], [{"base": -1}, {"base": -1, "shift": 32}], [0, 0], [1, 0]])
     op = _pick(rng, [OPS["MAP_CUSTOM1"], OPS["MAP_CUSTOM2"], OPS["CUSTOM"], 94])
-    return [alloc(4096), graph([tensor(1, [16], op=op, src=[2, 2], op_params=[fn, 0, 0, 0, 1, 0]),
+    return [alloc(4096), graph([tensor(1, [16], op=op, src=[2, 2], op_params=[*fn, 1, 0, 0, 0]),
                                 tensor(2, [16], off=64)])]
 
 
@@ -196,7 +208,11 @@ def random_op(rng: random.Random) -> list[dict[str, Any]]:
     """Any op over sources of random small shapes and types: each op's own shape rules are the only guard."""
     types = [TYPE_F32, TYPE_F32, TYPE_I32, 1, 2, 8, 30]
 
-    def shape() -> list[int]:
+    same = [_pick(rng, [1, 2, 4, 8, 16]) for _ in range(rng.randrange(1, 4))]
+
+    def shape() -> list[int]:  # half the cases: one shape for all, so that the ops' own shape rules pass more often
+        if rng.random() < 0.5:
+            return same
         return [_pick(rng, [1, 2, 3, 4, 8, 16, 32]) for _ in range(rng.randrange(1, 5))]
 
     srcs = [tensor(2 + i, shape(), type_=_pick(rng, types), off=256 * (i + 1)) for i in range(rng.randrange(1, 4))]

@@ -182,10 +182,14 @@ class Replay:
         self.sizes: set[int] = set()
         self.refused = 0
 
-    # symbolic values: {"buf": k}, {"base": k, "off": n}, {"base_diff": [k, j], "off": n}, {"size": k}
+    # symbolic values: {"buf": k}, {"base": k, "off": n}, {"base_diff": [k, j], "off": n}, {"size": k}; "shift": s
+    # takes the bits from s up (the high half of a 64-bit address in two int32 op_params)
     def value(self, v: Any) -> int:
         if isinstance(v, int):
             return v
+        return self._symbol(v) >> int(v.get("shift", 0))
+
+    def _symbol(self, v: dict[str, Any]) -> int:
         def alloc(k: int) -> list[int]:
             return self.live[k] if -len(self.live) <= k < len(self.live) else [0, 0, 0]
         off = int(v.get("off", 0))
@@ -328,6 +332,24 @@ class Replay:
                 + b"".join(pack_field("Q", self.value(n)) for n in nodes) + pack_field("I", len(tensors))
                 + b"".join(tensors))
 
+    def read_buffer(self, k: int) -> bytes | None:
+        """Buffer k's bytes as the worker returns them (None when the connection is gone)."""
+        handle, size, base = self.live[k] if -len(self.live) <= k < len(self.live) else (0, 0, 0)
+        if not (handle and base and size):
+            return None
+        return self.send(read_whole_buffer(handle, size, base))
+
+    def expect(self, op: dict[str, Any]) -> None:
+        """{"buf": k, "filled": b}: buffer k still holds only b (no other tensor wrote into it); {"buf": k,
+        "absent": b}: it holds no run of 16 b (no op read another buffer's bytes into it)."""
+        data = self.read_buffer(op["buf"])
+        if data is None:
+            return  # refused before: nothing ran
+        if "filled" in op and data != bytes([op["filled"]]) * len(data):
+            raise WorkerDefect("cross-buffer write: a graph changed a buffer none of its tensors is in")
+        if "absent" in op and bytes([op["absent"]]) * 16 in data:
+            raise WorkerDefect("cross-buffer read: a graph copied another buffer's bytes into its own")
+
     def run(self, op: dict[str, Any]) -> None:
         kind = op["op"]
         if kind == "send":
@@ -358,12 +380,21 @@ class Replay:
                 self.current = max((i for i, c in enumerate(self.conns) if c is not None), default=-1)
         elif kind == "idle":
             time.sleep(min(float(op.get("seconds", 0)), 5.0))
+        elif kind == "expect":
+            self.expect(op)
         elif kind == "free_all":
             for handle, _, _ in list(self.live):
                 self.send(Message(FREE_BUFFER, struct.pack("<Q", handle)))
 
 
 # -- the check: a fresh client's fresh buffers hold zeros ---------------------------------------------
+
+def read_whole_buffer(handle: int, size: int, base: int) -> Message:
+    """GET_TENSOR of a buffer's every byte (one I8 row)."""
+    whole = tensor_bytes({"type": TYPE_I8, "buffer": handle, "ne": [size, 1, 1, 1], "nb": [1, size, size, size],
+                          "data": base})
+    return Message(GET_TENSOR, whole + struct.pack("<QQ", 0, size))
+
 
 def check_fresh_buffers(port: int, sizes: set[int], timeout: float) -> None:
     client = Client(HOST, port, timeout)
@@ -378,9 +409,7 @@ def check_fresh_buffers(port: int, sizes: set[int], timeout: float) -> None:
             base = client.send(Message(BUFFER_GET_BASE, struct.pack("<Q", handle)))
             assert base is not None
             (address,) = struct.unpack_from("<Q", base)
-            whole = tensor_bytes({"type": TYPE_I8, "buffer": handle, "ne": [size, 1, 1, 1],
-                                  "nb": [1, size, size, size], "data": address})
-            data = client.send(Message(GET_TENSOR, whole + struct.pack("<QQ", 0, size)))
+            data = client.send(read_whole_buffer(handle, size, address))
             assert data is not None
             nonzero = len(data) - data.count(0)
             if nonzero:
