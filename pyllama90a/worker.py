@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import signal
 import sys
 
+from ._log import set_native_log_level
 from .errors import InvalidArgumentError
 from .model_open import default_threads
 from .native.devices import device_name, serving_devices
-from .native.rpc import protocol_version, serve
+from .native.rpc import ServerLimits, protocol_version, serve
 from .placement import parse_endpoint
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
@@ -39,7 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the physical cores)")
     parser.add_argument("--cache", default=None, metavar="DIR", help="keep large tensors a client sends in DIR, "
                         "so the next load of the same model sends only their hashes")
+    parser.add_argument("--cache-max-mib", type=int, default=ServerLimits.cache_max_bytes >> 20, metavar="MIB",
+                        help="what --cache may hold (default %(default)s MiB); a tensor that would not fit is not "
+                        "saved")
+    parser.add_argument("--timeout", type=float, default=ServerLimits.timeout_s, metavar="S",
+                        help="disconnect a client silent for S seconds during the handshake or inside a message "
+                        "(default %(default)g)")
+    parser.add_argument("--idle-timeout", type=float, default=ServerLimits.idle_timeout_s, metavar="S",
+                        help="disconnect a client silent for S seconds between commands (default 0: never; a "
+                        "loaded model keeps its connection open while it is idle)")
     args = parser.parse_args(argv)
+    if args.cache_max_mib < 0 or not args.timeout > 0 or not args.idle_timeout >= 0:
+        parser.error("--cache-max-mib and --idle-timeout must be >= 0, --timeout > 0")
+    limits = ServerLimits(args.timeout, args.idle_timeout, args.cache_max_mib << 20)
     try:
         endpoint = parse_endpoint(f"{args.host}:{args.port}", "--host/--port")
         devices = serving_devices(args.device)
@@ -62,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     major, minor, patch = protocol_version()
     print(f"pyllama90a.worker: serving {', '.join(device_name(d) for d in devices)} on {endpoint} "
           f"(ggml-rpc {major}.{minor}.{patch}, {threads} threads)", file=sys.stderr, flush=True)
+    # the refusals of what a client sent (patch 0022) are ggml warnings and errors: show them
+    logging.basicConfig(stream=sys.stderr, format="pyllama90a.worker: %(message)s")
+    set_native_log_level("WARNING")
     # ggml's server loop never returns to Python, so Python's Ctrl-C handler would never run: let SIGINT end it
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    serve(endpoint, devices, threads, cache)
+    serve(endpoint, devices, threads, cache, limits)
     print(f"pyllama90a.worker: could not serve on {endpoint} (see above)", file=sys.stderr)
     return 1
 

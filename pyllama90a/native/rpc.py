@@ -117,9 +117,22 @@ def worker_devices(endpoint: Endpoint) -> list[CData]:
     return [lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg))]
 
 
-def serve(endpoint: Endpoint, devices: list[CData], n_threads: int, cache_dir: bytes | None) -> None:
+@dataclass(frozen=True)
+class ServerLimits:
+    """What patch 0022's server allows a client. timeout_s: a client silent this long during the handshake or
+    inside a message is disconnected; idle_timeout_s: the same between commands (0: never); cache_max_bytes: what
+    the --cache directory may hold (a tensor that would not fit is not saved)."""
+    timeout_s: float = 30.0
+    idle_timeout_s: float = 0.0
+    cache_max_bytes: int = 8 << 30
+
+
+def serve(endpoint: Endpoint, devices: list[CData], n_threads: int, cache_dir: bytes | None,
+          limits: ServerLimits = ServerLimits()) -> None:
     """Serve `devices` (ggml_backend_dev_t) to RPC clients on `endpoint`, one client at a time; returns only when
     the server could not start (ggml printed why)."""
+    set_limits = _proc("ggml_backend_rpc_server_limits", "void (*)(uint64_t, uint64_t, uint64_t)")
+    set_limits(round(limits.timeout_s * 1000), round(limits.idle_timeout_s * 1000), limits.cache_max_bytes)
     start = _proc("ggml_backend_rpc_start_server",
                   "void (*)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *)")
     array = ffi.new("ggml_backend_dev_t[]", devices)

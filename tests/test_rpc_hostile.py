@@ -1,0 +1,236 @@
+"""A hostile peer against `python -m pyllama90a.worker` (issue 33, patch 0022): raw ggml-rpc messages over
+loopback, each of which read or wrote outside the worker's buffers, ended it, or handed one client what another
+left. Each is refused (the worker closes that connection) and the worker serves the next client; a valid graph
+still computes."""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from pyllama90a.tools.worker_process import WorkerProcess
+
+# ggml-rpc's commands (ggml-rpc.cpp's enum rpc_cmd)
+ALLOC_BUFFER, BUFFER_GET_BASE, FREE_BUFFER, SET_TENSOR, GET_TENSOR, GRAPH_COMPUTE, HELLO, DEVICE_COUNT = (
+    0, 3, 4, 6, 8, 10, 14, 15)
+# ggml's op and type numbers of this build (GGML_OP_COUNT 101: ggml-rpc's protocol patch version pins them)
+OP_NONE, OP_ADD, OP_ACC, OP_GET_ROWS, OP_MAP_CUSTOM1, OP_COUNT = 0, 2, 5, 40, 92, 101
+F32, I32 = 0, 26
+FLAG_COMPUTE = 16  # GGML_TENSOR_FLAG_COMPUTE: the CPU backend skips nodes without it
+# rpc_tensor: id type buffer ne[4] nb[4] op op_params[16] flags src[10] view_src view_offs data name[64] use_count
+RPC_TENSOR = struct.Struct("<QIQ4I4II16ii10QQQQ64si")
+BUFFER_SIZE = 4096
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the worker closed the connection")
+        data += chunk
+    return data
+
+
+class Peer:
+    """A ggml-rpc client speaking the wire format directly."""
+
+    def __init__(self, endpoint: str, timeout: float = 30.0) -> None:
+        host, _, port = endpoint.partition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.call(HELLO, bytes(24))
+
+    def send(self, cmd: int, payload: bytes, declared: int | None = None) -> None:
+        self.sock.sendall(struct.pack("<BQ", cmd, len(payload) if declared is None else declared) + payload)
+
+    def call(self, cmd: int, payload: bytes) -> bytes:
+        self.send(cmd, payload)
+        (size,) = struct.unpack("<Q", recv_exact(self.sock, 8))
+        return recv_exact(self.sock, size)
+
+    def alloc(self, size: int = BUFFER_SIZE) -> tuple[int, int]:
+        """A buffer on device 0: (its id, its base address)."""
+        remote, _ = struct.unpack("<QQ", self.call(ALLOC_BUFFER, struct.pack("<IQ", 0, size)))
+        assert remote
+        (base,) = struct.unpack("<Q", self.call(BUFFER_GET_BASE, struct.pack("<Q", remote)))
+        return remote, base
+
+    def set_tensor(self, t: bytes, data: bytes, offset: int = 0) -> None:
+        self.send(SET_TENSOR, t + struct.pack("<BQ", 0, offset) + data)
+
+    def get_tensor(self, t: bytes, size: int, offset: int = 0) -> bytes:
+        return self.call(GET_TENSOR, t + struct.pack("<QQ", offset, size))
+
+    def compute(self, nodes: list[int], tensors: list[bytes]) -> None:
+        self.send(GRAPH_COMPUTE, struct.pack(f"<II{len(nodes)}QI", 0, len(nodes), *nodes, len(tensors))
+                  + b"".join(tensors))
+
+    def closed(self) -> bool:
+        """Whether the worker closed this connection (a DEVICE_COUNT gets no answer)."""
+        try:
+            self.call(DEVICE_COUNT, b"")
+        except OSError:  # ConnectionError (EOF, reset) included
+            return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def tensor(tid: int, buffer: int, data: int, ne: tuple[int, ...] = (4,), *, type_: int = F32,
+           nb: tuple[int, ...] | None = None, op: int = OP_NONE, op_params: tuple[int, ...] = (),
+           src: tuple[int, ...] = (), name: bytes = b"") -> bytes:
+    ne4 = (*ne, *(1,) * (4 - len(ne)))
+    if nb is None:  # contiguous 4-byte elements
+        nb = (4, 4 * ne4[0], 4 * ne4[0] * ne4[1], 4 * ne4[0] * ne4[1] * ne4[2])
+    flags = FLAG_COMPUTE if op != OP_NONE else 0
+    return RPC_TENSOR.pack(tid, type_, buffer, *ne4, *nb, op, *op_params, *(0,) * (16 - len(op_params)), flags,
+                           *src, *(0,) * (10 - len(src)), 0, 0, data, name, 0)
+
+
+def floats(*values: float) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with WorkerProcess(extra=("--timeout", "2")) as w:
+        yield w
+
+
+@pytest.fixture
+def peer(worker):
+    """A client of the worker; after the test, the worker is still alive and serves the next client."""
+    p = Peer(worker.endpoint)
+    yield p
+    p.close()
+    assert worker.proc is not None and worker.proc.poll() is None, worker.text()
+    Peer(worker.endpoint).close()
+
+
+def refused(peer: Peer, worker: WorkerProcess) -> bool:
+    return peer.closed() and worker.proc is not None and worker.proc.poll() is None
+
+
+def test_a_valid_graph_still_computes(peer):
+    """ADD and ACC within their tensors: the checks let what llama.cpp's graphs do through."""
+    buf, base = peer.alloc()
+    a, b, out = (tensor(i + 1, buf, base + 64 * i) for i in range(3))
+    peer.set_tensor(a, floats(1, 2, 3, 4))
+    peer.set_tensor(b, floats(10, 20, 30, 40))
+    add = tensor(3, buf, base + 128, op=OP_ADD, src=(1, 2))
+    peer.compute([3], [a, b, add])
+    assert peer.get_tensor(out, 16) == floats(11, 22, 33, 44)
+    small = tensor(4, buf, base + 192, ne=(2,))
+    peer.set_tensor(small, floats(100, 200))
+    acc = tensor(5, buf, base + 256, op=OP_ACC, op_params=(16, 16, 16, 8, 0), src=(1, 4))
+    peer.compute([5], [a, small, acc])
+    assert peer.get_tensor(tensor(5, buf, base + 256), 16) == floats(1, 2, 103, 204)
+
+
+@pytest.mark.parametrize("offset, stride", [(-4096, 16), (BUFFER_SIZE * 4, 16), (0, 1 << 30)],
+                         ids=["before", "after", "stride"])
+def test_acc_with_a_view_outside_its_buffer_is_refused(peer, worker, offset, stride):
+    """GGML_OP_ACC's view offset and strides come from op_params: they reached before and after the buffer
+    (another buffer's contents read and written, the heap corrupted)."""
+    buf, base = peer.alloc()
+    other, other_base = peer.alloc()
+    peer.set_tensor(tensor(9, other, other_base), floats(7, 7, 7, 7))
+    a = tensor(1, buf, base, ne=(4,))
+    b = tensor(2, buf, base + 64, ne=(4, 2))
+    acc = tensor(3, buf, base + 128, op=OP_ACC, op_params=(stride, stride, stride, offset, 0), src=(1, 2))
+    peer.compute([3], [a, b, acc])
+    assert refused(peer, worker)
+
+
+def test_set_tensor_declaring_2_63_bytes_is_refused(peer, worker):
+    peer.send(SET_TENSOR, b"", declared=1 << 63)
+    assert refused(peer, worker)
+
+
+def test_a_declared_size_costs_no_memory_before_its_bytes_come(peer, worker):
+    """9 bytes declaring 1.5 GiB made the worker zero-fill 1.5 GiB, then wait for the body."""
+    rss = rss_kib(worker)
+    peer.send(SET_TENSOR, b"", declared=3 << 29)
+    time.sleep(1.0)
+    assert rss_kib(worker) - rss < 64 << 10
+    assert refused(peer, worker)  # after --timeout 2 without the body
+
+
+def rss_kib(worker: WorkerProcess) -> int:
+    assert worker.proc is not None
+    status = Path(f"/proc/{worker.proc.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
+def test_a_tensor_before_its_buffer_is_refused(peer, worker):
+    buf, base = peer.alloc()
+    peer.get_tensor(tensor(1, buf, base), 16)  # inside: answered
+    with pytest.raises(OSError):
+        peer.get_tensor(tensor(1, buf, base - 4096), 16)
+    assert refused(peer, worker)
+
+
+def test_sources_without_buffer_or_data_are_refused(peer, worker):
+    buf, base = peer.alloc()
+    add = tensor(3, buf, base, op=OP_ADD, src=(1, 2))
+    peer.compute([3], [tensor(1, 0, 0), tensor(2, 0, 0), add])
+    assert refused(peer, worker)
+
+
+def test_a_300000_deep_source_chain_is_refused(peer, worker):
+    """Sources nested 300,000 deep overflowed the stack of the recursive graph builder."""
+    buf, base = peer.alloc()
+    depth = 300_000
+    chain = [tensor(1, buf, base)] + [tensor(i, buf, base, op=OP_ADD, src=(i - 1, i - 1)) for i in range(2, depth)]
+    peer.compute([depth - 1], chain)
+    assert refused(peer, worker)
+
+
+def test_get_rows_with_an_out_of_range_row_is_refused(peer, worker):
+    buf, base = peer.alloc()
+    rows = tensor(1, buf, base, ne=(4, 2))
+    ids = tensor(2, buf, base + 64, ne=(1,), type_=I32)
+    peer.set_tensor(ids, struct.pack("<i", 1000))
+    get = tensor(3, buf, base + 128, ne=(4, 1), op=OP_GET_ROWS, src=(1, 2))
+    peer.compute([3], [rows, ids, get])
+    assert refused(peer, worker)
+
+
+@pytest.mark.parametrize("op", [OP_COUNT + 99, OP_MAP_CUSTOM1], ids=["unknown", "custom-function-pointer"])
+def test_an_op_outside_the_allow_list_is_refused(peer, worker, op):
+    buf, base = peer.alloc()
+    node = tensor(2, buf, base + 64, op=op, src=(1,))
+    peer.compute([2], [tensor(1, buf, base), node])
+    assert refused(peer, worker)
+
+
+def test_a_new_client_never_reads_what_the_last_one_left(worker):
+    """Freed buffers were not cleared: a new client's allocation at the same address returned all 1024 of the
+    last client's 64-byte blocks."""
+    size = 1024 * 64
+    secret = bytes(range(1, 65)) * 1024
+    first = Peer(worker.endpoint)
+    buf, base = first.alloc(size)
+    whole = tensor(1, buf, base, ne=(size // 4,))
+    first.set_tensor(whole, secret)
+    assert first.get_tensor(whole, size) == secret
+    first.close()  # the worker frees its buffers
+    second = Peer(worker.endpoint)
+    buf, base = second.alloc(size)
+    try:
+        assert second.get_tensor(tensor(1, buf, base, ne=(size // 4,)), size) == bytes(size)
+    finally:
+        second.close()
+
+
+def test_an_idle_peer_before_its_handshake_does_not_hold_the_worker(worker):
+    """A peer that connects and says nothing is closed after --timeout (2 s here); the next client is served."""
+    host, _, port = worker.endpoint.partition(":")
+    with socket.create_connection((host, int(port))):
+        start = time.monotonic()
+        Peer(worker.endpoint, timeout=20).close()
+        assert time.monotonic() - start < 10
