@@ -1,8 +1,8 @@
 """The RPC fuzzer's corpus: real sessions between a Model and a worker, recorded through a proxy on loopback.
 
 `python -m pyllama90a.fuzz.rpc_sessions DIR` starts a worker, puts a recording TCP proxy in front of it, loads the
-default model with `rpc=[proxy]` and decodes a few tokens ("load-generate"), then again with another context size
-and batch ("load-batch"). Each connection's two byte streams are kept, SET_TENSOR's data cut to MAX_DATA bytes
+default model with `rpc=[proxy]` and decodes a few tokens (SESSIONS: the whole model on the worker, or two of its
+layers, with other context and batch sizes). Each connection's two byte streams are kept, SET_TENSOR's data cut to MAX_DATA bytes
 (the weights are ~100 MB; a replay needs their framing, not their values). A session file is
 | b"RPCS1" | u64 length | client-to-worker bytes | u64 length | worker-to-client bytes |.
 
@@ -28,9 +28,12 @@ from .rpc_protocol import ALLOC_BUFFER, BUFFER_GET_BASE, REPLIES, SET_TENSOR, Me
 
 MAGIC = b"RPCS1"
 MAX_DATA = 64  # bytes of SET_TENSOR data kept per request
+# the whole model on the worker; and two layers of it (the rest on this CPU), whose buffers and graphs are a tenth
+# of the size: most cases replay those, so that a case costs a fraction of a second
 SESSIONS = {"load-generate": {"n_ctx": 256, "prompt": "The capital of France is", "max_tokens": 4},
-            "load-batch": {"n_ctx": 512, "n_batch": 64, "prompt": "One two three four five six seven eight nine "
-                           "ten eleven twelve thirteen fourteen fifteen sixteen", "max_tokens": 2}}
+            "load-batch": {"n_ctx": 512, "n_batch": 64, "n_gpu_layers": 2, "prompt": "One two three four five six "
+                           "seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen", "max_tokens": 2},
+            "two-layers": {"n_ctx": 256, "n_gpu_layers": 2, "prompt": "Hello, my name is", "max_tokens": 3}}
 
 
 @dataclass
@@ -185,7 +188,7 @@ def record(out_dir: Path, worker_args: list[str] | None = None) -> list[Path]:
         time.sleep(0.2)  # the readiness probe's connection is served and closed first
         for name, params in SESSIONS.items():
             proxy = RecordingProxy(port)
-            kwargs = {k: v for k, v in params.items() if k in ("n_ctx", "n_batch")}
+            kwargs = {k: v for k, v in params.items() if k in ("n_ctx", "n_batch", "n_gpu_layers")}
             with pl.Model(pl.default_model(), rpc=[f"127.0.0.1:{proxy.port}"], n_threads=2, **kwargs) as model:
                 model.generate(str(params["prompt"]), max_tokens=int(params["max_tokens"]), temperature=0)
             time.sleep(0.3)
