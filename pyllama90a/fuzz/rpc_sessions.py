@@ -2,8 +2,8 @@
 
 `python -m pyllama90a.fuzz.rpc_sessions DIR` starts a worker, puts a recording TCP proxy in front of it, loads the
 default model with `rpc=[proxy]` and decodes a few tokens (SESSIONS: the whole model on the worker, or two of its
-layers, with other context and batch sizes). Each connection's two byte streams are kept, SET_TENSOR's data cut to MAX_DATA bytes
-(the weights are ~100 MB; a replay needs their framing, not their values). A session file is
+layers, with other context and batch sizes). Each connection's two byte streams are kept, SET_TENSOR's data cut
+to MAX_DATA bytes (the weights are ~100 MB; a replay needs their framing, not their values). A session file is
 | b"RPCS1" | u64 length | client-to-worker bytes | u64 length | worker-to-client bytes |.
 
 Session pairs each request with its reply, and from ALLOC_BUFFER and BUFFER_GET_BASE replies it knows the
