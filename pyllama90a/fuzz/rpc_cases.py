@@ -245,6 +245,25 @@ def cross_client(rng: random.Random) -> list[dict[str, Any]]:
     return ops
 
 
+def auth_peer(rng: random.Random) -> list[dict[str, Any]]:
+    """A peer without the link's secret (patch 0023): no answer, a wrong one, a lying size, or silence. The worker
+    must close it without answering a command, and serve the next client."""
+    ops: list[dict[str, Any]] = [{"op": "close"}, {"op": "conn", "hello": False},
+                                 {"op": "msg", "cmd": HELLO, "parts": [["fill", 24, 0]]}]
+    kind = _pick(rng, ["command", "wrong", "size", "short", "silent"])
+    if kind == "command":  # a command where the answer belongs (read as the answer)
+        return [*ops, {"op": "recv"}, {"op": "expect_refused"}]
+    if kind == "wrong":
+        return [*ops, {"op": "recv"}, {"op": "raw", "parts": [["Q", 64], ["hex", rng.randbytes(64).hex()]]},
+                {"op": "expect_refused"}]
+    if kind == "size":
+        size = _pick(rng, [0, 63, 65, 2**63, 2**64 - 1])
+        return [*ops, {"op": "recv"}, {"op": "raw", "parts": [["Q", size], ["fill", 64, 0]]}, {"op": "expect_refused"}]
+    if kind == "short":  # half an answer, then nothing: the handshake timeout must end it
+        return [*ops, {"op": "recv"}, {"op": "raw", "parts": [["Q", 64], ["fill", 20, 7]]}, {"op": "hold"}]
+    return [*ops, {"op": "hold"}]
+
+
 def recompute(rng: random.Random, session: Session) -> list[dict[str, Any]]:
     """GRAPH_RECOMPUTE after the graph's buffers changed under it."""
     graphs = session.indices(GRAPH_COMPUTE)
@@ -370,13 +389,14 @@ def generate_rpc_case(seed: int, index: int, sessions: dict[str, Session]) -> di
     n_attacks = 0 if mutations and rng.random() < 0.5 else rng.randint(1, 2)
     # PYLLAMA90A_FUZZ_RPC_SKIP: attack classes left out (e.g. idle_peer, for a worker without an idle timeout)
     skipped = set(os.environ.get("PYLLAMA90A_FUZZ_RPC_SKIP", "").split(","))
-    attacks = sorted(set(ATTACKS) - skipped)
+    settings = Settings.from_environment()
+    attacks = sorted((set(ATTACKS) | ({"auth_peer"} if settings.secret_file else set())) - skipped)
     weights = [WEIGHTS.get(a, 1.0) for a in attacks]
     for cls in rng.choices(attacks, weights, k=n_attacks):
-        mutations.append({"cls": cls, "ops": ATTACKS[cls](rng)})
+        mutations.append({"cls": cls, "ops": (auth_peer if cls == "auth_peer" else ATTACKS[cls])(rng)})
     spec = {"target": "rpc", "base": base, "mutations": mutations}
-    settings = Settings.from_environment().to_json()
-    return {**spec, "model_args": settings} if settings else spec
+    worker = settings.to_json()
+    return {**spec, "model_args": worker} if worker else spec
 
 
 def known_crash_case() -> dict[str, Any]:

@@ -9,6 +9,9 @@ are not, and a worker refuses a request by closing the connection. This is read 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import os
 import socket
 import struct
 from collections.abc import Iterator
@@ -26,6 +29,11 @@ NAMES = ("ALLOC_BUFFER GET_ALIGNMENT GET_MAX_SIZE BUFFER_GET_BASE FREE_BUFFER BU
 REPLIES = frozenset({ALLOC_BUFFER, GET_ALIGNMENT, GET_MAX_SIZE, BUFFER_GET_BASE, SET_TENSOR_HASH, GET_TENSOR,
                      COPY_TENSOR, GET_DEVICE_MEMORY, GET_ALLOC_SIZE, HELLO, DEVICE_COUNT})
 CONN_CAPS_SIZE = 24  # HELLO's payload: the client's transport capabilities (zeros: plain TCP)
+# patch 0023: a worker with a secret sets bit 0 of HELLO's padding byte, then sends | size | 32-byte nonce |; the
+# client answers | size | its nonce | HMAC-SHA256(secret, CLIENT_LABEL | server nonce | client nonce) |, the worker
+# | size | HMAC(secret, SERVER_LABEL | both nonces) |
+HELLO_FLAG_AUTH, NONCE_SIZE = 1, 32
+CLIENT_LABEL, SERVER_LABEL = b"pyllama90a-rpc client", b"pyllama90a-rpc server"
 
 # ggml's limits and the operations the attack cases name (ggml.h's enum ggml_op; 101 ops in this protocol version)
 MAX_DIMS, MAX_SRC, MAX_OP_PARAMS, MAX_NAME = 4, 10, 64, 64
@@ -172,8 +180,7 @@ class Client:
             raise Closed(f"send {message.name}: {e}") from None
         if not (message.cmd in REPLIES if expect_reply is None else expect_reply):
             return None
-        (size,) = struct.unpack("<Q", self.recv_exact(8))
-        return self.recv_exact(size)
+        return self.recv_msg()
 
     def recv_exact(self, n: int) -> bytes:
         chunks, got = [], 0
@@ -190,12 +197,32 @@ class Client:
             got += len(chunk)
         return b"".join(chunks)
 
-    def hello(self) -> tuple[int, int, int]:
+    def hello(self, secret: bytes | None = None) -> tuple[int, int, int]:
+        """HELLO, and the challenge-response when the worker asks for it (with `secret`; Closed without one)."""
         reply = self.send(Message(HELLO, bytes(CONN_CAPS_SIZE)))
         assert reply is not None
-        if len(reply) < 3:
+        if len(reply) < 4:
             raise Closed(f"HELLO answered with {len(reply)} bytes")
+        if reply[3] & HELLO_FLAG_AUTH:
+            if secret is None:
+                raise Closed("the worker asks for a secret")
+            self.authenticate(secret)
         return reply[0], reply[1], reply[2]
+
+    def recv_msg(self) -> bytes:
+        (size,) = struct.unpack("<Q", self.recv_exact(8))
+        return self.recv_exact(size)
+
+    def authenticate(self, secret: bytes) -> None:
+        server_nonce, client_nonce = self.recv_msg(), os.urandom(NONCE_SIZE)
+        mac = hmac.new(secret, CLIENT_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
+        try:
+            self.sock.sendall(struct.pack("<Q", NONCE_SIZE + len(mac)) + client_nonce + mac)
+        except OSError as e:
+            raise Closed(f"send the answer: {e}") from None
+        expected = hmac.new(secret, SERVER_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
+        if not hmac.compare_digest(self.recv_msg(), expected):
+            raise Closed("the worker's answer to the challenge is wrong")
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

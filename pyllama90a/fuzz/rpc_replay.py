@@ -61,13 +61,19 @@ class Settings:
     """How a case runs its worker. worker: a command ("{port}" replaced), else pyllama90a.worker forked with
     worker_args; reply_timeout: seconds a case's request may wait for its reply before its connection is dropped
     (a busy or stalled worker); check_timeout: seconds the check's client waits (longer than the worker's own idle
-    timeout, which idle peers must meet); rss_mb: the worker's RSS limit."""
+    timeout, which idle peers must meet); rss_mb: the worker's RSS limit; secret_file: the link's secret (patch
+    0023; the forked worker gets --secret-file, every client of the case but the auth class's proves it holds it)."""
 
     worker: list[str] = field(default_factory=list)
     worker_args: list[str] = field(default_factory=list)
     reply_timeout: float = 3.0
     check_timeout: float = 10.0
     rss_mb: float = 2048.0
+    secret_file: str = ""
+
+    @property
+    def secret(self) -> bytes | None:
+        return Path(self.secret_file).read_bytes().rstrip(b"\r\n") if self.secret_file else None
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -76,7 +82,8 @@ class Settings:
                    shlex.split(env("PYLLAMA90A_FUZZ_RPC_WORKER_ARGS", "")),
                    float(env("PYLLAMA90A_FUZZ_RPC_REPLY_TIMEOUT", "3")),
                    float(env("PYLLAMA90A_FUZZ_RPC_CHECK_TIMEOUT", "10")),
-                   float(env("PYLLAMA90A_FUZZ_RPC_WORKER_RSS_MB", "2048")))
+                   float(env("PYLLAMA90A_FUZZ_RPC_WORKER_RSS_MB", "2048")),
+                   env("PYLLAMA90A_FUZZ_RPC_SECRET_FILE", ""))
 
     def to_json(self) -> dict[str, Any]:
         default = asdict(Settings())
@@ -111,7 +118,9 @@ def start_worker(port: int, settings: Settings) -> int:
                 _die_with_parent()
                 from .. import worker
 
-                code = worker.main(["--host", HOST, "--port", str(port), "--threads", "1", *settings.worker_args])
+                secret = ["--secret-file", settings.secret_file] if settings.secret_file else []
+                code = worker.main(["--host", HOST, "--port", str(port), "--threads", "1", *secret,
+                                    *settings.worker_args])
             finally:
                 os._exit(code)
     wait_for_port(port, 30)
@@ -172,8 +181,9 @@ class Replay:
     """The live side of a case: its connections, the buffers the worker gave it, and the recorded sessions whose
     requests it plays with the live addresses in place of the recorded ones."""
 
-    def __init__(self, port: int, sessions: dict[str, Session], reply_timeout: float) -> None:
-        self.port, self.sessions, self.reply_timeout = port, sessions, reply_timeout
+    def __init__(self, port: int, sessions: dict[str, Session], reply_timeout: float,
+                 secret: bytes | None = None) -> None:
+        self.port, self.sessions, self.reply_timeout, self.secret = port, sessions, reply_timeout, secret
         self.live: list[list[int]] = []  # allocation order -> [handle, size, base]
         self.recorded_to_live: dict[tuple[str, int], int] = {}
         self.conns: list[Client | None] = []
@@ -208,7 +218,7 @@ class Replay:
         try:
             client = Client(HOST, self.port, self.reply_timeout)
             if hello:
-                client.hello()
+                client.hello(self.secret)
         except (OSError, Closed):
             client = None
         self.conns.append(client)
@@ -382,6 +392,19 @@ class Replay:
             time.sleep(min(float(op.get("seconds", 0)), 5.0))
         elif kind == "expect":
             self.expect(op)
+        elif kind in ("raw", "recv"):  # bytes without a command byte (the challenge's answer), one reply read
+            client = self.conns[self.current] if 0 <= self.current < len(self.conns) else None
+            try:
+                if client is not None and kind == "raw":
+                    client.sock.sendall(self.build(op.get("parts", [])))
+                elif client is not None:
+                    client.recv_msg()
+            except (OSError, Closed):
+                client.close()  # type: ignore[union-attr]
+                self.conns[self.current] = None
+        elif kind == "expect_refused":  # a peer that failed the challenge: no command of its may be answered
+            if self.send(Message(ALLOC_BUFFER, struct.pack("<IQ", 0, 4096))) is not None:
+                raise WorkerDefect("authentication bypassed: a peer that failed the challenge got an answer")
         elif kind == "free_all":
             for handle, _, _ in list(self.live):
                 self.send(Message(FREE_BUFFER, struct.pack("<Q", handle)))
@@ -396,10 +419,10 @@ def read_whole_buffer(handle: int, size: int, base: int) -> Message:
     return Message(GET_TENSOR, whole + struct.pack("<QQ", 0, size))
 
 
-def check_fresh_buffers(port: int, sizes: set[int], timeout: float) -> None:
+def check_fresh_buffers(port: int, sizes: set[int], timeout: float, secret: bytes | None = None) -> None:
     client = Client(HOST, port, timeout)
     try:
-        client.hello()
+        client.hello(secret)
         for size in sorted({4096, *(s for s in sizes if 0 < s <= CHECK_MAX_BYTES)})[-4:]:
             reply = client.send(Message(ALLOC_BUFFER, struct.pack("<IQ", 0, size)))
             assert reply is not None
@@ -437,7 +460,7 @@ def run_case(spec: dict[str, Any], stage: Stage) -> None:
     watch.start()
     try:
         stage("replay")
-        replay = Replay(port, sessions, settings.reply_timeout)
+        replay = Replay(port, sessions, settings.reply_timeout, settings.secret)
         replay.connect()
         for m in spec["mutations"]:
             for op in m["ops"]:
@@ -448,7 +471,7 @@ def run_case(spec: dict[str, Any], stage: Stage) -> None:
         status = _reap(pid, 0)
         if status is None:
             try:
-                check_fresh_buffers(port, replay.sizes, settings.check_timeout)
+                check_fresh_buffers(port, replay.sizes, settings.check_timeout, settings.secret)
             except TimeoutError:
                 status = _reap(pid, 0)
                 if status is None and not watch.over:
