@@ -221,10 +221,14 @@ def test_an_engine_request_fails_when_its_worker_dies_and_the_engine_goes_on(mod
         worker.stop()
 
 
-def test_a_worker_bound_beyond_loopback_warns(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pyllama90a.worker", "--host", "0.0.0.0", "--port", str(port),
-                             "--threads", "1"], stderr=subprocess.PIPE, text=True)
+def test_a_worker_beyond_loopback_needs_a_secret_or_says_it_has_none(tmp_path):
+    """Bound to another address, a worker without --secret-file refuses to start; --allow-unauthenticated starts it
+    with a warning."""
+    run = [sys.executable, "-m", "pyllama90a.worker", "--host", "0.0.0.0", "--port", str(free_port()), "--threads",
+           "1"]
+    refused = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "give --secret-file" in refused.stderr, refused.stderr
+    proc = subprocess.Popen([*run, "--allow-unauthenticated"], stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stderr.readline()
     finally:
@@ -237,7 +241,8 @@ def test_a_worker_bound_beyond_loopback_warns(tmp_path):
 def test_worker_flags_are_checked():
     run = [sys.executable, "-m", "pyllama90a.worker", "--port", str(free_port())]
     for extra, words in ((["--host", "worker.example"], "IPv4"), (["--device", "TPU9"], "no device TPU9"),
-                         (["--threads", "0"], "--threads")):
+                         (["--threads", "0"], "--threads"), (["--secret-file", "/nonexistent"], "cannot read"),
+                         (["--timeout", "0"], "--timeout")):
         proc = subprocess.run(run + extra, capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr

@@ -1,16 +1,24 @@
 """A hostile peer against `python -m pyllama90a.worker` (issue 33, patch 0022): raw ggml-rpc messages over
 loopback, each of which read or wrote outside the worker's buffers, ended it, or handed one client what another
 left. Each is refused (the worker closes that connection) and the worker serves the next client; a valid graph
-still computes."""
+still computes. The link's secret (patch 0023): a peer without it is closed after HELLO, a recorded or reflected
+answer does not pass, and a client refuses a worker that does not prove it holds it, or reports absurd sizes.""" 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import pyllama90a as pl
+from pyllama90a._ffi import ffi
+from pyllama90a.native import rpc
 from pyllama90a.tools.worker_process import WorkerProcess
 
 # ggml-rpc's commands (ggml-rpc.cpp's enum rpc_cmd)
@@ -95,8 +103,8 @@ def floats(*values: float) -> bytes:
     return struct.pack(f"<{len(values)}f", *values)
 
 
-@pytest.fixture(scope="module")
-def worker():
+@pytest.fixture
+def worker():  # one per test: a worker an attack ended would fail the tests after it too
     with WorkerProcess(extra=("--timeout", "2")) as w:
         yield w
 
@@ -234,3 +242,151 @@ def test_an_idle_peer_before_its_handshake_does_not_hold_the_worker(worker):
         start = time.monotonic()
         Peer(worker.endpoint, timeout=20).close()
         assert time.monotonic() - start < 10
+
+
+# -- the link's secret (patch 0023) --------------------------------------------------------------------------------
+
+
+def test_hmac_sha256_of_the_patch_matches_python():
+    """ggml takes no crypto dependency: patch 0023 carries its own SHA-256 and HMAC. Keys shorter than, equal to
+    and longer than the block (hashed first); messages around the padding boundaries (55, 56, 64 bytes)."""
+    native = rpc._proc("ggml_backend_rpc_hmac_sha256",
+                       "void (*)(const uint8_t *, size_t, const uint8_t *, size_t, uint8_t *)")
+    for key_len in (0, 1, 16, 63, 64, 65, 200):
+        for msg_len in (0, 1, 55, 56, 63, 64, 65, 119, 120, 1000):
+            key, msg = bytes((7 * i + 1) % 256 for i in range(key_len)), bytes((13 * i + 5) % 256 for i in range(msg_len))
+            out = ffi.new("uint8_t[32]")
+            native(ffi.from_buffer(key), key_len, ffi.from_buffer(msg), msg_len, out)
+            assert bytes(out) == hmac.new(key, msg, hashlib.sha256).digest(), (key_len, msg_len)
+
+
+@pytest.fixture
+def secret_file(tmp_path):
+    path = tmp_path / "rpc-secret"
+    path.write_bytes(b"a shared secret of the link\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def locked_worker(secret_file, monkeypatch):
+    """A worker that asks for the secret; this process holds it too (PYLLAMA90A_RPC_SECRET_FILE)."""
+    monkeypatch.setenv(rpc.SECRET_FILE_ENV, str(secret_file))
+    with WorkerProcess(extra=("--timeout", "2", "--secret-file", str(secret_file))) as w:
+        yield w
+
+
+class Handshake:
+    """A raw client of a worker that asks for the secret: HELLO, then its challenge."""
+
+    def __init__(self, endpoint: str) -> None:
+        host, _, port = endpoint.partition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.sendall(struct.pack("<BQ", HELLO, 24) + bytes(24))
+        reply = recv_exact(self.sock, 8 + 28)
+        assert reply[8 + 3] & 1  # the worker asks for the secret
+        (size,) = struct.unpack("<Q", recv_exact(self.sock, 8))
+        self.server_nonce = recv_exact(self.sock, size)
+
+    def answer(self, client_nonce: bytes, mac: bytes) -> bytes | None:
+        """The worker's answer to ours; None when it closed the connection."""
+        self.sock.sendall(struct.pack("<Q", 64) + client_nonce + mac)
+        try:
+            (size,) = struct.unpack("<Q", recv_exact(self.sock, 8))
+            return recv_exact(self.sock, size)
+        except OSError:
+            return None
+
+
+def test_a_worker_with_a_secret_serves_its_holders_only(locked_worker, secret_file, model_path):
+    secret = secret_file.read_bytes().strip()
+    nonce = bytes(range(32))
+    # without the secret: closed right after HELLO (the next command is taken as the answer, and fails)
+    peer = Peer.__new__(Peer)
+    host, _, port = locked_worker.endpoint.partition(":")
+    peer.sock = socket.create_connection((host, int(port)), timeout=30)
+    peer.send(HELLO, bytes(24))
+    recv_exact(peer.sock, 8 + 28 + 8 + 32)  # HELLO's reply, the challenge
+    assert refused(peer, locked_worker)
+    # another secret
+    assert Handshake(locked_worker.endpoint).answer(nonce, rpc.auth_mac(b"x" * 32, "client", bytes(32), nonce)) is None
+    # the right one: the worker proves it holds it too
+    first = Handshake(locked_worker.endpoint)
+    mac = rpc.auth_mac(secret, "client", first.server_nonce, nonce)
+    assert first.answer(nonce, mac) == rpc.auth_mac(secret, "server", first.server_nonce, nonce)
+    first.sock.close()
+    # a recorded answer does not pass a new challenge (replay)
+    second = Handshake(locked_worker.endpoint)
+    assert second.server_nonce != first.server_nonce
+    assert second.answer(nonce, mac) is None
+    # the worker's own answer sent back to it does not pass either (reflection: the labels differ)
+    third = Handshake(locked_worker.endpoint)
+    assert third.answer(nonce, rpc.auth_mac(secret, "server", third.server_nonce, nonce)) is None
+    # ggml's client (libggml-rpc) speaks it: a model loads and generates over the worker
+    with pl.Model(model_path, rpc=[locked_worker.endpoint], n_ctx=256, n_threads=1) as model:
+        assert model.generate("The capital of France is", max_tokens=3, temperature=0).tokens
+
+
+def test_a_client_without_the_secret_or_with_another_is_a_load_error(locked_worker, model_path, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.delenv(rpc.SECRET_FILE_ENV)
+    with pytest.raises(pl.ModelLoadError, match=f"RPC worker {locked_worker.endpoint} asks for the link's secret"):
+        pl.Model(model_path, rpc=[locked_worker.endpoint], n_ctx=256)
+    other = tmp_path / "other"
+    other.write_bytes(b"another secret, 32 bytes long..")
+    other.chmod(0o600)
+    monkeypatch.setenv(rpc.SECRET_FILE_ENV, str(other))
+    with pytest.raises(pl.ModelLoadError, match="refused this process's secret"):
+        pl.Model(model_path, rpc=[locked_worker.endpoint], n_ctx=256)
+    other.chmod(0o644)
+    with pytest.raises(pl.InvalidArgumentError, match="other users may read"):
+        pl.Model(model_path, rpc=[locked_worker.endpoint], n_ctx=256)
+
+
+@contextlib.contextmanager
+def fake_worker(hello_flags: int, device_count: int, server_mac: bytes | None = None):
+    """A listener on 127.0.0.1 that plays a worker: HELLO (asking for the secret when hello_flags has bit 0, then
+    answering with server_mac), DEVICE_COUNT with device_count; one connection after another."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(5)
+                    recv_exact(conn, 1 + 8 + 24)
+                    major, minor, patch = rpc.protocol_version()
+                    conn.sendall(struct.pack("<Q4B", 28, major, minor, patch, hello_flags) + bytes(24))
+                    if hello_flags & 1:
+                        conn.sendall(struct.pack("<Q", 32) + bytes(32))
+                        recv_exact(conn, 8 + 64)
+                        conn.sendall(struct.pack("<Q", 32) + (server_mac or bytes(32)))
+                    while recv_exact(conn, 9)[0] == DEVICE_COUNT:
+                        conn.sendall(struct.pack("<QI", 4, device_count))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_a_spoofed_worker_is_a_load_error_naming_it(model_path, secret_file, monkeypatch):
+    """A worker answering DEVICE_COUNT with 2^32-1 made Model(rpc=...) grow past 3 GiB; one that does not hold
+    the secret, or asks for none while this process has one, could feed the model what it likes."""
+    with fake_worker(0, 2**32 - 1) as endpoint:
+        with pytest.raises(pl.ModelLoadError, match=f"RPC worker {endpoint} reports 4294967295 devices"):
+            pl.Model(model_path, rpc=[endpoint], n_ctx=256)
+        add_server = rpc._proc("ggml_backend_rpc_add_server", "ggml_backend_reg_t (*)(const char *)")
+        assert add_server(endpoint.encode()) == ffi.NULL  # ggml's client bounds it too, without the probe
+    monkeypatch.setenv(rpc.SECRET_FILE_ENV, str(secret_file))
+    with fake_worker(0, 1) as endpoint, pytest.raises(pl.ModelLoadError, match="asks for no secret"):
+        pl.Model(model_path, rpc=[endpoint], n_ctx=256)
+    with fake_worker(1, 1, bytes(32)) as endpoint, pytest.raises(pl.ModelLoadError, match="does not hold the"):
+        pl.Model(model_path, rpc=[endpoint], n_ctx=256)

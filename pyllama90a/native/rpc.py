@@ -8,11 +8,17 @@ it is lost), which tells a model which of its workers is gone.
 
 Before ggml connects to a worker, `probe` says hello itself, with a timeout: ggml's own connect has none (a
 worker busy with another client, or something else listening on the port, would hang the load forever) and
-names a refused connection or a protocol mismatch only in its log.
+names a refused connection or a protocol mismatch only in its log. It also speaks patch 0023's authentication
+(the link's shared secret, PYLLAMA90A_RPC_SECRET_FILE) and asks DEVICE_COUNT, so that a worker that refuses this
+process's secret, asks for none, or reports an absurd number of devices is a ModelLoadError naming it.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
+import os
+import secrets
 import socket
 import struct
 from dataclasses import dataclass
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from .._ffi import ffi, lib
 from .._log import NativeCall
-from ..errors import ModelLoadError
+from ..errors import InvalidArgumentError, ModelLoadError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)
@@ -29,8 +35,16 @@ PROBE_TIMEOUT_S = 10.0
 # the wire format of ggml-rpc's HELLO (ggml-rpc.cpp): | command (1 byte) | size (8 bytes) | payload |, payload the
 # client's transport capabilities (zeros: plain TCP); the reply | size (8) | major minor patch pad | capabilities |
 _RPC_CMD_HELLO = 14
+_RPC_CMD_DEVICE_COUNT = 15
 _CONN_CAPS_SIZE = 24
 _HELLO_REPLY_SIZE = 4 + _CONN_CAPS_SIZE
+# patch 0023: the HELLO reply's 4th byte has this bit when the worker asks for the secret; then | size | its nonce |,
+# the client's | size | nonce | HMAC |, the worker's | size | HMAC | (HMAC-SHA256 over a label and both nonces)
+_HELLO_FLAG_AUTH = 1
+_NONCE_SIZE = _MAC_SIZE = 32
+MAX_WORKER_DEVICES = 64  # what patch 0023's client believes a worker's DEVICE_COUNT up to
+SECRET_FILE_ENV = "PYLLAMA90A_RPC_SECRET_FILE"
+MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 4096
 
 
 @dataclass(frozen=True)
@@ -74,10 +88,79 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def probe(endpoint: Endpoint, timeout: float | None = None) -> tuple[int, int, int]:
+def read_secret(path: str, name: str) -> bytes:
+    """The link's secret: the bytes of the file at `path`, without a trailing newline. InvalidArgumentError naming
+    `name` (the flag or variable that gave the path) when it cannot be read, other users may read it, or it holds
+    fewer than MIN_SECRET_BYTES or more than MAX_SECRET_BYTES."""
+    try:
+        if os.stat(path).st_mode & 0o077:
+            raise InvalidArgumentError(f"{name}: other users may read {path} (chmod 600 it)", param=name)
+        with open(path, "rb") as f:
+            data = f.read(MAX_SECRET_BYTES + 3)
+    except OSError as e:
+        raise InvalidArgumentError(f"{name}: cannot read {path}: {e.strerror or e}", param=name) from None
+    secret = data.rstrip(b"\r\n")
+    if not MIN_SECRET_BYTES <= len(secret) <= MAX_SECRET_BYTES:
+        raise InvalidArgumentError(f"{name}: the secret in {path} has {len(secret)} bytes; it needs "
+                                   f"{MIN_SECRET_BYTES}-{MAX_SECRET_BYTES} (e.g. `openssl rand -hex 32`)", param=name)
+    return secret
+
+
+def client_secret() -> bytes | None:
+    """This process's secret for the workers it connects to: the file PYLLAMA90A_RPC_SECRET_FILE names (None:
+    unset)."""
+    path = os.environ.get(SECRET_FILE_ENV)
+    return read_secret(path, SECRET_FILE_ENV) if path else None
+
+
+def use_secret(secret: bytes | None) -> None:
+    """Give ggml-rpc the link's secret (None: none): every later connection, as a client or as the worker, uses
+    it (patch 0023)."""
+    set_secret = _proc("ggml_backend_rpc_set_secret", "void (*)(const uint8_t *, size_t)")
+    data = secret or b""
+    set_secret(ffi.from_buffer(data), len(data))
+
+
+def auth_mac(secret: bytes, side: str, server_nonce: bytes, client_nonce: bytes) -> bytes:
+    """One side's answer (side "client" or "server"): HMAC-SHA256(secret, label | server nonce | client nonce); the
+    labels keep either answer from passing for the other's."""
+    return hmac.new(secret, f"pyllama90a-rpc {side}".encode() + server_nonce + client_nonce, hashlib.sha256).digest()
+
+
+def _message(sock: socket.socket, size: int, what: str) -> bytes:
+    (got,) = struct.unpack("<Q", _recv_exact(sock, 8))
+    if got != size:
+        raise ConnectionError(f"its {what} has {got} bytes, not {size}")
+    return _recv_exact(sock, size)
+
+
+def _authenticate(sock: socket.socket, endpoint: Endpoint, asked: bool, secret: bytes | None) -> None:
+    if asked and secret is None:
+        raise ModelLoadError(f"RPC worker {endpoint} asks for the link's secret: set {SECRET_FILE_ENV} to a file "
+                             "that holds it")
+    if not asked and secret is not None:
+        raise ModelLoadError(f"RPC worker {endpoint} asks for no secret, and {SECRET_FILE_ENV} is set: refused (a "
+                             "worker started without --secret-file, or not the worker meant)")
+    if secret is None:
+        return
+    server_nonce = _message(sock, _NONCE_SIZE, "challenge")
+    client_nonce = secrets.token_bytes(_NONCE_SIZE)
+    sock.sendall(struct.pack("<Q", _NONCE_SIZE + _MAC_SIZE) + client_nonce
+                 + auth_mac(secret, "client", server_nonce, client_nonce))
+    try:
+        answer = _message(sock, _MAC_SIZE, "answer")
+    except ConnectionError:
+        raise ModelLoadError(f"RPC worker {endpoint} refused this process's secret ({SECRET_FILE_ENV}): not the "
+                             "worker's") from None
+    if not hmac.compare_digest(answer, auth_mac(secret, "server", server_nonce, client_nonce)):
+        raise ModelLoadError(f"RPC worker {endpoint} does not hold the link's secret: refused")
+
+
+def probe(endpoint: Endpoint, timeout: float | None = None, secret: bytes | None = None) -> tuple[int, int, int]:
     """The protocol version the worker at `endpoint` answers HELLO with; ModelLoadError saying why when there is
-    no worker, it does not answer within `timeout`, or it speaks a version this build cannot use (ggml's rule:
-    the same major version, a minor version no newer than ours). timeout: PROBE_TIMEOUT_S by default."""
+    no worker, it does not answer within `timeout`, it speaks a version this build cannot use (ggml's rule:
+    the same major version, a minor version no newer than ours), the two sides' secrets (`secret`: this one's)
+    do not match, or it reports no devices or more than MAX_WORKER_DEVICES. timeout: PROBE_TIMEOUT_S by default."""
     timeout = PROBE_TIMEOUT_S if timeout is None else timeout
     try:
         with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout) as sock:
@@ -86,13 +169,24 @@ def probe(endpoint: Endpoint, timeout: float | None = None) -> tuple[int, int, i
             if size != _HELLO_REPLY_SIZE:
                 raise ConnectionError(f"its reply to HELLO has {size} bytes, not {_HELLO_REPLY_SIZE}: not a "
                                       "ggml-rpc worker, or one of another protocol generation")
-            major, minor, patch = _recv_exact(sock, size)[:3]
+            major, minor, patch, flags = _recv_exact(sock, size)[:4]
+            _check_version(endpoint, major, minor, patch)
+            _authenticate(sock, endpoint, bool(flags & _HELLO_FLAG_AUTH), secret)
+            sock.sendall(struct.pack("<BQ", _RPC_CMD_DEVICE_COUNT, 0))
+            (devices,) = struct.unpack("<I", _message(sock, 4, "device count"))
     except TimeoutError:
         raise ModelLoadError(f"RPC worker {endpoint} did not answer within {timeout:g} s (a worker serves one "
                              "client at a time: is another process using it? is something else listening on that "
                              "port?)") from None
     except OSError as e:  # ConnectionError included
         raise ModelLoadError(f"cannot reach RPC worker {endpoint}: {e.strerror or e}") from None
+    if not 0 < devices <= MAX_WORKER_DEVICES:
+        raise ModelLoadError(f"RPC worker {endpoint} reports {devices} devices; a worker may have 1 to "
+                             f"{MAX_WORKER_DEVICES}: not a pyllama90a worker, or a hostile one")
+    return major, minor, patch
+
+
+def _check_version(endpoint: Endpoint, major: int, minor: int, patch: int) -> None:
     ours = protocol_version()
     if major != ours[0] or minor > ours[1]:
         raise ModelLoadError(f"RPC worker {endpoint} speaks protocol {major}.{minor}.{patch}, this build "
@@ -102,14 +196,15 @@ def probe(endpoint: Endpoint, timeout: float | None = None) -> tuple[int, int, i
         raise ModelLoadError(f"RPC worker {endpoint} speaks protocol {major}.{minor}.{patch}, this build "
                              f"{ours[0]}.{ours[1]}.{ours[2]}: the patch version follows ggml's list of operations, "
                              "so a graph could run other ops there; run a worker from the same pyllama90a build")
-    return major, minor, patch
 
 
 def worker_devices(endpoint: Endpoint) -> list[CData]:
     """The ggml devices (ggml_backend_dev_t) of the worker at `endpoint`, connecting to it unless this process
     already is; ModelLoadError when it cannot be reached or refuses."""
+    secret = client_secret()
+    use_secret(secret)
     if connection(endpoint) <= 0:  # probing over a live connection would wait for ourselves
-        probe(endpoint)
+        probe(endpoint, secret=secret)
     add_server = _proc("ggml_backend_rpc_add_server", "ggml_backend_reg_t (*)(const char *)")
     with NativeCall() as call:
         reg = add_server(str(endpoint).encode())
@@ -128,9 +223,10 @@ class ServerLimits:
 
 
 def serve(endpoint: Endpoint, devices: list[CData], n_threads: int, cache_dir: bytes | None,
-          limits: ServerLimits = ServerLimits()) -> None:
-    """Serve `devices` (ggml_backend_dev_t) to RPC clients on `endpoint`, one client at a time; returns only when
-    the server could not start (ggml printed why)."""
+          limits: ServerLimits = ServerLimits(), secret: bytes | None = None) -> None:
+    """Serve `devices` (ggml_backend_dev_t) to RPC clients on `endpoint`, one client at a time, to those that hold
+    `secret` when one is given; returns only when the server could not start (ggml printed why)."""
+    use_secret(secret)
     set_limits = _proc("ggml_backend_rpc_server_limits", "void (*)(uint64_t, uint64_t, uint64_t)")
     set_limits(round(limits.timeout_s * 1000), round(limits.idle_timeout_s * 1000), limits.cache_max_bytes)
     start = _proc("ggml_backend_rpc_start_server",

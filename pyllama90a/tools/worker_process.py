@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from ..native.rpc import Endpoint, probe
+from ..native.rpc import Endpoint, client_secret, probe
 from .server_process import free_port
 
 
@@ -46,7 +46,7 @@ class WorkerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the worker exited with {self.proc.returncode}:\n{self.text()}")
             with contextlib.suppress(ModelLoadError):
-                probe(Endpoint("127.0.0.1", self.port), timeout=2.0)
+                probe(Endpoint("127.0.0.1", self.port), timeout=2.0, secret=client_secret())
                 return self
             time.sleep(0.2)
         self.stop()
