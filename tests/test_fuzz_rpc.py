@@ -7,6 +7,7 @@ one client's bytes to the next.
 """
 from __future__ import annotations
 
+import random
 import struct
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import sys
 import pytest
 
 from pyllama90a.fuzz.__main__ import main as fuzz_main
-from pyllama90a.fuzz.rpc_cases import ATTACKS, generate_rpc_case, known_crash_case
+from pyllama90a.fuzz.rpc_cases import ATTACKS, auth_peer, generate_rpc_case, known_crash_case
 from pyllama90a.fuzz.rpc_protocol import (
     ALLOC_BUFFER,
     GRAPH_COMPUTE,
@@ -157,3 +158,18 @@ def test_a_recorded_session_replays_whole_without_a_refusal(sessions) -> None:
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_peers_without_the_secret_are_closed(sessions, tmp_path) -> None:
+    # patch 0023: a worker with --secret-file answers no command of a peer that fails the challenge, and serves
+    # the next client (which holds the secret: the check authenticates)
+    secret = tmp_path / "secret"
+    secret.write_text("fuzz-" + "0123456789abcdef" * 2 + "\n")
+    secret.chmod(0o600)
+    settings = {"secret_file": str(secret), "worker_args": ["--timeout", "1", "--idle-timeout", "1"]}
+    for seed in range(6):
+        ops = auth_peer(random.Random(seed))
+        case = {"target": "rpc", "base": "two-layers", "model_args": settings,
+                "mutations": [{"cls": "auth_peer", "ops": ops}]}
+        outcome = run_one(rpc_job(case, tmp_path), timeout=30)
+        assert not outcome.is_defect, outcome.signature() + "\n" + "\n".join(outcome.stderr_tail)
