@@ -139,8 +139,23 @@ def _reap(pid: int, wait_s: float) -> int | None:
         time.sleep(0.02)
 
 
+def _repeat_sanitizer_summary() -> None:
+    """An ASan report ends with the shadow bytes' map, longer than the runner's stderr tail: say its SUMMARY line
+    (the worker wrote to this child's stderr) again at the end."""
+    try:
+        with open(os.readlink("/proc/self/fd/2"), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return
+    summary = [line for line in lines if line.startswith("SUMMARY: AddressSanitizer")]
+    if summary:
+        print(summary[-1], file=sys.stderr, flush=True)
+
+
 def _mirror(status: int) -> None:
     """End this child the way the worker ended, so that the runner classifies the worker's death."""
+    _repeat_sanitizer_summary()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         print(f"rpc worker died by {signal.Signals(sig).name}", file=sys.stderr, flush=True)
