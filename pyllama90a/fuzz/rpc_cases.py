@@ -193,8 +193,12 @@ def get_rows_oob(rng: random.Random) -> list[dict[str, Any]]:
 
 
 def unknown_op(rng: random.Random) -> list[dict[str, Any]]:
-    op = _pick(rng, [OP_COUNT, OP_COUNT + 1, 255, 2**31, 2**32 - 1, rng.randrange(OP_COUNT, 2**32)])
-    return [alloc(4096), graph([tensor(1, [16], op=op, src=[2]), tensor(2, [16], off=64)])]
+    """An op past the last, or UNARY/GLU naming a sub-op past theirs (op_params[0])."""
+    if rng.random() < 0.3:
+        op, params = _pick(rng, [OPS["UNARY"], OPS["GLU"]]), [_pick(rng, [-1, 64, 1000, 2**31 - 1, -2**31])]
+    else:
+        op, params = _pick(rng, [OP_COUNT, OP_COUNT + 1, 255, 2**31, 2**32 - 1, rng.randrange(OP_COUNT, 2**32)]), []
+    return [alloc(4096), graph([tensor(1, [16], op=op, src=[2, 2], op_params=params), tensor(2, [16], off=64)])]
 
 
 def custom_op(rng: random.Random) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ MAX_DIMS, MAX_SRC, MAX_OP_PARAMS, MAX_NAME = 4, 10, 64, 64
 OP_COUNT = 101
 OPS = {"NONE": 0, "DUP": 1, "ADD": 2, "ACC": 5, "MUL": 7, "SUM_ROWS": 15, "CPY": 34, "CONT": 35, "RESHAPE": 36,
        "VIEW": 37, "PERMUTE": 38, "TRANSPOSE": 39, "GET_ROWS": 40, "SET_ROWS": 42, "SOFT_MAX": 46, "ROPE": 48,
-       "SET": 33, "MUL_MAT": 29, "MAP_CUSTOM1": 92, "MAP_CUSTOM2": 93, "CUSTOM": 95, "GLU": 100}
+       "SET": 33, "MUL_MAT": 29, "UNARY": 91, "MAP_CUSTOM1": 92, "MAP_CUSTOM2": 93, "CUSTOM": 95, "GLU": 100}
 TYPE_F32, TYPE_F16, TYPE_Q4_0, TYPE_I32 = 0, 1, 2, 26
 
 # rpc_tensor, packed: id type buffer ne[4] nb[4] op op_params[16] flags src[10] view_src view_offs data name use_count
