@@ -173,3 +173,9 @@ def test_peers_without_the_secret_are_closed(sessions, tmp_path) -> None:
                 "mutations": [{"cls": "auth_peer", "ops": ops}]}
         outcome = run_one(rpc_job(case, tmp_path), timeout=30)
         assert not outcome.is_defect, outcome.signature() + "\n" + "\n".join(outcome.stderr_tail)
+
+
+def test_a_lying_tensor_count_costs_nothing() -> None:
+    # a mutated n_nodes moves where n_tensors is read: 2**32-1 there once made the fuzzer list 4 billion offsets
+    payload = struct.pack("<II", 0, 1) + struct.pack("<Q", 1) + struct.pack("<I", 2**32 - 1) + bytes(TENSOR_SIZE)
+    assert tensor_offsets(GRAPH_COMPUTE, payload) == [20]

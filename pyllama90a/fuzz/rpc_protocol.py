@@ -117,9 +117,9 @@ def tensor_offsets(cmd: int, payload: bytes | bytearray) -> list[int]:
         starts = [0, TENSOR_SIZE]
     elif cmd == GET_ALLOC_SIZE:
         starts = [4 + k * TENSOR_SIZE for k in range(1 + MAX_SRC)]
-    elif cmd == GRAPH_COMPUTE:
+    elif cmd == GRAPH_COMPUTE:  # the count as sent may be anything (2**32-1): only those the payload holds
         _, n_tensors, first = graph_layout(payload)
-        starts = [first + k * TENSOR_SIZE for k in range(n_tensors)]
+        starts = [first + k * TENSOR_SIZE for k in range(min(n_tensors, (len(payload) - first) // TENSOR_SIZE))]
     else:
         starts = []
     return [s for s in starts if s + TENSOR_SIZE <= len(payload)]
