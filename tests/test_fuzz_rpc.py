@@ -7,10 +7,12 @@ one client's bytes to the next.
 """
 from __future__ import annotations
 
+import json
 import random
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +181,15 @@ def test_a_lying_tensor_count_costs_nothing() -> None:
     # a mutated n_nodes moves where n_tensors is read: 2**32-1 there once made the fuzzer list 4 billion offsets
     payload = struct.pack("<II", 0, 1) + struct.pack("<Q", 1) + struct.pack("<I", 2**32 - 1) + bytes(TENSOR_SIZE)
     assert tensor_offsets(GRAPH_COMPUTE, payload) == [20]
+
+
+# -- failures found before: each must leave the worker serving now ---------------------------------------
+
+REPRODUCERS = sorted((Path(__file__).parent / "data" / "fuzz-rpc").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
+def test_known_reproducer_is_survived(path, sessions, tmp_path) -> None:
+    spec = json.loads(path.read_text())
+    outcome = run_one(rpc_job(spec, tmp_path), timeout=30)
+    assert not outcome.is_defect, f"{spec['note']}; now: {outcome.signature()}\n" + "\n".join(outcome.stderr_tail)

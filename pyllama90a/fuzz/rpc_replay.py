@@ -123,7 +123,7 @@ def start_worker(port: int, settings: Settings) -> int:
                                     *settings.worker_args])
             finally:
                 os._exit(code)
-    wait_for_port(port, 30)
+    wait_for_port(port, 30, pid)
     return pid
 
 

@@ -162,13 +162,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float, alive: object = None) -> None:
+def wait_for_port(port: int, timeout: float, pid: int | None = None) -> None:
+    """Until something listens on the loopback port; RuntimeError at once if process `pid` (a child) ends first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
         except OSError:
+            if pid is not None and os.waitpid(pid, os.WNOHANG)[0]:
+                raise RuntimeError(f"the worker (pid {pid}) ended before it listened on port {port}") from None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s") from None
             time.sleep(0.01)
