@@ -142,8 +142,11 @@ def view_oob(rng: random.Random) -> list[dict[str, Any]]:
 def tensor_outside(rng: random.Random) -> list[dict[str, Any]]:
     """Requests naming a tensor outside (or across the end of) a buffer, or with another buffer's handle."""
     cmd = _pick(rng, [SET_TENSOR, GET_TENSOR, MEMSET_TENSOR, INIT_TENSOR, COPY_TENSOR, SET_TENSOR_HASH])
-    t = tensor(1, [_pick(rng, [1, 16, 1024, 2**20, 2**32 - 1])], off=_offset(rng),
-               buf=_pick(rng, [-1, -1, -2]), type_=_pick(rng, [TYPE_F32, TYPE_I32, 2, 14, 43, 4, 2**32 - 1]))
+    ne = [_pick(rng, [1, 16, 1024, 2**20, 2**32 - 1])]
+    if rng.random() < 0.3:  # element counts past int64 (each ne is a uint32 on the wire)
+        ne += [_pick(rng, [2**32 - 1, 2**31, 65536]) for _ in range(3)]
+    t = tensor(1, ne, off=_offset(rng), buf=_pick(rng, [-1, -1, -2]),
+               type_=_pick(rng, [TYPE_F32, TYPE_I32, 2, 14, 43, 4, 2**32 - 1]))
     tail: list[list[Any]] = {
         SET_TENSOR: [["B", 0], ["Q", _pick(rng, INTS)], ["fill", _pick(rng, [4, 64, 8192]), 1]],
         GET_TENSOR: [["Q", _pick(rng, INTS)], ["Q", _pick(rng, [4, 64, 4096, 8192, 2**63])]],
