@@ -259,3 +259,14 @@ def test_a_worker_cache_saves_sending_large_tensors_again(model_path, tmp_path):
                 assert model.generate(PROMPT, max_tokens=2, temperature=0).tokens
     assert list((tmp_path / "cache").iterdir())
     assert sent[1] < sent[0] - 20 * 2**20, sent
+
+
+def test_a_worker_cache_is_bounded(model_path, tmp_path):
+    """--cache-max-mib: a client made the worker write without bound; a tensor that would take the cache past its
+    cap is set, not saved (the output matrix, about 28 MiB, against 20 MiB)."""
+    cache = tmp_path / "cache"
+    with WorkerProcess(extra=("--cache", str(cache), "--cache-max-mib", "20")) as worker:
+        with pl.Model(model_path, rpc=[worker.endpoint], **SETTINGS) as model:
+            assert model.generate(PROMPT, max_tokens=2, temperature=0).tokens
+        assert "not cached" in worker.text()
+    assert not list(cache.iterdir())

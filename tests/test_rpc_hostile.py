@@ -2,7 +2,7 @@
 loopback, each of which read or wrote outside the worker's buffers, ended it, or handed one client what another
 left. Each is refused (the worker closes that connection) and the worker serves the next client; a valid graph
 still computes. The link's secret (patch 0023): a peer without it is closed after HELLO, a recorded or reflected
-answer does not pass, and a client refuses a worker that does not prove it holds it, or reports absurd sizes.""" 
+answer does not pass, and a client refuses a worker that does not prove it holds it, or reports absurd sizes."""
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +25,7 @@ from pyllama90a.tools.worker_process import WorkerProcess
 ALLOC_BUFFER, BUFFER_GET_BASE, FREE_BUFFER, SET_TENSOR, GET_TENSOR, GRAPH_COMPUTE, HELLO, DEVICE_COUNT = (
     0, 3, 4, 6, 8, 10, 14, 15)
 # ggml's op and type numbers of this build (GGML_OP_COUNT 101: ggml-rpc's protocol patch version pins them)
-OP_NONE, OP_ADD, OP_ACC, OP_GET_ROWS, OP_MAP_CUSTOM1, OP_COUNT = 0, 2, 5, 40, 92, 101
+OP_NONE, OP_ADD, OP_ACC, OP_RMS_NORM, OP_MUL_MAT, OP_GET_ROWS, OP_MAP_CUSTOM1, OP_COUNT = 0, 2, 5, 25, 29, 40, 92, 101
 F32, I32 = 0, 26
 FLAG_COMPUTE = 16  # GGML_TENSOR_FLAG_COMPUTE: the CPU backend skips nodes without it
 # rpc_tensor: id type buffer ne[4] nb[4] op op_params[16] flags src[10] view_src view_offs data name[64] use_count
@@ -216,6 +216,25 @@ def test_an_op_outside_the_allow_list_is_refused(peer, worker, op):
     assert refused(peer, worker)
 
 
+def test_an_op_over_types_its_kernel_cannot_read_is_refused(peer, worker):
+    """MUL_MAT over I32: the CPU backend's supports_op takes it, and its kernel has no dot product for I32."""
+    buf, base = peer.alloc()
+    a = tensor(1, buf, base, ne=(4, 1), type_=I32)
+    b = tensor(2, buf, base + 64, ne=(4, 1))
+    mul_mat = tensor(3, buf, base + 128, ne=(1, 1), op=OP_MUL_MAT, src=(1, 2))
+    peer.compute([3], [a, b, mul_mat])
+    assert refused(peer, worker)
+
+
+def test_op_params_its_kernel_asserts_on_are_refused(peer, worker):
+    """RMS_NORM with a negative epsilon: the CPU kernel's GGML_ASSERT ended the worker."""
+    buf, base = peer.alloc()
+    (eps,) = struct.unpack("<i", struct.pack("<f", -1.0))
+    norm = tensor(2, buf, base + 64, op=OP_RMS_NORM, op_params=(eps,), src=(1,))
+    peer.compute([2], [tensor(1, buf, base), norm])
+    assert refused(peer, worker)
+
+
 def test_a_new_client_never_reads_what_the_last_one_left(worker):
     """Freed buffers were not cleared: a new client's allocation at the same address returned all 1024 of the
     last client's 64-byte blocks."""
@@ -254,7 +273,8 @@ def test_hmac_sha256_of_the_patch_matches_python():
                        "void (*)(const uint8_t *, size_t, const uint8_t *, size_t, uint8_t *)")
     for key_len in (0, 1, 16, 63, 64, 65, 200):
         for msg_len in (0, 1, 55, 56, 63, 64, 65, 119, 120, 1000):
-            key, msg = bytes((7 * i + 1) % 256 for i in range(key_len)), bytes((13 * i + 5) % 256 for i in range(msg_len))
+            key = bytes((7 * i + 1) % 256 for i in range(key_len))
+            msg = bytes((13 * i + 5) % 256 for i in range(msg_len))
             out = ffi.new("uint8_t[32]")
             native(ffi.from_buffer(key), key_len, ffi.from_buffer(msg), msg_len, out)
             assert bytes(out) == hmac.new(key, msg, hashlib.sha256).digest(), (key_len, msg_len)
