@@ -361,7 +361,7 @@ def replay_ops(rng: random.Random, session: Session, cls: str, other: Session | 
     if graphs and rng.random() < 0.3:
         picked.append(_pick(rng, sorted(graphs)))
     ops: list[dict[str, Any]] = [{"op": "send", "s": session.name, "m": i} for i in setup]
-    body = [{"op": "send", "s": session.name, "m": i} for i in picked]
+    body: list[dict[str, Any]] = [{"op": "send", "s": session.name, "m": i} for i in picked]
     if cls == "field":
         for op in rng.sample(body, min(len(body), rng.randint(1, 3))):
             op["edits"] = _edits(rng, session, op["m"])

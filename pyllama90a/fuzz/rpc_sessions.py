@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .rpc_protocol import ALLOC_BUFFER, BUFFER_GET_BASE, REPLIES, SET_TENSOR, Message, split_replies, split_requests
 
@@ -30,10 +31,11 @@ MAGIC = b"RPCS1"
 MAX_DATA = 64  # bytes of SET_TENSOR data kept per request
 # the whole model on the worker; and two layers of it (the rest on this CPU), whose buffers and graphs are a tenth
 # of the size: most cases replay those, so that a case costs a fraction of a second
-SESSIONS = {"load-generate": {"n_ctx": 256, "prompt": "The capital of France is", "max_tokens": 4},
-            "load-batch": {"n_ctx": 512, "n_batch": 64, "n_gpu_layers": 2, "prompt": "One two three four five six "
-                           "seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen", "max_tokens": 2},
-            "two-layers": {"n_ctx": 256, "n_gpu_layers": 2, "prompt": "Hello, my name is", "max_tokens": 3}}
+SESSIONS: dict[str, dict[str, Any]] = {
+    "load-generate": {"n_ctx": 256, "prompt": "The capital of France is", "max_tokens": 4},
+    "load-batch": {"n_ctx": 512, "n_batch": 64, "n_gpu_layers": 2, "prompt": "One two three four five six seven "
+                   "eight nine ten eleven twelve thirteen fourteen fifteen sixteen", "max_tokens": 2},
+    "two-layers": {"n_ctx": 256, "n_gpu_layers": 2, "prompt": "Hello, my name is", "max_tokens": 3}}
 
 
 @dataclass
