@@ -107,9 +107,12 @@ def start_worker(port: int, settings: Settings) -> int:
     sys.stderr.flush()
     if settings.worker:
         argv = [a.replace("{port}", str(port)) for a in settings.worker]
-        # an AddressSanitizer report ends the worker by SIGABRT (a crash to the runner); leaks at exit are no finding
+        # an AddressSanitizer report ends the worker by SIGABRT (a crash to the runner); leaks at exit are no finding.
+        # SIGPIPE stays ignored, as in pyllama90a.worker (Python ignores it): ggml's own rpc-server binary would
+        # otherwise die when a client closes while it writes, which the project's worker does not
         env = {**os.environ, "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", ASAN_OPTIONS)}
-        pid = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent).pid
+        pid = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent,
+                               restore_signals=False).pid
     else:
         pid = os.fork()
         if pid == 0:  # the worker: the real entry point, in this fresh fork
