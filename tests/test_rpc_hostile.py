@@ -25,7 +25,8 @@ from pyllama90a.tools.worker_process import WorkerProcess
 ALLOC_BUFFER, BUFFER_GET_BASE, FREE_BUFFER, SET_TENSOR, GET_TENSOR, GRAPH_COMPUTE, HELLO, DEVICE_COUNT = (
     0, 3, 4, 6, 8, 10, 14, 15)
 # ggml's op and type numbers of this build (GGML_OP_COUNT 101: ggml-rpc's protocol patch version pins them)
-OP_NONE, OP_ADD, OP_ACC, OP_RMS_NORM, OP_MUL_MAT, OP_GET_ROWS, OP_MAP_CUSTOM1, OP_COUNT = 0, 2, 5, 25, 29, 40, 92, 101
+OP_NONE, OP_ADD, OP_ACC, OP_RMS_NORM, OP_MUL_MAT, OP_SCALE, OP_GET_ROWS, OP_MAP_CUSTOM1 = 0, 2, 5, 25, 29, 32, 40, 92
+OP_GLU, OP_COUNT = 100, 101
 F32, I32 = 0, 26
 FLAG_COMPUTE = 16  # GGML_TENSOR_FLAG_COMPUTE: the CPU backend skips nodes without it
 # rpc_tensor: id type buffer ne[4] nb[4] op op_params[16] flags src[10] view_src view_offs data name[64] use_count
@@ -120,7 +121,11 @@ def peer(worker):
 
 
 def refused(peer: Peer, worker: WorkerProcess) -> bool:
-    return peer.closed() and worker.proc is not None and worker.proc.poll() is None
+    """The worker closed the peer's connection and is alive (a worker that aborted closes it too: give it the time
+    to exit)."""
+    closed = peer.closed()
+    time.sleep(0.3)
+    return closed and worker.proc is not None and worker.proc.poll() is None
 
 
 def test_a_valid_graph_still_computes(peer):
@@ -182,6 +187,14 @@ def test_a_tensor_before_its_buffer_is_refused(peer, worker):
     assert refused(peer, worker)
 
 
+def test_a_tensor_of_more_than_2_63_elements_is_refused(peer, worker):
+    """ne of 2^32-1 in every dimension: ggml_new_tensor asserted that the count fits in int64_t."""
+    buf, base = peer.alloc()
+    with pytest.raises(OSError):
+        peer.get_tensor(tensor(1, buf, base, ne=(2**32 - 1,) * 4, nb=(4, 0, 0, 0)), 4)
+    assert refused(peer, worker)
+
+
 def test_sources_without_buffer_or_data_are_refused(peer, worker):
     buf, base = peer.alloc()
     add = tensor(3, buf, base, op=OP_ADD, src=(1, 2))
@@ -232,6 +245,25 @@ def test_op_params_its_kernel_asserts_on_are_refused(peer, worker):
     (eps,) = struct.unpack("<i", struct.pack("<f", -1.0))
     norm = tensor(2, buf, base + 64, op=OP_RMS_NORM, op_params=(eps,), src=(1,))
     peer.compute([2], [tensor(1, buf, base), norm])
+    assert refused(peer, worker)
+
+
+def test_a_glu_with_a_negative_sub_op_is_refused(peer, worker):
+    """GLU's sub-op is op_params[0]: a negative one passed a range check on the (unsigned) enum, and the refusal's
+    own log line indexed ggml's name table with it (SIGSEGV)."""
+    buf, base = peer.alloc()
+    glu = tensor(2, buf, base + 64, ne=(2,), op=OP_GLU, op_params=(-4096,), src=(1,))
+    peer.compute([2], [tensor(1, buf, base, ne=(4,), type_=I32), glu])
+    assert refused(peer, worker)
+
+
+def test_strides_its_kernel_asserts_on_are_refused(peer, worker):
+    """SCALE of a transposed view (rows contiguous, the whole not): the CPU kernel asserts both are contiguous."""
+    buf, base = peer.alloc()
+    transposed = tensor(1, buf, base, ne=(2, 2), nb=(4, 16, 32, 32))
+    scale = tensor(2, buf, base + 64, ne=(2, 2), nb=(4, 16, 32, 32), op=OP_SCALE, op_params=(0x3F800000,),
+                   src=(1,))
+    peer.compute([2], [transposed, scale])
     assert refused(peer, worker)
 
 
