@@ -51,8 +51,8 @@ from .rpc_protocol import (
     TYPE_I32,
     tensor_offsets,
 )
-from .rpc_replay import Settings
 from .rpc_sessions import SESSIONS, Session
+from .rpc_worker import Settings
 
 INTS = [0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64, 255, 256, 4096, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
         2**48, 2**63 - 1, 2**63, 2**64 - 1, -1, -2, -4096, -2**31]
