@@ -4,6 +4,7 @@
     python -m pyllama90a.fuzz --target api --cases 500 --real-model
     python -m pyllama90a.fuzz --target adapter --cases 500
     python -m pyllama90a.fuzz --target state --cases 500 --mem-limit-mb 1500
+    python -m pyllama90a.fuzz --target rpc --cases 10000 --timeout 30
     python -m pyllama90a.fuzz --replay DIR/repro/crash-0123456789.json
 
 Exits 1 if any case crashed, hung, went over the memory limit, or leaked an exception that is not a
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="gguf: mutated model files; api: hostile Model arguments and calls; untrusted: hostile "
                              "chat templates and constraints; adapter: mutated LoRA adapters for the default "
                              "model, loaded and used; state: mutated state and slot files of the default model; "
+                             "rpc: the RPC worker's protocol (recorded sessions, mutated, and issue 33's attacks); "
                              "all: gguf and api")
     parser.add_argument("--batch", type=int, default=50, help="cases between reports (default 50)")
     parser.add_argument("--no-shrink", action="store_true", help="keep failing cases as they are")

@@ -21,6 +21,9 @@ from .bases import available_bases, load_base
 from .gguf_generator import generate_case
 from .gguf_mutations import describe, write_case
 from .model_case import case_job
+from .rpc_cases import describe_rpc, generate_rpc_case
+from .rpc_replay import corpus_sessions, rpc_job
+from .rpc_sessions import ensure_corpus
 from .runner import DEFECTS, OUTCOMES, Outcome, run_jobs
 from .state_cases import generate_state_case, state_job
 
@@ -54,6 +57,8 @@ def job_for(spec: dict, work: Path, i: int):  # a runner job function
         return adapter_job(spec, work / f"adapter-{i}")
     if spec.get("target") == "state":
         return state_job(spec, work / f"state-{i}")
+    if spec.get("target") == "rpc":
+        return rpc_job(spec, work / f"rpc-{i}")
     return case_job(spec, work / f"case-{i}.gguf")
 
 
@@ -68,6 +73,9 @@ SPEC_KEYS = ("target", "base", "model_args", "mutations")
 
 
 def describe_spec(spec: dict) -> str:
+    if spec.get("target") == "rpc":
+        worker = "".join(f", {k}={v!r}" for k, v in spec.get("model_args", {}).items())
+        return f"rpc on {spec['base']}{worker}: {describe_rpc(spec['mutations'])}"
     args = "".join(f", {k}={v!r}" for k, v in spec.get("model_args", {}).items())
     return f"{spec.get('target', 'gguf')} on {spec['base']}{args}: {describe(spec['mutations'])}"
 
@@ -160,7 +168,7 @@ class Campaign:
         data = {"signature": f.signature, "description": describe_spec(f.spec), "outcome": f.outcome.to_json(),
                 **f.spec}
         (self.repro_dir / f"{f.name}.json").write_text(json.dumps(data, indent=1) + "\n")
-        if f.spec.get("target") not in ("api", "state"):
+        if f.spec.get("target") not in ("api", "state", "rpc"):
             base = load_adapter_base if f.spec.get("target") == "adapter" else load_base
             write_case(base(f.spec["base"]), f.spec["mutations"], self.repro_dir / f"{f.name}.gguf")
 
@@ -205,18 +213,23 @@ class Campaign:
         return sum(self.outcomes[k] for k in DEFECTS)
 
 
-TARGETS = ("gguf", "api", "untrusted", "adapter", "state", "all")
+TARGETS = ("gguf", "api", "untrusted", "adapter", "state", "rpc", "all")
 
 
 def generate_specs(n_cases: int, seed: int, real_model: bool, target: str = "gguf") -> list[dict]:
     """Mutated model files ("gguf"), API misuse ("api", on the real metadata with --real-model, else the
     tiny model), or both in turn ("all"); "untrusted": hostile chat templates and constraints only; "adapter":
     mutated LoRA adapters for the default model (and the tiny one), loaded and used (adapter_cases.py); "state":
-    mutated state and slot files of the default model (state_cases.py)."""
+    mutated state and slot files of the default model (state_cases.py); "rpc": the RPC worker's protocol
+    (sessions recorded first if missing)."""
     if target == "adapter":
         return [generate_adapter_case(seed, i) for i in range(n_cases)]
     if target == "state":
         return [generate_state_case(seed, i) for i in range(n_cases)]
+    if target == "rpc":
+        ensure_corpus()
+        sessions = corpus_sessions()
+        return [generate_rpc_case(seed, i, sessions) for i in range(n_cases)]
     bases = {name: load_base(name) for name in available_bases(real_model)}
     api_base = "real-header" if real_model else "tiny"
     if target == "untrusted":

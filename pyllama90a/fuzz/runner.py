@@ -43,8 +43,9 @@ OUTCOMES = ("ok", "clean", *DEFECTS)
 POLL_S = 0.01
 STDERR_TAIL_LINES = 12
 # the line of a native abort that names the failure best, most telling first
-_TELLING = [re.compile(p) for p in (r"GGML_ASSERT|GGML_ABORT|fatal error|Assertion .* failed", r"what\(\):",
-                                    r"\berror\b|\bfailed\b", r"terminate called")]
+_TELLING = [re.compile(p) for p in (
+    r"SUMMARY: AddressSanitizer", r"GGML_ASSERT|GGML_ABORT|fatal error|Assertion .* failed", r"what\(\):",
+    r"\berror\b|\bfailed\b", r"terminate called")]
 
 
 class Stage:
@@ -154,7 +155,7 @@ class _Running:
 
 
 # the modules every job function comes from, imported once by the fork server
-_PRELOAD = ["pyllama90a.fuzz.model_case", "pyllama90a.fuzz.api_cases"]
+_PRELOAD = ["pyllama90a.fuzz.model_case", "pyllama90a.fuzz.api_cases", "pyllama90a.fuzz.rpc_replay"]
 
 
 def _context() -> multiprocessing.context.ForkServerContext:
