@@ -277,13 +277,13 @@ class Model(CacheControl):
         data = utf8("text", text)
         flag("add_special", add_special)
         flag("parse_special", parse_special)
-        with self._using_model() as handle:
-            return handle.tokenize(data, add_special, parse_special)
+        # without the lock: the handle held here keeps the weights loaded, and its calls only read them, so one
+        # long tokenization (a 1 MB /tokenize) does not hold every other tokenizer call of the server behind it
+        return self.handle.tokenize(data, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
         flag("special", special)
-        with self._using_model() as handle:
-            return handle.detokenize(tokens, special)
+        return self.handle.detokenize(tokens, special)  # (without the lock, as tokenize)
 
     # -- evaluation ----------------------------------------------------------------------------------
 

@@ -6,7 +6,10 @@ any timing, so a second thread's call lands in the middle of the generation ever
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -146,3 +149,31 @@ def test_a_stream_holds_the_model_from_its_first_piece(m) -> None:
         m.eval([5])
     assert first.text or first.tokens
     stream.close()
+
+
+def _in_native_tokenize(thread: threading.Thread) -> bool:
+    """Whether `thread` is inside the binding's tokenize (ModelHandle.tokenize: where llama.cpp is called)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "tokenize" and code.co_filename.endswith(os.path.join("native", "model.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_long_tokenization_does_not_hold_other_tokenizer_calls(m) -> None:
+    """The server tokenizes in several threads: a 4-million-token text in one held every other tokenize and
+    detokenize of the Model (its lock) until it ended. The short calls here run while the long one is inside
+    llama.cpp, so they end first whatever the machine's speed (serialized, they could not)."""
+    long_text = "1" * 4_000_000
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("n", len(m.tokenize(long_text))))
+    thread.start()
+    while not _in_native_tokenize(thread):
+        assert thread.is_alive(), "the long tokenization ended before it was seen inside llama.cpp"
+        time.sleep(0.001)
+    assert m.detokenize(m.tokenize("Hello world")) == "Hello world"
+    assert thread.is_alive()  # the short calls did not wait for the long one
+    thread.join()
+    assert result["n"] >= 1_000_000
