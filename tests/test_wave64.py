@@ -1,0 +1,82 @@
+"""Our HIP kernels executed with 64-wide wavefronts (gfx90a's), not only compiled for them.
+
+benchmarks/hip/build_wave64.py compiles the patched ggml-cuda sources of the fused decode (patches 0013,
+0015-0020: attention, split-KV reduce, the K/V stores) as HIP for gfx90a over our CPU runtime
+benchmarks/hip/wave64/include/wave64.h, whose wavefronts are 64 lanes wide, and the harness runs every
+fused-kernel case of tests/test_hybrid_attention.py (its head dims, GQA groups, cache types, kernel versions and
+store variants) against a double-precision reference over ggml's CPU decoding of the cache. Skipped, with the
+command that installs it, where no clang++ is installed; the build takes several minutes on 2 cores (cached in
+build/wave64 until the sources change).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "hip" / "build_wave64.py"
+
+pytestmark = pytest.mark.hip
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("build_wave64", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bw = _load()
+
+
+def _build(*extra: str) -> Path:
+    if bw.find_clang(None) is None:
+        pytest.skip(bw.NO_CLANG)
+    out = subprocess.run([sys.executable, str(SCRIPT), *extra], capture_output=True, text=True, timeout=3600)
+    if out.returncode == bw.SKIP:
+        pytest.skip(out.stderr.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stderr[-4000:]
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict]:
+    binary = _build()
+    report = tmp_path_factory.mktemp("wave64") / "cases.jsonl"
+    run = subprocess.run([str(binary), "--json", str(report)], capture_output=True, text=True, timeout=3600)
+    rows = [json.loads(line) for line in report.read_text().splitlines()]
+    assert rows, run.stdout[-4000:] + run.stderr[-4000:]
+    return {r["case"]: r for r in rows}
+
+
+def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dict[str, dict]) -> None:
+    attn = [r for name, r in results.items() if name.startswith("attn/")]
+    stores = [r for name, r in results.items() if name.startswith("store/")]
+    # 3 kernel versions x 5 shapes x 5 cache types; 3 store variants x 5 shapes x 5 types x 1 and 5 tokens
+    assert len(attn) == 75 and len(stores) == 150
+    failed = [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in attn + stores if not r["ok"]]
+    assert not failed, "\n".join(failed)
+
+
+def test_the_harness_fails_kernels_that_assume_32_lanes(results: dict[str, dict]) -> None:
+    """Two small kernels, right on a 32-wide warp and wrong on a 64-wide wavefront (partial sums published by
+    threadIdx.x % warpSize == 0; a broadcast with the default width), fail; their right twins pass."""
+    assert results["selftest/group-sum"]["kernel_pass"] and results["selftest/broadcast"]["kernel_pass"]
+    for wrong in ("selftest/group-sum-lane-of-wavefront", "selftest/broadcast-default-width"):
+        assert not results[wrong]["kernel_pass"] and results[wrong]["error"] > 0.1, results[wrong]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", ["softmax-lane", "store-lane"])
+def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutation: str) -> None:
+    """The real kernels with one group-of-32 lane index made a wavefront lane index (the same on NVIDIA's 32-wide
+    warps) must fail under wave64: a second build of the harness (minutes)."""
+    binary = _build("--mutate", mutation)
+    which = "attn/q8/hd128-kv8/q4_0" if mutation == "softmax-lane" else "store/lanes/hd128-kv8/q4_0/1"
+    run = subprocess.run([str(binary), "--filter", which], capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 1 and "FAIL" in run.stdout, run.stdout[-3000:]
