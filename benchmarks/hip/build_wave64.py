@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -141,7 +142,8 @@ def build(args: argparse.Namespace) -> Path:
         raise RuntimeError(f"no libggml-base.so in {lib}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"wave64-harness-w{args.width}" + (f"-{args.mutate}" if args.mutate else "")
+    name = f"wave64-harness-w{args.width}" + (f"-{args.mutate}" if args.mutate else "") + \
+        ("" if args.opt == "1" else f"-O{args.opt}")
     src_dir = out / (name + "-src")
     rewrite_tree(tree / "ggml" / "src" / "ggml-cuda", src_dir, args.mutate)
     harness = src_dir / "harness.cpp"  # its kernels are HIP text too
@@ -171,6 +173,45 @@ def build(args: argparse.Namespace) -> Path:
     return out / name
 
 
+def render_markdown(rows: list[dict]) -> str:
+    """The harness's cases as tables: one row per kernel version (or store variant) and shape, one column per
+    cache type, each cell the case's error against the CPU reference and ok/FAIL."""
+    def cell(r: dict) -> str:
+        return f"{'ok' if r['ok'] else '**FAIL**'} {r['error']:.1e}"
+
+    out: list[str] = []
+    by_name = {r["case"]: r for r in rows}
+    types = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]
+    for kind, what in (("attn", "max |got - want| / max |want|, bound 1e-4"),
+                       ("outprod", "max |got - want| / max |want|, bound 1e-4"),
+                       ("store", "largest code difference in steps of the block's scale, bound 1.01")):
+        keys = sorted({r["case"].rsplit("/", 2 if kind == "store" else 1)[0]
+                       for r in rows if r["case"].startswith(kind + "/")})
+        cols = [t for t in types if any(r["case"].startswith(kind + "/") and f"/{t}" in r["case"] for r in rows)]
+        if not keys:
+            continue
+        out += [f"### {kind} ({what})", "", "| case | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for k in keys:
+            if kind == "store":
+                for n in ("1", "5"):
+                    cells = [cell(by_name[f"{k}/{t}/{n}"]) if f"{k}/{t}/{n}" in by_name else "" for t in cols]
+                    out.append(f"| {k} ({n} token{'s' if n != '1' else ''}) | " + " | ".join(cells) + " |")
+            else:
+                cells = [cell(by_name[f"{k}/{t}"]) if f"{k}/{t}" in by_name else "" for t in cols]
+                out.append(f"| {k} | " + " | ".join(cells) + " |")
+        out.append("")
+    selftests = [r for r in rows if r["case"].startswith("selftest/")]
+    if selftests:
+        out += ["### self-tests (can the harness fail?)", "", "| kernel | expected | kernel result | harness |",
+                "|---|---|---|---|"]
+        for r in selftests:
+            out.append(f"| {r['case']} | {'wrong' if r['expect_fail'] else 'right'} | "
+                       f"{'pass' if r['kernel_pass'] else 'fail'} ({r['error']:.1e}; {r['detail']}) | "
+                       f"{'ok' if r['ok'] else '**FAIL**'} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("PYLLAMA90A_WAVE64_BUILD", str(ROOT / "build" / "wave64")))
@@ -180,10 +221,17 @@ def main() -> int:
     ap.add_argument("--mutate", choices=sorted(MUTATIONS))
     ap.add_argument("--width", type=int, choices=(32, 64), default=64)
     ap.add_argument("--opt", default="1", choices=("0", "1", "2"))
+    ap.add_argument("--markdown", help="run every case and write their tables to this file")
     ap.add_argument("--run", nargs=argparse.REMAINDER, help="run the harness with these arguments")
     args = ap.parse_args()
     binary = build(args)
     print(binary)
+    if args.markdown:
+        report = Path(args.markdown).with_suffix(".jsonl")
+        rc = subprocess.run([str(binary), "--json", str(report)]).returncode
+        rows = [json.loads(line) for line in report.read_text().splitlines()]
+        Path(args.markdown).write_text(render_markdown(rows) + "\n")
+        return rc
     if args.run is not None:
         return subprocess.run([str(binary), *args.run]).returncode
     return 0

@@ -12,6 +12,8 @@
 //   block as 0017, paired as 0019, or serial), through ggml_cuda_pyl_set_rows_rot(_pair), n tokens. Reference:
 //   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
 //   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
+// - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
+//   KV chunks and their reduce), through ggml_cuda_out_prod. Reference: sum of p times ggml's dequantized V.
 // - selftest/...: our own small kernels, one right and two wrong on 64-wide wavefronts only (a group-of-32
 //   reduction whose partial sums are published by `threadIdx.x % warpSize == 0`, a broadcast with the
 //   default width): the harness must pass the first and fail the others.
@@ -22,6 +24,7 @@
 
 #include "pyl-attn-decode.cu"
 #include "pyl-set-rows-rot.cu"
+#include "out-prod.cu"
 
 #include "ggml.h"
 
@@ -44,6 +47,11 @@ const ggml_cuda_device_info & ggml_cuda_info() {
 }
 
 void ggml_cuda_set_device(int) {}
+
+[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    fprintf(stderr, "wave64 harness: %s failed in %s (%s:%d): %s\n", stmt, func, file, line, msg);
+    abort();
+}
 
 struct wave64_pool : ggml_cuda_pool {
     void * alloc(size_t size, size_t * actual) override {
@@ -72,6 +80,11 @@ struct Result {
 };
 
 template <typename T> T * dev(size_t n) { return (T *) wave64::device_alloc(n * sizeof(T)); }
+
+// the larger error, a NaN counting as infinite (std::max would keep the first argument)
+double worst(double e, double x) {
+    return std::isnan(x) || std::isnan(e) ? INFINITY : std::max(e, x);
+}
 
 // x <- H x / sqrt(n) in pieces of n (Sylvester order: what llama.cpp's rotation matrices and the kernels use)
 void fwht(std::vector<double> & x, size_t off, int n) {
@@ -201,9 +214,9 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     }
 
     const AttnOut fwd = run_attn(dst, false);
-    const long long blocks0 = wave64::rt().blocks;
+    const long long blocks0 = wave64::rt().blocks, launches0 = wave64::rt().launches;
     const AttnOut rev = run_attn(dst, true);
-    const long long blocks = wave64::rt().blocks - blocks0;
+    const long long blocks = wave64::rt().blocks - blocks0, launches = wave64::rt().launches - launches0;
 
     // reference: per query head h (KV head h / G)
     double err = 0, amax = 0, err_exact = 0;
@@ -269,8 +282,8 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
         }
         for (int d = 0; d < D; ++d) {
             const double got = fwd.out[h * D + d];  // dst [D, n_head]
-            err = std::max(err, std::fabs(got - o[d]));
-            err_exact = std::max(err_exact, std::fabs(got - ox[d]));
+            err = worst(err, std::fabs(got - o[d]));
+            err_exact = worst(err_exact, std::fabs(got - ox[d]));
             amax = std::max(amax, std::fabs(o[d]));
         }
     }
@@ -282,7 +295,8 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     faults.insert(faults.end(), rev.faults.begin(), rev.faults.end());
     res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
     char buf[256];
-    snprintf(buf, sizeof(buf), "blocks %lld, error vs F32-q reference %.2e%s%s%s", blocks, err_exact / amax,
+    snprintf(buf, sizeof(buf), "%s, %lld blocks, error vs F32-q reference %.2e%s%s%s",
+             launches == 2 ? "split KV + reduce" : "one chunk per head group", blocks, err_exact / amax,
              same ? "" : ", forward and reversed lane orders differ", faults.empty() ? "" : ", fault: ",
              faults.empty() ? "" : faults[0].c_str());
     res.detail = buf;
@@ -388,8 +402,8 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
                 const double step = std::max((double) (mx - mn) / levels, 1e-30);
                 for (int i = 0; i < 32; ++i) {
                     const double dlt = std::fabs((double) g[b * 32 + i] - w[b * 32 + i]);
-                    steps = std::max(steps, dlt / step);
-                    differ += dlt > 0;
+                    steps = worst(steps, dlt / step);
+                    differ += !(dlt == 0);  // NaN counts
                     total++;
                 }
             }
@@ -415,6 +429,82 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
     snprintf(buf, sizeof(buf), "%s, values off by a step %.2f%%%s%s%s%s", pair ? "one paired launch" :
              "two launches", 100.0 * share, same ? "" : ", forward and reversed lane orders differ",
              others_kept ? "" : ", other cells written", faults.empty() ? "" : ", fault: ",
+             faults.empty() ? "" : faults[0].c_str());
+    res.detail = buf;
+    return res;
+}
+
+// ---- OUT_PROD over a quantized V (patch 0004): the non-flash decode's V^T p -----------------------------------
+
+Result outprod_case(const Shape & s, ggml_type type) {
+    Result res;
+    res.name = std::string("outprod/") + s.name + "/" + ggml_type_name(type);
+    std::mt19937_64 rng(555 + s.D * 11 + s.n_head + (int) type);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int D = s.D, n_embd = D * s.n_head_kv;
+    Ctx c;
+    void * vdata = make_cache(type, n_embd, rng);
+    const size_t row = ggml_row_size(type, n_embd), rd = ggml_row_size(type, D);
+    ggml_tensor * vc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
+    vc->data = vdata;
+    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, N_KV, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
+    // p: the softmax output transposed, [1 token, N_KV, n_head, 1]; masked cells 0
+    ggml_tensor * p = ggml_new_tensor_4d(c.ctx, GGML_TYPE_F32, 1, N_KV, s.n_head, 1);
+    float * pd = dev<float>((size_t) N_KV * s.n_head);
+    p->data = pd;
+    for (int h = 0; h < s.n_head; ++h) {
+        double sum = 0;
+        for (int j = 0; j < N_KV; ++j) {
+            pd[h * N_KV + j] = j < N_USED ? expf(2.0f * nd(rng)) : 0.0f;
+            sum += pd[h * N_KV + j];
+        }
+        for (int j = 0; j < N_KV; ++j) {
+            pd[h * N_KV + j] = (float) (pd[h * N_KV + j] / sum);
+        }
+    }
+    ggml_tensor * dst = ggml_out_prod(c.ctx, v, p);
+    dst->data = dev<float>(ggml_nelements(dst));
+    if (!ggml_cuda_out_prod_supported(dst)) {
+        res.detail = "not supported";
+        return res;
+    }
+    std::vector<float> outs[2];
+    std::vector<std::string> faults;
+    long long launches = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        auto & r = wave64::rt();
+        r.faults.clear();
+        r.reversed = pass == 1;
+        memset(dst->data, 0xff, ggml_nbytes(dst));
+        const long long l0 = r.launches;
+        ggml_backend_cuda_context cctx(0);
+        ggml_cuda_out_prod(cctx, dst);
+        launches = r.launches - l0;
+        faults.insert(faults.end(), r.faults.begin(), r.faults.end());
+        outs[pass].assign((float *) dst->data, (float *) dst->data + ggml_nelements(dst));
+    }
+    double err = 0, amax = 0;
+    const int G = s.n_head / s.n_head_kv;
+    for (int h = 0; h < s.n_head; ++h) {
+        std::vector<double> o(D, 0.0);
+        for (int j = 0; j < N_USED; ++j) {
+            const std::vector<float> vr = to_float(type, (const char *) vdata + j * row + (h / G) * rd, D);
+            for (int d = 0; d < D; ++d) {
+                o[d] += (double) pd[h * N_KV + j] * vr[d];
+            }
+        }
+        for (int d = 0; d < D; ++d) {
+            err = worst(err, std::fabs(outs[0][h * D + d] - o[d]));  // dst [D, 1, n_head]
+            amax = std::max(amax, std::fabs(o[d]));
+        }
+    }
+    const bool same = outs[0] == outs[1] || !memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float));
+    res.error = err / amax;
+    res.bound = 1e-4;
+    res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s%s%s%s", launches == 2 ? "KV chunks + reduce" : "one chunk",
+             same ? "" : ", forward and reversed lane orders differ", faults.empty() ? "" : ", fault: ",
              faults.empty() ? "" : faults[0].c_str());
     res.detail = buf;
     return res;
@@ -449,6 +539,38 @@ __launch_bounds__(128, 1) static __global__ void k_selftest_broadcast(float * ou
     out[threadIdx.x] = default_width ? __shfl(x, 0) : __shfl_sync(0xFFFFFFFF, x, 0, 32);
 }
 
+// the upper half-wave returns; the lower one adds a lane's value 32 lanes away: with 32-wide warps that is the
+// next warp's lane (a wrong read there too, but a different one); on wave64 it is an inactive lane, which the
+// hardware reads as 0 and the runtime records. The right twin reads 16 lanes away (its own half).
+template <bool cross_halves>
+__launch_bounds__(64, 1) static __global__ void k_selftest_inactive(float * out) {
+    if (threadIdx.x >= 32) {
+        return;
+    }
+    const float x = (float) threadIdx.x;
+    out[threadIdx.x] = cross_halves ? __shfl_xor(x, 32, 64) : __shfl_xor(x, 16, 32);
+}
+
+Result selftest_inactive(bool wrong) {
+    Result res;
+    res.name = std::string("selftest/shuffle") + (wrong ? "-reads-returned-lanes" : "");
+    res.expect_fail = wrong;
+    wave64::rt().faults.clear();
+    float * out = dev<float>(32);
+    auto k = wrong ? k_selftest_inactive<true> : k_selftest_inactive<false>;
+    k<<<1, 64>>>(out);
+    double err = 0;
+    for (int t = 0; t < 32; ++t) {
+        err = worst(err, std::fabs(out[t] - (float) (wrong ? t ^ 32 : t ^ 16)));
+    }
+    const size_t faults = wave64::rt().faults.size();
+    res.error = err;
+    res.bound = 0;
+    res.pass = err <= res.bound && faults == 0;
+    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+    return res;
+}
+
 Result selftest_sum(bool wrong) {
     Result res;
     res.name = std::string("selftest/group-sum") + (wrong ? "-lane-of-wavefront" : "");
@@ -459,7 +581,7 @@ Result selftest_sum(bool wrong) {
     k<<<4, 256, 8 * sizeof(float)>>>(out);
     double err = 0;
     for (int b = 0; b < 4; ++b) {
-        err = std::max(err, std::fabs(out[b] - 255.0 * 256.0 / 2.0));
+        err = worst(err, std::fabs(out[b] - 255.0 * 256.0 / 2.0));
     }
     res.error = std::isfinite(err) ? err / (255.0 * 256.0 / 2.0) : INFINITY;
     res.bound = 1e-6;
@@ -478,7 +600,7 @@ Result selftest_broadcast(bool wrong) {
     k<<<1, 128>>>(out);
     double err = 0;
     for (int t = 0; t < 128; ++t) {
-        err = std::max(err, (double) std::fabs(out[t] - (float) (t / 32 * 32)));
+        err = worst(err, std::fabs(out[t] - (float) (t / 32 * 32)));
     }
     res.error = err;
     res.bound = 0;
@@ -511,6 +633,8 @@ int main(int argc, char ** argv) {
     };
     add("selftest/group-sum", [] { return selftest_sum(false); });
     add("selftest/group-sum-lane-of-wavefront", [] { return selftest_sum(true); });
+    add("selftest/shuffle", [] { return selftest_inactive(false); });
+    add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
     for (const char * kernel : {"q8", "q8-one-chunk", "f32q"}) {
@@ -519,6 +643,12 @@ int main(int argc, char ** argv) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
                     [kernel, s, t] { return attn_case(kernel, s, t); });
             }
+        }
+    }
+    for (const Shape & s : SHAPES) {
+        for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+                            GGML_TYPE_IQ4_NL}) {
+            add(std::string("outprod/") + s.name + "/" + ggml_type_name(t), [s, t] { return outprod_case(s, t); });
         }
     }
     for (const char * variant : {"lanes", "paired", "serial"}) {

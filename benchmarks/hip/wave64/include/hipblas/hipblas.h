@@ -17,3 +17,10 @@ static inline const char * hipblasStatusToString(hipblasStatus_t) { return "hipb
 static inline hipblasStatus_t hipblasCreate(hipblasHandle_t * h) { *h = nullptr; return HIPBLAS_STATUS_NOT_SUPPORTED; }
 static inline hipblasStatus_t hipblasDestroy(hipblasHandle_t) { return HIPBLAS_STATUS_SUCCESS; }
 template <typename S> static inline hipblasStatus_t hipblasSetStream(hipblasHandle_t, S) { return HIPBLAS_STATUS_SUCCESS; }
+typedef int hipblasOperation_t;
+// the GEMMs (OUT_PROD's prefill path) do not run here: reaching one fails the call
+template <typename... A> static inline hipblasStatus_t hipblasSgemm(A...) { return HIPBLAS_STATUS_NOT_SUPPORTED; }
+template <typename... A> static inline hipblasStatus_t hipblasSgemmBatched(A...) { return HIPBLAS_STATUS_NOT_SUPPORTED; }
+template <typename... A> static inline hipblasStatus_t hipblasSgemmStridedBatched(A...) {
+    return HIPBLAS_STATUS_NOT_SUPPORTED;
+}
