@@ -203,19 +203,21 @@ inline std::string where() {
     return buf;
 }
 
-// ds_bpermute_b32 over the active lanes: lane reads lane (index & (width - 1)) of its wavefront
-__attribute__((noinline)) inline uint32_t bpermute(int index, uint32_t value) {
+// ds_bpermute_b32 over the active lanes: lane reads lane (index & (width - 1)) of its wavefront; site: the
+// shuffle's call site (HIP's __shfl* below are noinline and pass their return address, so every call in a kernel,
+// inlined through ggml's __forceinline__ helpers, is its own site at any optimization level)
+inline uint32_t bpermute(int index, uint32_t value, const void * site) {
     Lane * me = rt().cur;
     me->index = index;
     me->value = value;
-    yield(State::shuffle, __builtin_return_address(0));
+    yield(State::shuffle, site);
     return me->result;
 }
 
-__attribute__((noinline)) inline uint64_t ballot(int pred) {
+inline uint64_t ballot(int pred, const void * site) {
     Lane * me = rt().cur;
     me->value = pred != 0;
-    yield(State::ballot, __builtin_return_address(0));
+    yield(State::ballot, site);
     return me->mask;
 }
 
@@ -453,71 +455,69 @@ static inline int __lane_id() { return ::wave64::lane_id(); }
 
 // ---- cross-lane operations: HIP's formulas (amd_warp_functions.h) over ds_bpermute ---------------------------
 
-static inline int __wave64_bperm_i(int index, int v) {
-    return (int) ::wave64::bpermute(index, (uint32_t) v);
-}
 template <typename T>
-static inline T __wave64_bperm(int index, T v) {
+static inline T __wave64_bperm(int index, T v, const void * site) {
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit values");
     if constexpr (sizeof(T) == 4) {
         uint32_t u;
         memcpy(&u, &v, 4);
-        u = ::wave64::bpermute(index, u);
+        u = ::wave64::bpermute(index, u, site);
         T r;
         memcpy(&r, &u, 4);
         return r;
     } else {
         uint32_t u[2];
         memcpy(u, &v, 8);
-        u[0] = ::wave64::bpermute(index, u[0]);
-        u[1] = ::wave64::bpermute(index, u[1]);
+        u[0] = ::wave64::bpermute(index, u[0], site);
+        u[1] = ::wave64::bpermute(index, u[1], site);
         T r;
         memcpy(&r, u, 8);
         return r;
     }
 }
 template <typename T>
-static inline T __shfl(T var, int src_lane, int width = warpSize) {
+__attribute__((noinline)) static T __shfl(T var, int src_lane, int width = warpSize) {
     const int self = __lane_id();
     const int index = (src_lane & (width - 1)) + (self & ~(width - 1));
-    return __wave64_bperm(index, var);
+    return __wave64_bperm(index, var, __builtin_return_address(0));
 }
 template <typename T>
-static inline T __shfl_up(T var, unsigned int lane_delta, int width = warpSize) {
+__attribute__((noinline)) static T __shfl_up(T var, unsigned int lane_delta, int width = warpSize) {
     const int self = __lane_id();
     int index = self - (int) lane_delta;
     index = (index < (self & ~(width - 1))) ? self : index;
-    return __wave64_bperm(index, var);
+    return __wave64_bperm(index, var, __builtin_return_address(0));
 }
 template <typename T>
-static inline T __shfl_down(T var, unsigned int lane_delta, int width = warpSize) {
+__attribute__((noinline)) static T __shfl_down(T var, unsigned int lane_delta, int width = warpSize) {
     const int self = __lane_id();
     int index = self + (int) lane_delta;
     index = (int) ((self & (width - 1)) + lane_delta) >= width ? self : index;
-    return __wave64_bperm(index, var);
+    return __wave64_bperm(index, var, __builtin_return_address(0));
 }
 template <typename T>
-static inline T __shfl_xor(T var, int lane_mask, int width = warpSize) {
+__attribute__((noinline)) static T __shfl_xor(T var, int lane_mask, int width = warpSize) {
     const int self = __lane_id();
     int index = self ^ lane_mask;
     index = index >= ((self + width) & ~(width - 1)) ? self : index;
-    return __wave64_bperm(index, var);
+    return __wave64_bperm(index, var, __builtin_return_address(0));
 }
-static inline unsigned long long __ballot(int pred) {
-    return ::wave64::ballot(pred);
+__attribute__((noinline)) static unsigned long long __ballot(int pred) {
+    return ::wave64::ballot(pred, __builtin_return_address(0));
 }
-static inline int __all(int pred) {
-    const uint64_t m = ::wave64::ballot(1);
-    return ::wave64::ballot(pred) == m;
+__attribute__((noinline)) static int __all(int pred) {
+    const void * site = __builtin_return_address(0);
+    const uint64_t m = ::wave64::ballot(1, site);
+    return ::wave64::ballot(pred, site) == m;
 }
-static inline int __any(int pred) {
-    return ::wave64::ballot(pred) != 0;
+__attribute__((noinline)) static int __any(int pred) {
+    return ::wave64::ballot(pred, __builtin_return_address(0)) != 0;
 }
-static inline unsigned long long __activemask() {
-    return ::wave64::ballot(1);
+__attribute__((noinline)) static unsigned long long __activemask() {
+    return ::wave64::ballot(1, __builtin_return_address(0));
 }
-static inline int __builtin_amdgcn_ds_bpermute_w64(int addr, int v) {
-    return __wave64_bperm_i(addr >> 2, v);
+__attribute__((noinline)) static int __builtin_amdgcn_ds_bpermute_w64(int addr, int v) {
+    return (int) ::wave64::bpermute(addr >> 2, (uint32_t) v, __builtin_return_address(0));
 }
 #define __builtin_amdgcn_ds_bpermute(addr, v) __builtin_amdgcn_ds_bpermute_w64((addr), (v))
 
