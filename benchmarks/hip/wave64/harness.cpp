@@ -571,6 +571,38 @@ Result selftest_inactive(bool wrong) {
     return res;
 }
 
+// a branch with a shuffle on lanes 0-15 of each half-wave, then one shuffle after the branch that reads across
+// it: the runtime must let the lanes that skipped the branch wait for the others (reconvergence), without faults
+__launch_bounds__(64, 1) static __global__ void k_selftest_reconverge(float * out) {
+    const int lane = threadIdx.x;
+    float x = (float) lane;
+    if (lane % 32 < 16) {
+        x = __shfl_xor_sync(0xFFFFFFFF, x, 1, 16);
+    } else {
+        x += 100.0f;
+    }
+    out[lane] = __shfl_xor_sync(0xFFFFFFFF, x, 16, 32);
+}
+
+Result selftest_reconverge() {
+    Result res;
+    res.name = "selftest/reconverge";
+    wave64::rt().faults.clear();
+    float * out = dev<float>(64);
+    k_selftest_reconverge<<<1, 64>>>(out);
+    double err = 0;
+    for (int t = 0; t < 64; ++t) {
+        const int p = t ^ 16;
+        err = worst(err, std::fabs(out[t] - (p % 32 < 16 ? (float) (p ^ 1) : (float) p + 100.0f)));
+    }
+    const size_t faults = wave64::rt().faults.size();
+    res.error = err;
+    res.bound = 0;
+    res.pass = err <= res.bound && faults == 0;
+    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+    return res;
+}
+
 Result selftest_sum(bool wrong) {
     Result res;
     res.name = std::string("selftest/group-sum") + (wrong ? "-lane-of-wavefront" : "");
@@ -633,6 +665,7 @@ int main(int argc, char ** argv) {
     };
     add("selftest/group-sum", [] { return selftest_sum(false); });
     add("selftest/group-sum-lane-of-wavefront", [] { return selftest_sum(true); });
+    add("selftest/reconverge", [] { return selftest_reconverge(); });
     add("selftest/shuffle", [] { return selftest_inactive(false); });
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });

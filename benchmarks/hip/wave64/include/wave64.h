@@ -247,8 +247,10 @@ inline bool resolve_wave(Runtime & r, int w0, int w1) {
                 }
                 const int src = r.lanes[j].index & (WAVE64_WIDTH - 1);
                 if (w0 + src < w1 && !(group >> src & 1)) {
+                    // (run: released from another group in this pass, on its way; a lane at a barrier or
+                    // done is not coming: reading it reads an inactive lane)
                     const State s = r.lanes[w0 + src].state;
-                    wait = s == State::shuffle || s == State::ballot;
+                    wait = s == State::shuffle || s == State::ballot || s == State::run;
                 }
             }
         }
