@@ -1,8 +1,8 @@
 """Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
 
-All paths but fused_decode, paired_store and short_one_chunk are on by default. A path switched off takes the
-way upstream llama.cpp goes (for fused_decode: patch 0012's non-flash decode), so that the bench and
-the tests compare both in one process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
+All paths but fused_decode are on by default. A path switched off takes the way upstream llama.cpp goes
+(for fused_decode: patch 0012's non-flash decode), so that the bench and the tests compare both in one
+process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
 llama.cpp reads them once per graph build of that context; no kernel reads the environment.
 """
 from __future__ import annotations
@@ -13,8 +13,7 @@ from .errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
 _BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
-         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8, "paired_store": 1 << 9,
-         "short_one_chunk": 1 << 10}
+         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8}
 
 
 @dataclass(frozen=True)
@@ -32,11 +31,6 @@ class AttentionPaths:
                                 # off: q in F32, the kernel's third version
     lane_quant: bool = True     # with fold_rotations: the K/V stores quantize a block of 32 values with 32 lanes
                                 # (0017); off: one thread per block, as ggml's SET_ROWS
-    paired_store: bool = False  # with lane_quant: a layer's K and V stores in one launch (0019; opt-in until
-                                # measured on a GPU); off: two
-    short_one_chunk: bool = False  # with fused_decode: a cache of at most 1024 cells walked in one chunk per KV
-                                # head, no split-KV reduce launch (0020; opt-in until measured on a GPU); off: the
-                                # split that fills the device at every length
 
     def __post_init__(self) -> None:
         for f in fields(self):

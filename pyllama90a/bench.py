@@ -9,102 +9,31 @@ is the baseline of the ratios unless --baseline says otherwise. Quote ratios; ab
 
 `python -m pyllama90a.bench server --help`: the server load benchmark (pyllama90a/bench_server.py).
 `python -m pyllama90a.bench constrained --help`: constrained against free decoding, N slots (bench_constrained.py).
+`python -m pyllama90a.bench batched --help`: N sequences at depth D decoding together (bench_batched.py).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO, cast
 
 import numpy as np
 
-from .attention_paths import AttentionPaths
+from .bench_modes import VARIANT_ENV as VARIANT_ENV  # (also bench's names: tests and device scripts import them here)
+from .bench_modes import VARIANT_PATHS as VARIANT_PATHS
+from .bench_modes import Mode
 from .bench_report import machine_name, write_results
 from .core.outputs import Completion
-from .errors import InvalidArgumentError
-from .kv_types import check_kv_type
 from .memory_plan import plan_memory
 from .model import Model
 from .native.ggml import devices
 from .roofline import copy_bandwidth, decode_bytes, weight_bytes_per_token
 
 DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
-
-
-# variants switch one path off, so that a mode can be compared with and without it in one run (the Model's
-# AttentionPaths; "+norot" is upstream's own environment switch):
-# "+deq": the in-place quantized-V paths (0003 CPU, 0004 CUDA) off, i.e. patch 0002's dequantize + mul_mat;
-# "+ungrouped": patch 0005 off, i.e. upstream's K^T q broadcast over the query heads of a GQA group;
-# "+mmq": patch 0007 off, i.e. CUDA prefill's K^T Q over a quantized K cache on MMQ instead of cuBLAS;
-# "+nock": patch 0009's CK FlashAttention off (gfx90a builds with CK);
-# "+norot": upstream's Hadamard rotation of Q/K/V for quantized caches off (what it costs; it buys accuracy);
-# "+fused": hybrid's decode through patch 0013's fused kernel instead of the non-flash path (CUDA/HIP);
-# "+fused-unfolded": the same with patch 0015 off, i.e. upstream's four rotation nodes per layer around it;
-# "+fused-f32q": the same with patch 0016 off (q kept in F32, the kernel's third version);
-# "+fused-serial-store": the same with patch 0017 off (the K/V stores quantize one block per thread);
-# "+fused-paired-store": the same with patch 0019 on (a layer's K and V stores in one launch);
-# "+fused-one-chunk": the same with patch 0020 on (a short cache in one chunk per KV head, no reduce launch)
-VARIANT_PATHS: dict[str, AttentionPaths] = {
-    "": AttentionPaths(), "deq": AttentionPaths(vquant_direct=False), "ungrouped": AttentionPaths(kq_grouped=False),
-    "mmq": AttentionPaths(kv_cublas=False), "nock": AttentionPaths(ck_fa=False), "norot": AttentionPaths(),
-    "fused": AttentionPaths(fused_decode=True),
-    "fused-unfolded": AttentionPaths(fused_decode=True, fold_rotations=False),
-    "fused-f32q": AttentionPaths(fused_decode=True, fused_q8=False),
-    "fused-serial-store": AttentionPaths(fused_decode=True, lane_quant=False),
-    "fused-paired-store": AttentionPaths(fused_decode=True, paired_store=True),
-    "fused-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True)}
-VARIANT_ENV: dict[str, tuple[str, str]] = {"norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
-
-
-# a mode's name -> Model's flash_attn ("hybrid": FA prefill and the quantized non-flash decode, patch 0012)
-_MODE_NAMES = {"fa-on": "on", "fa-off": "off", "fa-auto": "auto", "hybrid": "hybrid"}
-
-
-@dataclass(frozen=True)
-class Mode:
-    flash_attn: str
-    ctk: str
-    ctv: str
-    variant: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> Mode:
-        base, _, variant = text.partition("+")
-        if variant not in VARIANT_PATHS:
-            known = ", ".join("+" + v for v in VARIANT_PATHS if v)
-            raise InvalidArgumentError(f"mode {text!r}: unknown variant +{variant} (known: {known})")
-        try:
-            fa, kv = base.split(":")
-            ctk, ctv = kv.split("/")
-            flash_attn = _MODE_NAMES[fa]
-        except (ValueError, KeyError):
-            raise InvalidArgumentError(
-                f"mode {text!r} is not {{fa-on,fa-off,fa-auto,hybrid}}:CTK/CTV, e.g. fa-off:q4_0/q4_0") from None
-        return cls(flash_attn, check_kv_type(ctk, "K"), check_kv_type(ctv, "V"), variant)
-
-    def __str__(self) -> str:
-        name = next(k for k, v in _MODE_NAMES.items() if v == self.flash_attn)
-        return f"{name}:{self.ctk}/{self.ctv}" + (f"+{self.variant}" if self.variant else "")
-
-    @property
-    def attention_paths(self) -> AttentionPaths:
-        return VARIANT_PATHS[self.variant]
-
-    def apply_environment(self) -> None:
-        """The variant's upstream environment switch (read by llama.cpp when it builds a context or graph): set
-        it before each use, and clear the others'."""
-        for name, _ in VARIANT_ENV.values():
-            os.environ.pop(name, None)
-        switch = VARIANT_ENV.get(self.variant)
-        if switch:
-            name, value = switch
-            os.environ[name] = value
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -290,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_constrained import main as constrained_main
 
         return constrained_main(argv[1:])
+    if argv[:1] == ["batched"]:
+        from .bench_batched import main as batched_main
+
+        return batched_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()

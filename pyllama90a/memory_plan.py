@@ -20,6 +20,7 @@ from .errors import InvalidArgumentError
 from .model_file import check_header
 from .model_open import checked_file, context_params, load_weights, model_path, open_context
 from .native import ContextHandle
+from .native.context import MAX_N_CTX, MIN_CELLS_PER_SEQUENCE
 from .placement import Placement
 
 
@@ -73,7 +74,12 @@ class MemoryPlanner:
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         raw_path = model_path(path)
         self._settings = settings
-        params = context_params(ContextSettings(**settings))  # the settings checked before llama.cpp reads the file
+        # the settings checked before llama.cpp reads the file, at an n_ctx their sequences allow (each plan checks
+        # its own): the default n_ctx alone refused n_seq_max over 16
+        n_seq = settings.get("n_seq_max", 1)
+        n_ctx = min(max(ContextSettings.n_ctx, MIN_CELLS_PER_SEQUENCE * n_seq), MAX_N_CTX) if type(n_seq) is int \
+            else ContextSettings.n_ctx
+        params = context_params(ContextSettings(n_ctx=n_ctx, **settings))
         with warnings.catch_warnings():  # (about the default n_ctx; each plan warns about its own)
             warnings.simplefilter("ignore")
             self._file = checked_file(raw_path, n_gpu_layers, params)

@@ -87,6 +87,47 @@ def test_memory_only_report(tmp_path: Path) -> None:
     assert "| fa-off:q4_0/q4_0 |" in table and "0.281x" in table
 
 
+def test_batched_bench_decodes_n_sequences_together_and_reports_memory(tmp_path: Path, model_path) -> None:
+    modes = ["fa-off:f16/f16", "fa-off:q4_0/q4_0"]
+    assert main(["batched", "--model", str(model_path), "--n-seq", "1", "3", "--depths", "40", "--tg", "2",
+                 "--reps", "2", "--modes", *modes, "--threads", "2", "--kv-budget-gb", "0.1", "--budget-depth", "300",
+                 "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "batched.json").read_text())
+    rows = {(r["mode"], r["n_seq"]): r for r in result["rows"]}
+    assert set(rows) == {(m, n) for m in modes for n in (1, 3)}
+    for (mode, n), r in rows.items():
+        assert r["depth"] == 40 and len(r["samples"]) == 2 and r["aggregate_tok_s"] > 0
+        assert r["per_sequence_tok_s"] == pytest.approx(r["aggregate_tok_s"] / n)
+        assert r["path"] == "non-flash" and r["compute_bytes"] > 0
+        # a KV stream of 256 cells (40 + 2 + 1 rounded up) per sequence
+        assert r["kv_bytes"] == n * rows[mode, 1]["kv_bytes"]
+    assert rows["fa-off:q4_0/q4_0", 3]["kv_bytes"] * 64 == rows["fa-off:f16/f16", 3]["kv_bytes"] * 18
+    assert rows["fa-off:f16/f16", 3]["ratio_vs_baseline"] == pytest.approx(1.0)
+    # the largest N whose KV at depth 300 (512 cells) fits 100 MB, from one sequence's planned bytes
+    budget = {b["mode"]: b for b in result["budget"]}
+    for b in budget.values():
+        assert b["n_seq_fit"] == int(1e8 // b["kv_bytes_per_sequence"]) and b["n_seq"] == min(b["n_seq_fit"], 256)
+    assert budget["fa-off:q4_0/q4_0"]["n_seq_fit"] > 3 * budget["fa-off:f16/f16"]["n_seq_fit"] > 0
+    assert budget["fa-off:f16/f16"]["kv_bytes_per_sequence"] == 2 * rows["fa-off:f16/f16", 1]["kv_bytes"]
+    assert "| fa-off:q4_0/q4_0 | 40 | 3 |" in (tmp_path / "batched.md").read_text()
+
+
+def test_batched_bench_skips_what_does_not_fit_the_memory_limit(tmp_path: Path) -> None:
+    assert main(["batched", "--synthetic", "tiny", "--n-seq", "2", "--depths", "0", "--tg", "1", "--reps", "1",
+                 "--modes", "fa-off:f16/f16", "--memory-limit-gib", "0.0001", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "batched.json").read_text())["rows"]
+    assert row["skipped"] == "does not fit" and row["planned_bytes"] > 0.0001 * 2**30
+
+
+def test_batched_bench_plan_only_decodes_nothing(tmp_path: Path) -> None:
+    # 32 sequences: more than the default n_ctx (4096) holds at 256 cells each, which MemoryPlanner once refused
+    assert main(["batched", "--synthetic", "tiny", "--n-seq", "1", "32", "--depths", "100", "--modes", "fa-off:f16/f16",
+                 "--memory-limit-gib", "1", "--plan-only", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "batched.json").read_text())["rows"]
+    assert [(r["n_seq"], r["planned"]) for r in rows] == [(1, "fits"), (32, "fits")]
+    assert not any("aggregate_tok_s" in r for r in rows) and rows[1]["kv_bytes"] == 32 * rows[0]["kv_bytes"]
+
+
 def test_bench_rejects_bad_arguments() -> None:
     out = subprocess.run([sys.executable, "-m", "pyllama90a.bench", "--reps", "0", "--synthetic", "tiny"],
                          capture_output=True, text=True, cwd="/", timeout=120)

@@ -21,6 +21,7 @@ from pyllama90a._ffi import lib
 from pyllama90a.attention_paths import AttentionPaths
 from pyllama90a.native.ggml import ggml_type
 from pyllama90a.synthetic import Shape, synthetic_model
+from stream_probe import decode_streams
 
 SHAPES = {
     "hd64-gqa2": Shape("test-hd64", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512),
@@ -177,16 +178,9 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     stores = [n for n in decode if n.op == "SET_ROWS"]
     assert len(stores) == 2 * shape.n_layer and all(n.mark & lib.GGML_PYL_MARK_ROTATE_ROWS for n in stores)
     assert not any(n.mark & lib.GGML_PYL_MARK_SERIAL_QUANT for n in stores)  # 32 lanes per block (0017)
-    assert not any(n.mark & lib.GGML_PYL_MARK_PAIRED_STORE for n in stores)  # 0019 is opt-in
     attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
     assert len(attention) == shape.n_layer
     assert all(n.mark & lib.GGML_PYL_MARK_ROTATED and n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
-    assert not any(n.mark & lib.GGML_PYL_MARK_SHORT_ONE_CHUNK for n in attention)  # 0020 is opt-in
-    _, opted_in = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
-                              n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, paired_store=True,
-                                                                    short_one_chunk=True))
-    assert all(n.mark & lib.GGML_PYL_MARK_PAIRED_STORE for n in opted_in if n.op == "SET_ROWS")
-    assert all(n.mark & lib.GGML_PYL_MARK_SHORT_ONE_CHUNK for n in opted_in if n.op == "FLASH_ATTN_EXT")
     assert {((n.mark >> 8) & 15, (n.mark >> 12) & 15) for n in attention} == {(7, 6)}  # pieces of 128 and 64
     _, unfolded = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
                               n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, fold_rotations=False))
@@ -194,10 +188,8 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     assert not any(n.mark & (lib.GGML_PYL_MARK_ROTATED | lib.GGML_PYL_MARK_ROTATE_ROWS) for n in unfolded)
 
 
-# the fused decode's K/V stores: 32 lanes per block in two launches (the default), K and V in one launch (0019),
-# one thread per block (0017 off)
+# the fused decode's K/V stores: 32 lanes per block (the default), one thread per block (0017 off)
 STORES = {"lanes": AttentionPaths(fused_decode=True),
-          "paired": AttentionPaths(fused_decode=True, paired_store=True),
           "serial": AttentionPaths(fused_decode=True, lane_quant=False)}
 
 
@@ -212,8 +204,7 @@ def test_cells_the_fused_decode_stores_are_read_as_the_caches_own(shape: str, kv
     scores), so only a reader of the other kind can tell: the CPU's FA-off decode loads the cache after 40
     fused steps over a 16-token prompt (most cells the fused path's) and must give the fused context's next
     logits (the bound of the test above). Each KV type's quantizer is written twice, for 32 lanes per block (0017,
-    the default) and one thread per block (ggml's own functions), and the 32-lane store runs as one launch per row
-    set or, paired, one for a layer's K and V (0019): each is read back."""
+    the default) and one thread per block (ggml's own functions): each is read back."""
     tokens = _tokens()
     prompt, steps, last = tokens[:16], tokens[16:56], tokens[56:57]
     with _model(shape, kv, "hybrid", n_ctx=512, paths=STORES[store]) as fused:
@@ -240,10 +231,8 @@ def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -
         assert m.attention.flash_attn == "hybrid" and not m.attention_paths.fused_decode
 
 
-# the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, the same over one
-# chunk per KV head where the cache is short (0020), q in F32
+# the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, q in F32
 KERNELS = {"q8": AttentionPaths(fused_decode=True),
-           "q8-one-chunk": AttentionPaths(fused_decode=True, short_one_chunk=True),
            "f32q": AttentionPaths(fused_decode=True, fused_q8=False)}
 
 
@@ -260,7 +249,7 @@ def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, ker
     6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so the bound is 8e-3 of the
     spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of chunks or heads, or a
     code of V or K read at the wrong place, is off by a large part of the spread. 600+ cells make several KV
-    chunks, so the reduce runs, or, with 0020, one chunk of several tiles per KV head."""
+    chunks, so the reduce runs."""
     prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
     with _model(shape, kv, "hybrid", n_ctx=1024, paths=KERNELS[kernel]) as fused:
         fused.eval(prompt + prompt)
@@ -276,3 +265,42 @@ def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, ker
     spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
     non_flash_error = float(np.abs(decoded["non-flash"] - want).max())
     assert np.abs(got - want).max() <= max(8e-3 * spread, 1.25 * non_flash_error)
+
+
+# -- many sequences decoding together (one token of each per step, a KV stream each), as a GPU server batches them
+
+N_STREAMS, STREAM_STEPS = 8, 3
+
+
+def _stream_prompts(n_vocab: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Different prompts of different lengths (1200-1760 cells: the streams' caches end at different places, so
+    the mask differs per stream), and per step one token of each sequence."""
+    rng = np.random.default_rng(11)
+    prompts = [[1, *rng.integers(259, n_vocab, size=1200 + 80 * s - 1).tolist()] for s in range(N_STREAMS)]
+    steps = rng.integers(259, n_vocab, size=(STREAM_STEPS, N_STREAMS)).tolist()
+    return prompts, steps
+
+
+@on_gpu
+@pytest.mark.parametrize("shape", ["hd128-kv8", "hd64-gqa2"])
+@pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
+def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: str, kv: str) -> None:
+    """N = 8 sequences, one token of each per step in one batch: every layer's attention of every step is one
+    fused-kernel launch over the 8 KV streams (FLASH_ATTN_EXT marked FUSED_DECODE, grid z = the streams), and
+    each sequence's logits are those of the same context's non-flash decode (hybrid without the fused
+    kernel: no FLASH_ATTN_EXT in its decode steps; same prompts, same batches, so the same caches) within the
+    single-sequence test's bound, 8e-3 of the spread (q rounded to 8 bits on both sides). A stream's cells read for
+    another's, or a mask applied to the wrong stream, is off by a large part of the spread. With 8 streams of
+    1.2K-1.8K cells the split makes chunks of 2 tiles or more (H200: 132 multiprocessors)."""
+    path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
+    prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
+    together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=KERNELS["q8"])
+    assert len(marks) == FUSED_SHAPES[shape].n_layer * STREAM_STEPS
+    assert all(m & lib.GGML_PYL_MARK_FUSED_DECODE and not m & lib.GGML_PYL_MARK_FUSED_F32Q for m in marks)
+    reference, reference_marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid",
+                                                paths=AttentionPaths())
+    assert reference_marks == []
+    for seq, (got, want) in enumerate(zip(together, reference, strict=True)):
+        assert np.isfinite(got).all() and got.shape == want.shape == (STREAM_STEPS, FUSED_SHAPES[shape].n_vocab)
+        spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
+        assert np.abs(got - want).max() <= 8e-3 * spread, f"sequence {seq}"

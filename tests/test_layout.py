@@ -9,7 +9,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pyllama90a"
 NATIVE = {"pyllama90a._native", "pyllama90a._ffi"}
 BINDING = ("pyllama90a._ffi", "pyllama90a._log", "pyllama90a.native")
 SERVICES = ("pyllama90a.server", "pyllama90a.tools", "pyllama90a.bench", "pyllama90a.bench_server",
-            "pyllama90a.bench_constrained", "pyllama90a.bench_report", "pyllama90a.selftest", "pyllama90a.fuzz",
+            "pyllama90a.bench_constrained", "pyllama90a.bench_report", "pyllama90a.bench_batched",
+            "pyllama90a.bench_modes", "pyllama90a.selftest", "pyllama90a.fuzz",
             "pyllama90a.__main__", "pyllama90a.synthetic")
 
 

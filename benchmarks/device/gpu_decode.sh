@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Issue 34 on the H200, in one call: STAGES (in order) of
+#   tests    the CUDA tests of the attention paths (synthetic models)
+#   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused
+#   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
+#   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
+#   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
+#   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
+#   server   bench server, 8 and 32 clients, 8b-hd128: FA-on f16 against auto (hybrid + fused) q4_0
+# Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
+# earlier call of the same native source: no build then). DEADLINE_S: the call's budget (each stage's timeout
+# is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log).
+set -uo pipefail
+OUT=${OUT:-/tmp/pyllama90a-out}
+mkdir -p "$OUT/r"
+START=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-560}
+exec > >(tee "$OUT/gpu_decode.log") 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+left() { echo $(( DEADLINE_S - ($(date +%s) - START) - ${1:-20} )); }
+cap() { local l; l=$(left 25); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
+if ls .pkg/pkg.tgz.part-* >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    cat .pkg/pkg.tgz.part-* | tar xzf - -C /tmp/site && cp pyllama90a/*.py /tmp/site/pyllama90a/
+    if (cd /tmp && PYTHONPATH=/tmp/site python3 -c "import pyllama90a._ffi"); then
+        echo "carried package"; export SKIP_BUILD=1
+    else
+        echo "the carried package does not load: building"; rm -rf /tmp/site/pyllama90a
+    fi
+fi
+source benchmarks/device/setup.sh
+if [ -z "${SKIP_BUILD:-}" ] && [ -n "${SAVE_PKG:-}" ]; then  # the built package, for a later call
+    site=$(cd /tmp && python3 -c "import os, pyllama90a; print(os.path.dirname(os.path.dirname(pyllama90a.__file__)))")
+    (cd "$site" && tar czf /tmp/pkg.tgz pyllama90a) && ls -la /tmp/pkg.tgz
+    # two parts at most: the carried tree stays under the 64 MiB a call takes
+    [ "$(stat -c %s /tmp/pkg.tgz)" -le $((30 * 1024 * 1024)) ] && split -b 15M /tmp/pkg.tgz "$OUT/pkg.tgz.part-"
+fi
+cd /tmp
+R=$OUT/r
+D=$REPO/benchmarks/device
+for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
+    t=$(left 30); [ "$t" -lt 30 ] && { echo "stage $stage: no time left"; continue; }
+    echo "== stage $stage ($t s left) $(date -u +%T)"
+    case $stage in
+    tests)
+        timeout "$(cap 150)" python3 -m pytest -q -p no:cacheprovider \
+            $(printf "$REPO/tests/%s " test_hybrid_attention.py test_attention_paths.py test_vquant_cuda.py \
+              test_quantized_v_backend.py test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
+        echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10 ;;
+    bench8b)
+        timeout "$(cap 280)" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 \
+            --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
+            hybrid:q4_0/q4_0+fused --out "$R/h200-8b-hd128" \
+            > "$R/bench8b.log" 2>&1
+        echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
+    ncu)
+        stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+        for mode in ${NCU_MODES:-fa-on:f16/f16 hybrid:q4_0/q4_0+fused}; do
+            csv="$R/ncu-${mode//[:\/+]/_}.csv"
+            for metrics in "dram__bytes_read.sum,$stalls" dram__bytes_read.sum; do  # the second if the first fails
+                timeout "$(cap 120)" ncu --clock-control none --profile-from-start off \
+                    --kernel-name regex:'pyl_attn_decode|flash_attn_ext_vec|flash_attn_combine' \
+                    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                    --metrics "$metrics" --csv --page details --log-file "$csv" \
+                    python3 "$D/ncu_depths.py" 8b-hd128 "$mode" 0 2048 8192 32768 >> "$R/ncu.log" 2>&1
+                rc=$?; echo "ncu $mode ($metrics) rc=$rc"; [ $rc -eq 0 ] && break
+            done
+        done
+        python3 "$D/ncu_summary.py" 32 0,2048,8192,32768 $(for f in "$R"/ncu-*.csv; do b=${f##*/ncu-}; echo "${b%.csv}=$f"; done) \
+            | tee "$R/ncu-attention-8b-hd128.md" ;;
+    steps0)
+        (cd "$REPO" && OUT=$R SKIP_BUILD=1 DEPTH=0 STEPS=4 NCU_FLAGS="--clock-control none" \
+            MODES="fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused" \
+            timeout "$(cap 100)" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
+        cat "$R"/kernel-times-8b-hd128-0.md ;;
+    batched)
+        timeout "$(cap 330)" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
+            --depths 2048 8192 32768 --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
+            ${BATCHED_EXTRA:---measure-budget} --modes fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused \
+            --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
+        echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
+    server)  # the OpenAI server under 8 and 32 streaming clients: FA-on f16 against auto (hybrid + fused) q4_0
+        model=$(python3 -c "from pyllama90a.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
+        for cfg in "f16 on" "q4_0 auto"; do
+            set -- $cfg
+            timeout "$(cap 150)" python3 -m pyllama90a.bench server --model "$model" --clients 8 32 --max-tokens 64 \
+                --reps 2 --ctk "$1" --ctv "$1" --flash-attn "$2" --n-ctx 131072 --threads 8 \
+                --out "$R/h200-8b-hd128-server-$1-$2" > "$R/server-$1.log" 2>&1
+            echo "server $cfg rc=$?"; cat "$R/h200-8b-hd128-server-$1-$2/server.md"
+        done ;;
+    bench1b)
+        timeout "$(cap 160)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
+            --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
+            hybrid:q4_0/q4_0+fused fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused --out "$R/h200-1b-hd64" > "$R/bench1b.log" 2>&1
+        echo "bench1b rc=$?"; grep "| tg" "$R/h200-1b-hd64/bench.md" ;;
+    esac
+    (cd "$OUT" && tar czf results.tgz r)  # what has been measured so far comes back even if a later stage hangs
+done
+rm -f "$R"/*.csv.gz; (cd "$OUT" && tar czf results.tgz r) && ls -la "$OUT"
+echo "total $(( $(date +%s) - START )) s"

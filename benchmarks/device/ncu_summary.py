@@ -1,0 +1,99 @@
+"""ncu's details CSV of ncu_depths.py runs -> one table: per mode and depth, the attention kernels' time per
+token (summed over layers), DRAM bytes read per token and the rate, achieved occupancy, registers, and the
+largest warp stalls.
+
+    python3 ncu_summary.py N_LAYER DEPTHS MODE=FILE.csv [MODE=FILE.csv ...]   (DEPTHS: 0,2048,8192,32768)
+"""
+import csv
+import re
+import sys
+from collections import defaultdict
+
+MAIN = ("k_pyl_attn_decode", "flash_attn_ext_vec")  # a layer's attention kernel; the reduce/combine follow it
+METRICS = {
+    "Duration": "time",
+    "DRAM Throughput": "dram_pct",
+    "Memory Throughput": "mem_pct",
+    "Achieved Occupancy": "occupancy",
+    "Registers Per Thread": "registers",
+    "Block Limit Registers": "limit_regs",
+    "Block Limit Shared Mem": "limit_smem",
+    "Warp Cycles Per Issued Instruction": "cpi",
+}
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
+UNIT = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def rows(path):
+    with open(path) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    return list(csv.DictReader(lines[start:]))
+
+
+def summarize(path, n_layer, depths):
+    kernels = {}  # ID -> (name, {metric: value})
+    stalls = defaultdict(lambda: defaultdict(float))
+    for r in rows(path):
+        kid = int(r["ID"])
+        name = re.sub(r"<.*", "", r["Kernel Name"]).replace("void ", "").strip()
+        k = kernels.setdefault(kid, (name, {}))
+        metric, unit, value = r["Metric Name"], r["Metric Unit"], r["Metric Value"].replace(",", "")
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        if metric in METRICS:
+            k[1][METRICS[metric]] = v * UNIT.get(unit, 1.0) if metric == "Duration" else v
+        k[1]["grid"] = r.get("Grid Size", "")
+        per = BYTES.get(unit.split("/")[0], 1.0)  # e.g. "Kbyte/block"
+        if metric == "dram__bytes_read.sum":
+            k[1]["dram_read"] = v * per
+        if metric == "Dynamic Shared Memory Per Block":
+            k[1]["smem_dyn"] = v * per
+        stall = STALL.fullmatch(metric)
+        if stall:
+            stalls[kid][stall.group(1)] = v
+        if metric == "Duration" and unit not in UNIT:
+            raise SystemExit(f"unknown duration unit {unit}")
+    out = defaultdict(lambda: defaultdict(list))  # depth -> kernel name -> [metrics]
+    n_main = 0
+    for kid in sorted(kernels):
+        name, m = kernels[kid]
+        if name in MAIN:
+            n_main += 1
+        d = depths[min((max(n_main, 1) - 1) // n_layer, len(depths) - 1)]
+        out[d][name].append((m, stalls.get(kid, {})))
+    return out
+
+
+def main():
+    n_layer, depths = int(sys.argv[1]), [int(d) for d in sys.argv[2].split(",")]
+    print("| mode | depth | kernel | launches | µs/token | µs/launch | DRAM MB read/token | read GB/s | DRAM % peak | "
+          "achieved occupancy % | regs | "
+          "dyn smem KiB | grid | warp cycles/instr | top stalls (cycles/instr) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    for arg in sys.argv[3:]:
+        mode, path = arg.split("=", 1)
+        for depth, per_kernel in sorted(summarize(path, n_layer, depths).items()):
+            for name, items in per_kernel.items():
+                n = len(items)
+                def avg(key, items=items, n=n):
+                    return sum(m.get(key, 0.0) for m, _ in items if not isinstance(m.get(key), str)) / n
+                st = defaultdict(float)
+                for _, s in items:
+                    for k, v in s.items():
+                        st[k] += v / n
+                top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(st.items(), key=lambda kv: -kv[1])[:3])
+                total = sum(m.get("time", 0.0) for m, _ in items)
+                read = sum(m.get("dram_read", 0.0) for m, _ in items)
+                rate = read / (total * 1e3) if total else 0.0  # bytes per ns = GB/s
+                print(f"| {mode} | {depth} | `{name}` | {n} | {total:.1f} | {avg('time'):.2f} | {read / 1e6:.1f} | "
+                      f"{rate:.0f} | {avg('dram_pct'):.1f} "
+                      f"| {avg('occupancy'):.1f} | {avg('registers'):.0f} | {avg('smem_dyn') / 1024:.1f} | "
+                      f"{items[-1][0].get('grid', '')} | {avg('cpi'):.1f} | {top} |")
+
+
+if __name__ == "__main__":
+    main()
