@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the wave64 harness: our HIP kernels (the fused decode of patches 0013/0015-0020, its K/V stores and
+"""Build the wave64 harness: our HIP kernels (the fused decode of patches 0013/0015-0018, its K/V stores and
 reduce, patch 0004's OUT_PROD kernels) executed on the CPU with 64-wide wavefronts (gfx90a's), against a CPU
 reference.
 

@@ -3,13 +3,13 @@
 //
 // Cases (tests/test_hybrid_attention.py's fused-kernel cases):
 // - attn/<kernel>/<shape>/<type>: FLASH_ATTN_EXT marked for the fused decode (patch 0013, rotations folded as
-//   0015, q8 as 0016 or F32 q, one chunk as 0020), through ggml_cuda_pyl_attn_decode, its shape and split
+//   0015, q8 as 0016 or F32 q), through ggml_cuda_pyl_attn_decode, its shape and split
 //   chosen by the real host code for an MI210 (104 CUs): one token over 768 cells of which 607 are unmasked.
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
 // - store/<variant>/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per
-//   block as 0017, paired as 0019, or serial), through ggml_cuda_pyl_set_rows_rot(_pair), n tokens. Reference:
+//   block as 0017, or serial), through ggml_cuda_pyl_set_rows_rot, K then V, n tokens. Reference:
 //   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
 //   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
 // - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
@@ -172,7 +172,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     Result res;
     res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
     const bool f32q = !strcmp(kernel, "f32q");
-    const bool one_chunk = !strcmp(kernel, "q8-one-chunk");
     std::mt19937_64 rng(1234 + s.D * 7 + s.n_head * 13 + (int) type);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int D = s.D, n_embd = D * s.n_head_kv, G = s.n_head / s.n_head_kv;
@@ -206,7 +205,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
                    GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
     mark |= f32q ? GGML_PYL_MARK_FUSED_F32Q : 0;
-    mark |= one_chunk ? GGML_PYL_MARK_SHORT_ONE_CHUNK : 0;
     ggml_pyl_set_mark(dst, mark);
     if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
         res.detail = "not supported by the fused kernel";
@@ -316,7 +314,7 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
     Result res;
     res.name = std::string("store/") + variant + "/" + s.name + "/" + ggml_type_name(type) + "/" +
                std::to_string(n_tokens);
-    const bool paired = !strcmp(variant, "paired"), serial = !strcmp(variant, "serial");
+    const bool serial = !strcmp(variant, "serial");
     std::mt19937_64 rng(99 + s.D * 3 + s.n_head_kv * 5 + (int) type + n_tokens);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int D = s.D, n_embd = D * s.n_head_kv;
@@ -342,8 +340,7 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
         }
         x.node = ggml_set_rows(c.ctx, cache, src, idx);
         GGML_PYL_ROTATE_N(x.node) = x.N;
-        ggml_pyl_set_mark(x.node, GGML_PYL_MARK_ROTATE_ROWS | (serial ? GGML_PYL_MARK_SERIAL_QUANT : 0) |
-                                  (paired ? GGML_PYL_MARK_PAIRED_STORE : 0));
+        ggml_pyl_set_mark(x.node, GGML_PYL_MARK_ROTATE_ROWS | (serial ? GGML_PYL_MARK_SERIAL_QUANT : 0));
         if (!ggml_cuda_pyl_set_rows_rot_supported(x.node)) {
             res.detail = "not supported";
             return res;
@@ -351,7 +348,6 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
     }
     std::vector<unsigned char> outs[2];
     std::vector<std::string> faults;
-    const bool pair = paired && ggml_cuda_pyl_set_rows_rot_pair_supported(st[0].node, st[1].node);
     for (int pass = 0; pass < 2; ++pass) {
         auto & r = wave64::rt();
         r.faults.clear();
@@ -360,12 +356,8 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
             memset(x.data, 0x5a, row * KV_SIZE);
         }
         ggml_backend_cuda_context cctx(0);
-        if (pair) {
-            ggml_cuda_pyl_set_rows_rot_pair(cctx, st[0].node, st[1].node);
-        } else {
-            ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
-            ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
-        }
+        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
+        ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
         faults.insert(faults.end(), r.faults.begin(), r.faults.end());
         for (auto & x : st) {
             outs[pass].insert(outs[pass].end(), (unsigned char *) x.data, (unsigned char *) x.data + row * KV_SIZE);
@@ -426,8 +418,8 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
     res.bound = 1.01;  // at most one code step, on a few values
     res.pass = steps <= res.bound && share <= 0.02 && same && others_kept && faults.empty();
     char buf[256];
-    snprintf(buf, sizeof(buf), "%s, values off by a step %.2f%%%s%s%s%s", pair ? "one paired launch" :
-             "two launches", 100.0 * share, same ? "" : ", forward and reversed lane orders differ",
+    snprintf(buf, sizeof(buf), "values off by a step %.2f%%%s%s%s%s", 100.0 * share,
+             same ? "" : ", forward and reversed lane orders differ",
              others_kept ? "" : ", other cells written", faults.empty() ? "" : ", fault: ",
              faults.empty() ? "" : faults[0].c_str());
     res.detail = buf;
@@ -670,7 +662,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-one-chunk", "f32q"}) {
+    for (const char * kernel : {"q8", "f32q"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
@@ -684,7 +676,7 @@ int main(int argc, char ** argv) {
             add(std::string("outprod/") + s.name + "/" + ggml_type_name(t), [s, t] { return outprod_case(s, t); });
         }
     }
-    for (const char * variant : {"lanes", "paired", "serial"}) {
+    for (const char * variant : {"lanes", "serial"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 for (int n : {1, 5}) {
