@@ -5,8 +5,9 @@ benchmarks/hip/build_wave64.py compiles the patched ggml-cuda sources of the fus
 benchmarks/hip/wave64/include/wave64.h, whose wavefronts are 64 lanes wide, and the harness runs every
 fused-kernel case of tests/test_hybrid_attention.py (its head dims, GQA groups, cache types, kernel versions and
 store variants) against a double-precision reference over ggml's CPU decoding of the cache. Skipped, with the
-command that installs it, where no clang++ is installed; the build takes several minutes on 2 cores (cached in
-build/wave64 until the sources change).
+command that installs it, where no clang++ is installed. Two builds per session, cached in build/wave64 until
+the sources change: the harness at -O1 (about 3 minutes on 2 cores, with its run), and one -O0 harness with every
+mutation the last test needs (seconds; each mutates its own kernel, so one build serves them all).
 """
 from __future__ import annotations
 
@@ -77,13 +78,23 @@ def test_the_harness_fails_kernels_that_assume_32_lanes(results: dict[str, dict]
         assert not results[wrong]["kernel_pass"] and results[wrong]["error"] > 0.1, results[wrong]
 
 
+# each mutation and the one case that runs its kernel (no other mutated kernel runs in that case)
+MUTATED_CASES = {"softmax-lane": "attn/q8/hd128-kv8/q4_0", "store-lane": "store/lanes/hd128-kv8/q4_0/1"}
+
+
+@pytest.fixture(scope="session")
+def mutated_binary() -> Path:
+    """One build of the harness with every mutation applied, for the session: one compile, not one per mutation."""
+    mutations = [arg for m in MUTATED_CASES for arg in ("--mutate", m)]
+    return _build(*mutations, "--opt", "0")  # -O0: a faster compile, and one case runs per mutation
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mutation", ["softmax-lane", "store-lane"])
-def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutation: str) -> None:
+@pytest.mark.parametrize("mutation", sorted(MUTATED_CASES))
+def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutated_binary: Path, mutation: str) -> None:
     """The real kernels with one group-of-32 lane index made a wavefront lane index (the same on NVIDIA's 32-wide
-    warps) must fail under wave64: a second build of the harness (minutes)."""
-    binary = _build("--mutate", mutation, "--opt", "0")  # -O0: a faster compile, and one case runs
-    which = "attn/q8/hd128-kv8/q4_0" if mutation == "softmax-lane" else "store/lanes/hd128-kv8/q4_0/1"
-    run = subprocess.run([str(binary), "--filter", which], capture_output=True, text=True, timeout=1800)
+    warps) must fail under wave64."""
+    run = subprocess.run([str(mutated_binary), "--filter", MUTATED_CASES[mutation]], capture_output=True,
+                         text=True, timeout=1800)
     # a FAIL line, or the guard page after the source rows stops the run (the store then reads past them)
     assert run.returncode != 0 and ", 0 failed" not in run.stdout, run.stdout[-3000:]

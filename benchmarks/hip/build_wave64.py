@@ -14,7 +14,8 @@ the installed pyllama90a (tensor sizes, ggml's CPU dequantize and quantize for t
   python3 benchmarks/hip/build_wave64.py [--out DIR] [--cxx clang++-19] [--src TREE] [--ggml-lib DIR]
                                          [--mutate NAME] [--width 64|32] [--run [HARNESS ARGS...]]
 
---mutate applies one of MUTATIONS to the kernel text first (a known-wrong kernel: the harness must fail it).
+--mutate applies one of MUTATIONS to the kernel text first (a known-wrong kernel: the harness must fail it);
+repeat it to apply several at once (each in its own kernel, so one build serves a case of each).
 --width 32 builds the same runtime with 32-wide wavefronts (the NVIDIA control). Prints the binary's path.
 Needs clang++ >= 15 (`apt-get install -y clang-19`); exits 77 when none is installed.
 """
@@ -99,27 +100,28 @@ def to_host_cxx(text: str) -> str:
     return EXTERN_SHARED.sub(r"\1 * \2 = (\1 *) ::wave64::dynamic_shared();", text)
 
 
-def rewrite_tree(cuda: Path, out: Path, mutation: str | None) -> None:
+def rewrite_tree(cuda: Path, out: Path, mutations: list[str]) -> None:
     """ggml-cuda's headers and our units, rewritten, into out/ggml-cuda (the include path's first folder)."""
     dst = out / "ggml-cuda"
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "vendors").mkdir(exist_ok=True)
     files = [*cuda.glob("*.cuh"), *(cuda / "vendors").glob("*.h"), *(cuda / u for u in UNITS)]
-    mutated = False
+    mutated: set[str] = set()
     for p in files:
         text = to_host_cxx(p.read_text())
-        if mutation:
+        for mutation in mutations:
             unit, old, new = MUTATIONS[mutation]
             if p.name == unit:
                 if text.count(old) != 1:
                     raise RuntimeError(f"mutation {mutation}: its text is not once in {unit}")
                 text = text.replace(old, new)
-                mutated = True
+                mutated.add(mutation)
         target = dst / p.relative_to(cuda)
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
-    if mutation and not mutated:
-        raise RuntimeError(f"mutation {mutation}: {MUTATIONS[mutation][0]} not found")
+    missing = sorted(set(mutations) - mutated)
+    if missing:
+        raise RuntimeError(f"mutations {missing}: their units are not in {cuda}")
 
 
 def defines() -> list[str]:
@@ -142,10 +144,11 @@ def build(args: argparse.Namespace) -> Path:
         raise RuntimeError(f"no libggml-base.so in {lib}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"wave64-harness-w{args.width}" + (f"-{args.mutate}" if args.mutate else "") + \
+    mutations = sorted(set(args.mutate or ()))
+    name = f"wave64-harness-w{args.width}" + "".join(f"-{m}" for m in mutations) + \
         ("" if args.opt == "1" else f"-O{args.opt}")
     src_dir = out / (name + "-src")
-    rewrite_tree(tree / "ggml" / "src" / "ggml-cuda", src_dir, args.mutate)
+    rewrite_tree(tree / "ggml" / "src" / "ggml-cuda", src_dir, mutations)
     harness = src_dir / "harness.cpp"  # its kernels are HIP text too
     text = to_host_cxx((WAVE64 / "harness.cpp").read_text())
     if not harness.exists() or harness.read_text() != text:
@@ -218,7 +221,7 @@ def main() -> int:
     ap.add_argument("--cxx")
     ap.add_argument("--src", help="the patched llama.cpp tree (default: vendor/prepare_source.py's)")
     ap.add_argument("--ggml-lib", help="the folder of libggml-base.so (default: the installed pyllama90a's)")
-    ap.add_argument("--mutate", choices=sorted(MUTATIONS))
+    ap.add_argument("--mutate", choices=sorted(MUTATIONS), action="append")
     ap.add_argument("--width", type=int, choices=(32, 64), default=64)
     ap.add_argument("--opt", default="1", choices=("0", "1", "2"))
     ap.add_argument("--markdown", help="run every case and write their tables to this file")
