@@ -1,0 +1,713 @@
+// pyllama90a wave64 harness: our HIP kernels, compiled as HIP for gfx90a and run on the CPU with 64-wide
+// wavefronts (wave64.h), against a CPU reference in double precision over ggml's own CPU decoding of the cache.
+//
+// Cases (tests/test_hybrid_attention.py's fused-kernel cases):
+// - attn/<kernel>/<shape>/<type>: FLASH_ATTN_EXT marked for the fused decode (patch 0013, rotations folded as
+//   0015, q8 as 0016 or F32 q), through ggml_cuda_pyl_attn_decode, its shape and split
+//   chosen by the real host code for an MI210 (104 CUs): one token over 768 cells of which 607 are unmasked.
+//   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
+//   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
+//   max |want|.
+// - store/<variant>/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per
+//   block as 0017, or serial), through ggml_cuda_pyl_set_rows_rot, K then V, n tokens. Reference:
+//   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
+//   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
+// - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
+//   KV chunks and their reduce), through ggml_cuda_out_prod. Reference: sum of p times ggml's dequantized V.
+// - selftest/...: our own small kernels, one right and two wrong on 64-wide wavefronts only (a group-of-32
+//   reduction whose partial sums are published by `threadIdx.x % warpSize == 0`, a broadcast with the
+//   default width): the harness must pass the first and fail the others.
+// Every case runs twice, lanes forward and reversed between sync points: the two results must be equal bit
+// for bit (else a race), and the runtime must record no fault (reads of inactive lanes, divergent barriers).
+#define WAVE64_IMPLEMENTATION
+#include "wave64.h"
+
+#include "pyl-attn-decode.cu"
+#include "pyl-set-rows-rot.cu"
+#include "out-prod.cu"
+
+#include "ggml.h"
+
+#include <random>
+
+// ---- the host symbols of ggml-cuda.cu that the units use: one MI210 --------------------------------------
+
+const ggml_cuda_device_info & ggml_cuda_info() {
+    static ggml_cuda_device_info info = [] {
+        ggml_cuda_device_info i = {};
+        i.device_count = i.physical_device_count = 1;
+        i.devices[0].cc = GGML_CUDA_CC_CDNA2;
+        i.devices[0].nsm = 104;  // MI210: 104 compute units
+        i.devices[0].smpb = i.devices[0].smpbo = 64 * 1024;
+        i.devices[0].warp_size = WAVE64_WIDTH;
+        i.devices[0].total_vram = (size_t) 64 << 30;
+        return i;
+    }();
+    return info;
+}
+
+void ggml_cuda_set_device(int) {}
+
+[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    fprintf(stderr, "wave64 harness: %s failed in %s (%s:%d): %s\n", stmt, func, file, line, msg);
+    abort();
+}
+
+struct wave64_pool : ggml_cuda_pool {
+    void * alloc(size_t size, size_t * actual) override {
+        *actual = size;
+        return wave64::device_alloc(size);
+    }
+    void free(void * ptr, size_t) override { wave64::device_free(ptr); }
+};
+
+std::unique_ptr<ggml_cuda_pool> ggml_backend_cuda_context::new_pool_for_device(int, int) {
+    return std::make_unique<wave64_pool>();
+}
+
+ggml_backend_cuda_context::~ggml_backend_cuda_context() {}
+
+// ---- helpers ---------------------------------------------------------------------------------------------
+
+namespace {
+
+struct Result {
+    std::string name;
+    bool pass = false;
+    bool expect_fail = false;
+    double error = 0, bound = 0;
+    std::string detail;
+};
+
+template <typename T> T * dev(size_t n) { return (T *) wave64::device_alloc(n * sizeof(T)); }
+
+// the larger error, a NaN counting as infinite (std::max would keep the first argument)
+double worst(double e, double x) {
+    return std::isnan(x) || std::isnan(e) ? INFINITY : std::max(e, x);
+}
+
+// x <- H x / sqrt(n) in pieces of n (Sylvester order: what llama.cpp's rotation matrices and the kernels use)
+void fwht(std::vector<double> & x, size_t off, int n) {
+    for (int h = 1; h < n; h *= 2) {
+        for (int i = 0; i < n; i += 2 * h) {
+            for (int j = i; j < i + h; ++j) {
+                const double a = x[off + j], b = x[off + j + h];
+                x[off + j] = a + b;
+                x[off + j + h] = a - b;
+            }
+        }
+    }
+    for (int i = 0; i < n; ++i) {
+        x[off + i] /= std::sqrt((double) n);
+    }
+}
+
+std::vector<float> to_float(ggml_type type, const void * row, int64_t n) {
+    std::vector<float> out(n);
+    ggml_get_type_traits(type)->to_float(row, out.data(), n);
+    return out;
+}
+
+struct Shape {
+    const char * name;
+    int D, n_head, n_head_kv;
+};
+// tests/test_hybrid_attention.py's FUSED_SHAPES: head dim n_embd/n_head, query and KV heads
+const Shape SHAPES[] = {
+    {"hd64-gqa2", 64, 4, 2},
+    {"hd128-gqa4", 128, 4, 1},
+    {"hd64-gqa8", 64, 8, 1},
+    {"hd256-mha", 256, 2, 2},
+    {"hd128-kv8", 128, 16, 8},
+};
+const ggml_type TYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0};
+
+constexpr int KV_SIZE = 1024;  // the test's n_ctx
+constexpr int N_KV    = 768;   // the cache view of a decode step there (llama.cpp pads n_kv to 256)
+constexpr int N_USED  = 607;   // 2 x 301 prompt tokens and the decode steps before the last
+
+struct Ctx {
+    ggml_context * ctx;
+    Ctx() {
+        ggml_init_params p = {64 * 1024 * 1024, nullptr, true};
+        ctx = ggml_init(p);
+    }
+    ~Ctx() { ggml_free(ctx); }
+};
+
+// a quantized cache [n_embd_gqa, KV_SIZE] with rows 0..N_KV-1 from normal values (per-head scales vary)
+void * make_cache(ggml_type type, int n_embd, std::mt19937_64 & rng, std::vector<float> * src_out = nullptr) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> src((size_t) n_embd * KV_SIZE);
+    for (size_t i = 0; i < src.size(); ++i) {
+        src[i] = nd(rng) * (1.0f + 0.5f * (float) ((i % n_embd) / 64 % 3));
+    }
+    void * data = wave64::device_alloc(ggml_row_size(type, n_embd) * KV_SIZE);
+    ggml_quantize_chunk(type, src.data(), data, 0, KV_SIZE, n_embd, nullptr);
+    if (src_out) {
+        *src_out = std::move(src);
+    }
+    return data;
+}
+
+// ---- the fused decode -------------------------------------------------------------------------------------
+
+struct AttnOut {
+    std::vector<float> out;
+    std::vector<std::string> faults;
+};
+
+AttnOut run_attn(ggml_tensor * dst, bool reversed) {
+    auto & r = wave64::rt();
+    r.faults.clear();
+    r.reversed = reversed;
+    memset(dst->data, 0xff, ggml_nbytes(dst));
+    ggml_backend_cuda_context cctx(0);
+    ggml_cuda_pyl_attn_decode(cctx, dst);
+    const float * d = (const float *) dst->data;
+    return {std::vector<float>(d, d + ggml_nelements(dst)), r.faults};
+}
+
+Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
+    Result res;
+    res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
+    const bool f32q = !strcmp(kernel, "f32q");
+    std::mt19937_64 rng(1234 + s.D * 7 + s.n_head * 13 + (int) type);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int D = s.D, n_embd = D * s.n_head_kv, G = s.n_head / s.n_head_kv;
+    Ctx c;
+    void * kdata = make_cache(type, n_embd, rng);
+    void * vdata = make_cache(type, n_embd, rng);
+    const size_t row = ggml_row_size(type, n_embd), rd = ggml_row_size(type, D);
+    ggml_tensor * kc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
+    ggml_tensor * vc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
+    kc->data = kdata;
+    vc->data = vdata;
+    ggml_tensor * k = ggml_view_4d(c.ctx, kc, D, N_KV, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
+    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, N_KV, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
+    ggml_tensor * qc = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F32, D, s.n_head);
+    qc->data = dev<float>((size_t) D * s.n_head);
+    for (int i = 0; i < D * s.n_head; ++i) {
+        ((float *) qc->data)[i] = nd(rng);
+    }
+    // q as build_attn_mha permutes it: [D, 1 token, n_head, 1]
+    ggml_tensor * q = ggml_view_4d(c.ctx, qc, D, 1, s.n_head, 1, (size_t) D * s.n_head * 4, (size_t) D * 4,
+                                   (size_t) D * s.n_head * 4, 0);
+    ggml_tensor * mask = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F16, N_KV, 1);
+    mask->data = dev<ggml_fp16_t>(N_KV);
+    for (int j = 0; j < N_KV; ++j) {
+        ((ggml_fp16_t *) mask->data)[j] = ggml_fp32_to_fp16(j < N_USED ? 0.0f : -INFINITY);
+    }
+    const float scale = 1.0f / sqrtf((float) D);
+    ggml_tensor * dst = ggml_flash_attn_ext(c.ctx, q, k, v, mask, scale, 0.0f, 0.0f);
+    dst->data = dev<float>(ggml_nelements(dst));
+    const int rot_q = D, rot_out = 64;  // llama.cpp's rotation sizes: K the largest power of 2 dividing D, V 64
+    int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
+                   GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
+    mark |= f32q ? GGML_PYL_MARK_FUSED_F32Q : 0;
+    ggml_pyl_set_mark(dst, mark);
+    if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
+        res.detail = "not supported by the fused kernel";
+        return res;
+    }
+
+    const AttnOut fwd = run_attn(dst, false);
+    const long long blocks0 = wave64::rt().blocks, launches0 = wave64::rt().launches;
+    const AttnOut rev = run_attn(dst, true);
+    const long long blocks = wave64::rt().blocks - blocks0, launches = wave64::rt().launches - launches0;
+
+    // reference: per query head h (KV head h / G)
+    double err = 0, amax = 0, err_exact = 0;
+    for (int h = 0; h < s.n_head; ++h) {
+        const int hk = h / G;
+        std::vector<double> qr(D);
+        std::vector<float> qf(D);
+        for (int d = 0; d < D; ++d) {
+            qf[d] = scale * ((const float *) qc->data)[h * D + d];  // scaled in float, as the kernel
+            qr[d] = qf[d];
+        }
+        fwht(qr, 0, rot_q);
+        std::vector<double> qx = qr;  // exact
+        if (!f32q) {                  // 8 bits per 32 values: d = amax/127, code = round(x/d)
+            for (int b = 0; b < D / 32; ++b) {
+                float am = 0;
+                for (int i = 0; i < 32; ++i) {
+                    am = std::max(am, std::fabs((float) qr[b * 32 + i]));
+                }
+                const float dq = am / 127.0f;
+                for (int i = 0; i < 32; ++i) {
+                    qr[b * 32 + i] = am == 0.0f ? 0.0 : dq * (double) roundf((float) qr[b * 32 + i] / dq);
+                }
+            }
+        }
+        std::vector<double> sc(N_KV), scx(N_KV);
+        double mx = -INFINITY, mxx = -INFINITY;
+        for (int j = 0; j < N_KV; ++j) {
+            if (j >= N_USED) {
+                sc[j] = scx[j] = -INFINITY;
+                continue;
+            }
+            const std::vector<float> kr = to_float(type, (const char *) kdata + j * row + hk * rd, D);
+            double dot = 0, dotx = 0;
+            for (int d = 0; d < D; ++d) {
+                dot += qr[d] * kr[d];
+                dotx += qx[d] * kr[d];
+            }
+            sc[j] = dot;
+            scx[j] = dotx;
+            mx = std::max(mx, dot);
+            mxx = std::max(mxx, dotx);
+        }
+        std::vector<double> o(D, 0.0), ox(D, 0.0);
+        double l = 0, lx = 0;
+        for (int j = 0; j < N_USED; ++j) {
+            const std::vector<float> vr = to_float(type, (const char *) vdata + j * row + hk * rd, D);
+            const double p = std::exp(sc[j] - mx), px = std::exp(scx[j] - mxx);
+            l += p;
+            lx += px;
+            for (int d = 0; d < D; ++d) {
+                o[d] += p * vr[d];
+                ox[d] += px * vr[d];
+            }
+        }
+        for (int d = 0; d < D; ++d) {
+            o[d] /= l;
+            ox[d] /= lx;
+        }
+        for (int p0 = 0; p0 < D; p0 += rot_out) {
+            fwht(o, p0, rot_out);
+            fwht(ox, p0, rot_out);
+        }
+        for (int d = 0; d < D; ++d) {
+            const double got = fwd.out[h * D + d];  // dst [D, n_head]
+            err = worst(err, std::fabs(got - o[d]));
+            err_exact = worst(err_exact, std::fabs(got - ox[d]));
+            amax = std::max(amax, std::fabs(o[d]));
+        }
+    }
+    bool same = fwd.out.size() == rev.out.size() &&
+                !memcmp(fwd.out.data(), rev.out.data(), fwd.out.size() * sizeof(float));
+    res.error = err / amax;
+    res.bound = 1e-4;  // float sums in another order; a lane or group read at the wrong place is O(1)
+    std::vector<std::string> faults = fwd.faults;
+    faults.insert(faults.end(), rev.faults.begin(), rev.faults.end());
+    res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s, %lld blocks, error vs F32-q reference %.2e%s%s%s",
+             launches == 2 ? "split KV + reduce" : "one chunk per head group", blocks, err_exact / amax,
+             same ? "" : ", forward and reversed lane orders differ", faults.empty() ? "" : ", fault: ",
+             faults.empty() ? "" : faults[0].c_str());
+    res.detail = buf;
+    return res;
+}
+
+// ---- the K/V stores ---------------------------------------------------------------------------------------
+
+struct Store {
+    ggml_tensor * node;
+    void * data;
+    std::vector<float> src;  // [n_tokens][n_embd]
+    int N;
+};
+
+Result store_case(const char * variant, const Shape & s, ggml_type type, int n_tokens) {
+    Result res;
+    res.name = std::string("store/") + variant + "/" + s.name + "/" + ggml_type_name(type) + "/" +
+               std::to_string(n_tokens);
+    const bool serial = !strcmp(variant, "serial");
+    std::mt19937_64 rng(99 + s.D * 3 + s.n_head_kv * 5 + (int) type + n_tokens);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int D = s.D, n_embd = D * s.n_head_kv;
+    const size_t row = ggml_row_size(type, n_embd);
+    Ctx c;
+    ggml_tensor * idx = ggml_new_tensor_1d(c.ctx, GGML_TYPE_I64, n_tokens);
+    idx->data = dev<int64_t>(n_tokens);
+    for (int t = 0; t < n_tokens; ++t) {
+        ((int64_t *) idx->data)[t] = 600 + 3 * t;  // cells after a 600-cell prompt, not neighbours
+    }
+    Store st[2];
+    for (int kv = 0; kv < 2; ++kv) {
+        Store & x = st[kv];
+        x.N = kv == 0 ? D : 64;  // K's rotation piece (the largest power of 2 dividing D), V's 64
+        ggml_tensor * cache = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
+        x.data = cache->data = wave64::device_alloc(row * KV_SIZE);
+        memset(x.data, 0x5a, row * KV_SIZE);
+        ggml_tensor * src = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F32, n_embd, n_tokens);
+        src->data = dev<float>((size_t) n_embd * n_tokens);
+        x.src.resize((size_t) n_embd * n_tokens);
+        for (size_t i = 0; i < x.src.size(); ++i) {
+            x.src[i] = ((float *) src->data)[i] = nd(rng) * (i % 97 == 0 ? 6.0f : 1.0f);
+        }
+        x.node = ggml_set_rows(c.ctx, cache, src, idx);
+        GGML_PYL_ROTATE_N(x.node) = x.N;
+        ggml_pyl_set_mark(x.node, GGML_PYL_MARK_ROTATE_ROWS | (serial ? GGML_PYL_MARK_SERIAL_QUANT : 0));
+        if (!ggml_cuda_pyl_set_rows_rot_supported(x.node)) {
+            res.detail = "not supported";
+            return res;
+        }
+    }
+    std::vector<unsigned char> outs[2];
+    std::vector<std::string> faults;
+    for (int pass = 0; pass < 2; ++pass) {
+        auto & r = wave64::rt();
+        r.faults.clear();
+        r.reversed = pass == 1;
+        for (auto & x : st) {
+            memset(x.data, 0x5a, row * KV_SIZE);
+        }
+        ggml_backend_cuda_context cctx(0);
+        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
+        ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
+        faults.insert(faults.end(), r.faults.begin(), r.faults.end());
+        for (auto & x : st) {
+            outs[pass].insert(outs[pass].end(), (unsigned char *) x.data, (unsigned char *) x.data + row * KV_SIZE);
+        }
+    }
+    const bool same = outs[0] == outs[1];
+    // reference: rotate in double, quantize with ggml's CPU quantizer; the other cells keep their bytes
+    double steps = 0;
+    long long differ = 0, total = 0;
+    bool others_kept = true;
+    size_t base = 0;
+    for (auto & x : st) {
+        const unsigned char * got_cache = outs[0].data() + base;
+        base += row * KV_SIZE;
+        for (int t = 0; t < n_tokens; ++t) {
+            std::vector<double> v(x.src.begin() + (size_t) t * n_embd, x.src.begin() + (size_t) (t + 1) * n_embd);
+            for (int p = 0; p < n_embd; p += x.N) {
+                fwht(v, p, x.N);
+            }
+            std::vector<float> vf(v.begin(), v.end());
+            std::vector<unsigned char> want(row);
+            ggml_quantize_chunk(type, vf.data(), want.data(), 0, 1, n_embd, nullptr);
+            const int64_t cell = ((int64_t *) idx->data)[t];
+            const unsigned char * got = got_cache + cell * row;
+            const std::vector<float> g = to_float(type, got, n_embd), w = to_float(type, want.data(), n_embd);
+            for (int b = 0; b < n_embd / 32; ++b) {
+                // the block's step: (max - min) / levels bounds it for every type
+                float mn = INFINITY, mx = -INFINITY;
+                for (int i = 0; i < 32; ++i) {
+                    mn = std::min(mn, w[b * 32 + i]);
+                    mx = std::max(mx, w[b * 32 + i]);
+                }
+                const int levels = type == GGML_TYPE_Q8_0 ? 255 : type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 31 : 15;
+                const double step = std::max((double) (mx - mn) / levels, 1e-30);
+                for (int i = 0; i < 32; ++i) {
+                    const double dlt = std::fabs((double) g[b * 32 + i] - w[b * 32 + i]);
+                    steps = worst(steps, dlt / step);
+                    differ += !(dlt == 0);  // NaN counts
+                    total++;
+                }
+            }
+        }
+        for (int cell = 0; cell < KV_SIZE && others_kept; ++cell) {
+            bool stored = false;
+            for (int t = 0; t < n_tokens; ++t) {
+                stored |= ((int64_t *) idx->data)[t] == cell;
+            }
+            for (size_t i = 0; !stored && i < row; ++i) {
+                if (got_cache[cell * row + i] != 0x5a) {
+                    others_kept = false;
+                    break;
+                }
+            }
+        }
+    }
+    const double share = (double) differ / (double) total;
+    res.error = steps;
+    res.bound = 1.01;  // at most one code step, on a few values
+    res.pass = steps <= res.bound && share <= 0.02 && same && others_kept && faults.empty();
+    char buf[256];
+    snprintf(buf, sizeof(buf), "values off by a step %.2f%%%s%s%s%s", 100.0 * share,
+             same ? "" : ", forward and reversed lane orders differ",
+             others_kept ? "" : ", other cells written", faults.empty() ? "" : ", fault: ",
+             faults.empty() ? "" : faults[0].c_str());
+    res.detail = buf;
+    return res;
+}
+
+// ---- OUT_PROD over a quantized V (patch 0004): the non-flash decode's V^T p -----------------------------------
+
+Result outprod_case(const Shape & s, ggml_type type) {
+    Result res;
+    res.name = std::string("outprod/") + s.name + "/" + ggml_type_name(type);
+    std::mt19937_64 rng(555 + s.D * 11 + s.n_head + (int) type);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int D = s.D, n_embd = D * s.n_head_kv;
+    Ctx c;
+    void * vdata = make_cache(type, n_embd, rng);
+    const size_t row = ggml_row_size(type, n_embd), rd = ggml_row_size(type, D);
+    ggml_tensor * vc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
+    vc->data = vdata;
+    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, N_KV, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
+    // p: the softmax output transposed, [1 token, N_KV, n_head, 1]; masked cells 0
+    ggml_tensor * p = ggml_new_tensor_4d(c.ctx, GGML_TYPE_F32, 1, N_KV, s.n_head, 1);
+    float * pd = dev<float>((size_t) N_KV * s.n_head);
+    p->data = pd;
+    for (int h = 0; h < s.n_head; ++h) {
+        double sum = 0;
+        for (int j = 0; j < N_KV; ++j) {
+            pd[h * N_KV + j] = j < N_USED ? expf(2.0f * nd(rng)) : 0.0f;
+            sum += pd[h * N_KV + j];
+        }
+        for (int j = 0; j < N_KV; ++j) {
+            pd[h * N_KV + j] = (float) (pd[h * N_KV + j] / sum);
+        }
+    }
+    ggml_tensor * dst = ggml_out_prod(c.ctx, v, p);
+    dst->data = dev<float>(ggml_nelements(dst));
+    if (!ggml_cuda_out_prod_supported(dst)) {
+        res.detail = "not supported";
+        return res;
+    }
+    std::vector<float> outs[2];
+    std::vector<std::string> faults;
+    long long launches = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        auto & r = wave64::rt();
+        r.faults.clear();
+        r.reversed = pass == 1;
+        memset(dst->data, 0xff, ggml_nbytes(dst));
+        const long long l0 = r.launches;
+        ggml_backend_cuda_context cctx(0);
+        ggml_cuda_out_prod(cctx, dst);
+        launches = r.launches - l0;
+        faults.insert(faults.end(), r.faults.begin(), r.faults.end());
+        outs[pass].assign((float *) dst->data, (float *) dst->data + ggml_nelements(dst));
+    }
+    double err = 0, amax = 0;
+    const int G = s.n_head / s.n_head_kv;
+    for (int h = 0; h < s.n_head; ++h) {
+        std::vector<double> o(D, 0.0);
+        for (int j = 0; j < N_USED; ++j) {
+            const std::vector<float> vr = to_float(type, (const char *) vdata + j * row + (h / G) * rd, D);
+            for (int d = 0; d < D; ++d) {
+                o[d] += (double) pd[h * N_KV + j] * vr[d];
+            }
+        }
+        for (int d = 0; d < D; ++d) {
+            err = worst(err, std::fabs(outs[0][h * D + d] - o[d]));  // dst [D, 1, n_head]
+            amax = std::max(amax, std::fabs(o[d]));
+        }
+    }
+    const bool same = outs[0] == outs[1] || !memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float));
+    res.error = err / amax;
+    res.bound = 1e-4;
+    res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s%s%s%s", launches == 2 ? "KV chunks + reduce" : "one chunk",
+             same ? "" : ", forward and reversed lane orders differ", faults.empty() ? "" : ", fault: ",
+             faults.empty() ? "" : faults[0].c_str());
+    res.detail = buf;
+    return res;
+}
+
+// ---- self-test kernels: can the harness fail? ---------------------------------------------------------------
+
+// a block of 256 sums its thread ids by groups of 32 lanes (ggml's warp_reduce_sum<32>) and the groups' sums
+template <bool assume_32_wide>
+__launch_bounds__(256, 1) static __global__ void k_selftest_group_sum(float * out) {
+    extern __shared__ float partial[];
+    const float x = warp_reduce_sum<32>((float) threadIdx.x);
+    // right: a group's lane 0 (threadIdx.x % 32); wrong on wave64 only: a wavefront's lane 0 (threadIdx.x % warpSize)
+    const bool leader = assume_32_wide ? threadIdx.x % warpSize == 0 : threadIdx.x % 32 == 0;
+    if (leader) {
+        partial[threadIdx.x / 32] = x;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0;
+        for (int g = 0; g < 8; ++g) {
+            s += partial[g];
+        }
+        out[blockIdx.x] = s;
+    }
+}
+
+// every group of 32 lanes broadcasts its first lane's value; wrong on wave64 only: the default width (warpSize)
+template <bool default_width>
+__launch_bounds__(128, 1) static __global__ void k_selftest_broadcast(float * out) {
+    const float x = (float) threadIdx.x;
+    out[threadIdx.x] = default_width ? __shfl(x, 0) : __shfl_sync(0xFFFFFFFF, x, 0, 32);
+}
+
+// the upper half-wave returns; the lower one adds a lane's value 32 lanes away: with 32-wide warps that is the
+// next warp's lane (a wrong read there too, but a different one); on wave64 it is an inactive lane, which the
+// hardware reads as 0 and the runtime records. The right twin reads 16 lanes away (its own half).
+template <bool cross_halves>
+__launch_bounds__(64, 1) static __global__ void k_selftest_inactive(float * out) {
+    if (threadIdx.x >= 32) {
+        return;
+    }
+    const float x = (float) threadIdx.x;
+    out[threadIdx.x] = cross_halves ? __shfl_xor(x, 32, 64) : __shfl_xor(x, 16, 32);
+}
+
+Result selftest_inactive(bool wrong) {
+    Result res;
+    res.name = std::string("selftest/shuffle") + (wrong ? "-reads-returned-lanes" : "");
+    res.expect_fail = wrong;
+    wave64::rt().faults.clear();
+    float * out = dev<float>(32);
+    auto k = wrong ? k_selftest_inactive<true> : k_selftest_inactive<false>;
+    k<<<1, 64>>>(out);
+    double err = 0;
+    for (int t = 0; t < 32; ++t) {
+        err = worst(err, std::fabs(out[t] - (float) (wrong ? t ^ 32 : t ^ 16)));
+    }
+    const size_t faults = wave64::rt().faults.size();
+    res.error = err;
+    res.bound = 0;
+    res.pass = err <= res.bound && faults == 0;
+    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+    return res;
+}
+
+// a branch with a shuffle on lanes 0-15 of each half-wave, then one shuffle after the branch that reads across
+// it: the runtime must let the lanes that skipped the branch wait for the others (reconvergence), without faults
+__launch_bounds__(64, 1) static __global__ void k_selftest_reconverge(float * out) {
+    const int lane = threadIdx.x;
+    float x = (float) lane;
+    if (lane % 32 < 16) {
+        x = __shfl_xor_sync(0xFFFFFFFF, x, 1, 16);
+    } else {
+        x += 100.0f;
+    }
+    out[lane] = __shfl_xor_sync(0xFFFFFFFF, x, 16, 32);
+}
+
+Result selftest_reconverge() {
+    Result res;
+    res.name = "selftest/reconverge";
+    wave64::rt().faults.clear();
+    float * out = dev<float>(64);
+    k_selftest_reconverge<<<1, 64>>>(out);
+    double err = 0;
+    for (int t = 0; t < 64; ++t) {
+        const int p = t ^ 16;
+        err = worst(err, std::fabs(out[t] - (p % 32 < 16 ? (float) (p ^ 1) : (float) p + 100.0f)));
+    }
+    const size_t faults = wave64::rt().faults.size();
+    res.error = err;
+    res.bound = 0;
+    res.pass = err <= res.bound && faults == 0;
+    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+    return res;
+}
+
+Result selftest_sum(bool wrong) {
+    Result res;
+    res.name = std::string("selftest/group-sum") + (wrong ? "-lane-of-wavefront" : "");
+    res.expect_fail = wrong;
+    wave64::rt().faults.clear();
+    float * out = dev<float>(4);
+    auto k = wrong ? k_selftest_group_sum<true> : k_selftest_group_sum<false>;
+    k<<<4, 256, 8 * sizeof(float)>>>(out);
+    double err = 0;
+    for (int b = 0; b < 4; ++b) {
+        err = worst(err, std::fabs(out[b] - 255.0 * 256.0 / 2.0));
+    }
+    res.error = std::isfinite(err) ? err / (255.0 * 256.0 / 2.0) : INFINITY;
+    res.bound = 1e-6;
+    res.pass = res.error <= res.bound && wave64::rt().faults.empty();
+    res.detail = wrong ? "partial sums published by threadIdx.x % warpSize == 0" : "by threadIdx.x % 32 == 0";
+    return res;
+}
+
+Result selftest_broadcast(bool wrong) {
+    Result res;
+    res.name = std::string("selftest/broadcast") + (wrong ? "-default-width" : "");
+    res.expect_fail = wrong;
+    wave64::rt().faults.clear();
+    float * out = dev<float>(128);
+    auto k = wrong ? k_selftest_broadcast<true> : k_selftest_broadcast<false>;
+    k<<<1, 128>>>(out);
+    double err = 0;
+    for (int t = 0; t < 128; ++t) {
+        err = worst(err, std::fabs(out[t] - (float) (t / 32 * 32)));
+    }
+    res.error = err;
+    res.bound = 0;
+    res.pass = err <= res.bound && wave64::rt().faults.empty();
+    res.detail = wrong ? "__shfl(x, 0): width warpSize" : "__shfl_sync(mask, x, 0, 32)";
+    return res;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    std::string filter, json;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
+            filter = argv[++i];
+        } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+            json = argv[++i];
+        } else {
+            fprintf(stderr, "usage: %s [--filter SUBSTRING] [--json FILE]\n", argv[0]);
+            return 2;
+        }
+    }
+    std::vector<std::function<Result()>> cases;
+    std::vector<std::string> names;
+    auto add = [&](std::string name, std::function<Result()> f) {
+        if (filter.empty() || name.find(filter) != std::string::npos) {
+            names.push_back(name);
+            cases.push_back(std::move(f));
+        }
+    };
+    add("selftest/group-sum", [] { return selftest_sum(false); });
+    add("selftest/group-sum-lane-of-wavefront", [] { return selftest_sum(true); });
+    add("selftest/reconverge", [] { return selftest_reconverge(); });
+    add("selftest/shuffle", [] { return selftest_inactive(false); });
+    add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
+    add("selftest/broadcast", [] { return selftest_broadcast(false); });
+    add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
+    for (const char * kernel : {"q8", "f32q"}) {
+        for (const Shape & s : SHAPES) {
+            for (ggml_type t : TYPES) {
+                add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
+                    [kernel, s, t] { return attn_case(kernel, s, t); });
+            }
+        }
+    }
+    for (const Shape & s : SHAPES) {
+        for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+                            GGML_TYPE_IQ4_NL}) {
+            add(std::string("outprod/") + s.name + "/" + ggml_type_name(t), [s, t] { return outprod_case(s, t); });
+        }
+    }
+    for (const char * variant : {"lanes", "serial"}) {
+        for (const Shape & s : SHAPES) {
+            for (ggml_type t : TYPES) {
+                for (int n : {1, 5}) {
+                    add(std::string("store/") + variant + "/" + s.name + "/" + ggml_type_name(t) + "/" +
+                        std::to_string(n), [variant, s, t, n] { return store_case(variant, s, t, n); });
+                }
+            }
+        }
+    }
+    FILE * jf = json.empty() ? nullptr : fopen(json.c_str(), "w");
+    int failed = 0;
+    printf("wave64 harness: %zu cases, wavefronts of %d lanes\n", cases.size(), WAVE64_WIDTH);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const Result r = cases[i]();
+        // a self-test kernel that is wrong must fail: that is the harness passing
+        const bool ok = r.expect_fail ? !r.pass : r.pass;
+        failed += !ok;
+        printf("%-4s %-44s error %.3e (bound %.1e)%s  %s\n", ok ? "ok" : "FAIL", r.name.c_str(), r.error, r.bound,
+               r.expect_fail ? (r.pass ? " [wrong kernel NOT detected]" : " [wrong kernel detected]") : "",
+               r.detail.c_str());
+        fflush(stdout);
+        if (jf) {
+            fprintf(jf, "{\"case\": \"%s\", \"ok\": %s, \"kernel_pass\": %s, \"expect_fail\": %s, \"error\": %.6e, "
+                        "\"bound\": %.3e, \"detail\": \"%s\"}\n", r.name.c_str(), ok ? "true" : "false",
+                    r.pass ? "true" : "false", r.expect_fail ? "true" : "false", std::isfinite(r.error) ? r.error : 1e300,
+                    r.bound, r.detail.c_str());
+        }
+    }
+    if (jf) {
+        fclose(jf);
+    }
+    printf("wave64 harness: %zu cases, %d failed\n", cases.size(), failed);
+    return failed ? 1 : 0;
+}
