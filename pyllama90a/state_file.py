@@ -245,8 +245,9 @@ def _read_parts(f: BinaryIO, name: str, size: int, limits: StateLimits) -> tuple
     if version >= 3:
         lora = _read_exactly(f, _LORA.size, name, "its LoRA adapters")
         n_scales = _LORA.unpack(lora)[1]
-        if n_scales > limits.n_adapters:
-            raise StateFileError(f"{name}: holds {n_scales} LoRA scales, this Model has {limits.n_adapters} adapters")
+        if 8 * n_scales > size - len(header) - len(lora):  # (the adapters themselves: _check_identity, later)
+            raise StateFileError(f"{name}: the header describes {n_scales} LoRA scales, more than the file holds "
+                                 f"(truncated or damaged)")
         header += lora + _read_exactly(f, 8 * n_scales, name, "its LoRA scales")
     expected_size = len(header) + 4 * n_tokens + payload_bytes + _DIGEST_BYTES
     if expected_size != size:
