@@ -18,30 +18,28 @@ import pytest
 
 import pyllama90a as pl
 from pyllama90a._ffi import ffi
+from pyllama90a.fuzz.rpc_protocol import (
+    ALLOC_BUFFER,
+    BUFFER_GET_BASE,
+    DEVICE_COUNT,
+    GET_TENSOR,
+    GRAPH_COMPUTE,
+    HELLO,
+    SET_TENSOR,
+)
+from pyllama90a.fuzz.rpc_protocol import TENSOR as RPC_TENSOR
+from pyllama90a.fuzz.rpc_protocol import TYPE_F32 as F32
+from pyllama90a.fuzz.rpc_protocol import TYPE_I32 as I32
 from pyllama90a.native import rpc
+from pyllama90a.native.rpc import recv_exact
 from pyllama90a.tools.worker_process import WorkerProcess
 
-# ggml-rpc's commands (ggml-rpc.cpp's enum rpc_cmd)
-ALLOC_BUFFER, BUFFER_GET_BASE, FREE_BUFFER, SET_TENSOR, GET_TENSOR, GRAPH_COMPUTE, HELLO, DEVICE_COUNT = (
-    0, 3, 4, 6, 8, 10, 14, 15)
+# ggml-rpc's wire format (commands, the serialized tensor, framing) is pyllama90a.fuzz.rpc_protocol's and native.rpc's
 # ggml's op and type numbers of this build (GGML_OP_COUNT 101: ggml-rpc's protocol patch version pins them)
 OP_NONE, OP_ADD, OP_ACC, OP_RMS_NORM, OP_MUL_MAT, OP_SCALE, OP_GET_ROWS, OP_MAP_CUSTOM1 = 0, 2, 5, 25, 29, 32, 40, 92
 OP_GLU, OP_COUNT = 100, 101
-F32, I32 = 0, 26
 FLAG_COMPUTE = 16  # GGML_TENSOR_FLAG_COMPUTE: the CPU backend skips nodes without it
-# rpc_tensor: id type buffer ne[4] nb[4] op op_params[16] flags src[10] view_src view_offs data name[64] use_count
-RPC_TENSOR = struct.Struct("<QIQ4I4II16ii10QQQQ64si")
 BUFFER_SIZE = 4096
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the worker closed the connection")
-        data += chunk
-    return data
 
 
 class Peer:
@@ -50,7 +48,7 @@ class Peer:
     def __init__(self, endpoint: str, timeout: float = 30.0) -> None:
         host, _, port = endpoint.partition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.call(HELLO, bytes(24))
+        self.call(HELLO, bytes(rpc.CONN_CAPS_SIZE))
 
     def send(self, cmd: int, payload: bytes, declared: int | None = None) -> None:
         self.sock.sendall(struct.pack("<BQ", cmd, len(payload) if declared is None else declared) + payload)

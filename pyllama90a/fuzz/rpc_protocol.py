@@ -9,7 +9,6 @@ are not, and a worker refuses a request by closing the connection. This is read 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import os
 import socket
@@ -17,23 +16,22 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..native.rpc import CMD_DEVICE_COUNT, CMD_HELLO, CONN_CAPS_SIZE, HELLO_FLAG_AUTH, NONCE_SIZE, auth_mac
+
 # commands (ggml-rpc's enum rpc_cmd)
 ALLOC_BUFFER, GET_ALIGNMENT, GET_MAX_SIZE, BUFFER_GET_BASE, FREE_BUFFER, BUFFER_CLEAR = range(6)
 SET_TENSOR, SET_TENSOR_HASH, GET_TENSOR, COPY_TENSOR, GRAPH_COMPUTE, GET_DEVICE_MEMORY = range(6, 12)
 INIT_TENSOR, GET_ALLOC_SIZE, HELLO, DEVICE_COUNT, GRAPH_RECOMPUTE, MEMSET_TENSOR, NONE = range(12, 19)
 COMMAND_COUNT = 19
+assert (HELLO, DEVICE_COUNT) == (CMD_HELLO, CMD_DEVICE_COUNT)
 NAMES = ("ALLOC_BUFFER GET_ALIGNMENT GET_MAX_SIZE BUFFER_GET_BASE FREE_BUFFER BUFFER_CLEAR SET_TENSOR "
          "SET_TENSOR_HASH GET_TENSOR COPY_TENSOR GRAPH_COMPUTE GET_DEVICE_MEMORY INIT_TENSOR GET_ALLOC_SIZE HELLO "
          "DEVICE_COUNT GRAPH_RECOMPUTE MEMSET_TENSOR NONE").split()
 # the commands a worker answers
 REPLIES = frozenset({ALLOC_BUFFER, GET_ALIGNMENT, GET_MAX_SIZE, BUFFER_GET_BASE, SET_TENSOR_HASH, GET_TENSOR,
                      COPY_TENSOR, GET_DEVICE_MEMORY, GET_ALLOC_SIZE, HELLO, DEVICE_COUNT})
-CONN_CAPS_SIZE = 24  # HELLO's payload: the client's transport capabilities (zeros: plain TCP)
-# patch 0023: a worker with a secret sets bit 0 of HELLO's padding byte, then sends | size | 32-byte nonce |; the
-# client answers | size | its nonce | HMAC-SHA256(secret, CLIENT_LABEL | server nonce | client nonce) |, the worker
-# | size | HMAC(secret, SERVER_LABEL | both nonces) |
-HELLO_FLAG_AUTH, NONCE_SIZE = 1, 32
-CLIENT_LABEL, SERVER_LABEL = b"pyllama90a-rpc client", b"pyllama90a-rpc server"
+# HELLO's payload (CONN_CAPS_SIZE zeros) and patch 0023's challenge-response: native.rpc's (HELLO_FLAG_AUTH, NONCE_SIZE,
+# auth_mac), the one home of the handshake's format
 
 # ggml's limits and the operations the attack cases name (ggml.h's enum ggml_op; 101 ops in this protocol version)
 MAX_DIMS, MAX_SRC, MAX_OP_PARAMS, MAX_NAME = 4, 10, 64, 64
@@ -215,12 +213,12 @@ class Client:
 
     def authenticate(self, secret: bytes) -> None:
         server_nonce, client_nonce = self.recv_msg(), os.urandom(NONCE_SIZE)
-        mac = hmac.new(secret, CLIENT_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
+        mac = auth_mac(secret, "client", server_nonce, client_nonce)
         try:
             self.sock.sendall(struct.pack("<Q", NONCE_SIZE + len(mac)) + client_nonce + mac)
         except OSError as e:
             raise Closed(f"send the answer: {e}") from None
-        expected = hmac.new(secret, SERVER_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
+        expected = auth_mac(secret, "server", server_nonce, client_nonce)
         if not hmac.compare_digest(self.recv_msg(), expected):
             raise Closed("the worker's answer to the challenge is wrong")
 

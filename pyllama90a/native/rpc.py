@@ -34,14 +34,15 @@ if TYPE_CHECKING:  # pragma: no cover
 PROBE_TIMEOUT_S = 10.0
 # the wire format of ggml-rpc's HELLO (ggml-rpc.cpp): | command (1 byte) | size (8 bytes) | payload |, payload the
 # client's transport capabilities (zeros: plain TCP); the reply | size (8) | major minor patch pad | capabilities |
-_RPC_CMD_HELLO = 14
-_RPC_CMD_DEVICE_COUNT = 15
-_CONN_CAPS_SIZE = 24
-_HELLO_REPLY_SIZE = 4 + _CONN_CAPS_SIZE
+# (the one home of the handshake's format: pyllama90a.fuzz.rpc_protocol and the tests take these from here)
+CMD_HELLO = 14
+CMD_DEVICE_COUNT = 15
+CONN_CAPS_SIZE = 24
+_HELLO_REPLY_SIZE = 4 + CONN_CAPS_SIZE
 # patch 0023: the HELLO reply's 4th byte has this bit when the worker asks for the secret; then | size | its nonce |,
 # the client's | size | nonce | HMAC |, the worker's | size | HMAC | (HMAC-SHA256 over a label and both nonces)
-_HELLO_FLAG_AUTH = 1
-_NONCE_SIZE = _MAC_SIZE = 32
+HELLO_FLAG_AUTH = 1
+NONCE_SIZE = _MAC_SIZE = 32
 MAX_WORKER_DEVICES = 64  # what patch 0023's client believes a worker's DEVICE_COUNT up to
 SECRET_FILE_ENV = "PYLLAMA90A_RPC_SECRET_FILE"
 MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 4096
@@ -78,7 +79,8 @@ def connection(endpoint: Endpoint) -> int:
     return int(current(str(endpoint).encode()))
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """`n` bytes from `sock`; ConnectionError when the peer closes the connection first."""
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))
@@ -128,10 +130,10 @@ def auth_mac(secret: bytes, side: str, server_nonce: bytes, client_nonce: bytes)
 
 
 def _message(sock: socket.socket, size: int, what: str) -> bytes:
-    (got,) = struct.unpack("<Q", _recv_exact(sock, 8))
+    (got,) = struct.unpack("<Q", recv_exact(sock, 8))
     if got != size:
         raise ConnectionError(f"its {what} has {got} bytes, not {size}")
-    return _recv_exact(sock, size)
+    return recv_exact(sock, size)
 
 
 def _authenticate(sock: socket.socket, endpoint: Endpoint, asked: bool, secret: bytes | None) -> None:
@@ -143,9 +145,9 @@ def _authenticate(sock: socket.socket, endpoint: Endpoint, asked: bool, secret: 
                              "worker started without --secret-file, or not the worker meant)")
     if secret is None:
         return
-    server_nonce = _message(sock, _NONCE_SIZE, "challenge")
-    client_nonce = secrets.token_bytes(_NONCE_SIZE)
-    sock.sendall(struct.pack("<Q", _NONCE_SIZE + _MAC_SIZE) + client_nonce
+    server_nonce = _message(sock, NONCE_SIZE, "challenge")
+    client_nonce = secrets.token_bytes(NONCE_SIZE)
+    sock.sendall(struct.pack("<Q", NONCE_SIZE + _MAC_SIZE) + client_nonce
                  + auth_mac(secret, "client", server_nonce, client_nonce))
     try:
         answer = _message(sock, _MAC_SIZE, "answer")
@@ -164,15 +166,15 @@ def probe(endpoint: Endpoint, timeout: float | None = None, secret: bytes | None
     timeout = PROBE_TIMEOUT_S if timeout is None else timeout
     try:
         with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout) as sock:
-            sock.sendall(struct.pack("<BQ", _RPC_CMD_HELLO, _CONN_CAPS_SIZE) + bytes(_CONN_CAPS_SIZE))
-            (size,) = struct.unpack("<Q", _recv_exact(sock, 8))
+            sock.sendall(struct.pack("<BQ", CMD_HELLO, CONN_CAPS_SIZE) + bytes(CONN_CAPS_SIZE))
+            (size,) = struct.unpack("<Q", recv_exact(sock, 8))
             if size != _HELLO_REPLY_SIZE:
                 raise ConnectionError(f"its reply to HELLO has {size} bytes, not {_HELLO_REPLY_SIZE}: not a "
                                       "ggml-rpc worker, or one of another protocol generation")
-            major, minor, patch, flags = _recv_exact(sock, size)[:4]
+            major, minor, patch, flags = recv_exact(sock, size)[:4]
             _check_version(endpoint, major, minor, patch)
-            _authenticate(sock, endpoint, bool(flags & _HELLO_FLAG_AUTH), secret)
-            sock.sendall(struct.pack("<BQ", _RPC_CMD_DEVICE_COUNT, 0))
+            _authenticate(sock, endpoint, bool(flags & HELLO_FLAG_AUTH), secret)
+            sock.sendall(struct.pack("<BQ", CMD_DEVICE_COUNT, 0))
             (devices,) = struct.unpack("<I", _message(sock, 4, "device count"))
     except TimeoutError:
         raise ModelLoadError(f"RPC worker {endpoint} did not answer within {timeout:g} s (a worker serves one "
