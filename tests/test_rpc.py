@@ -24,6 +24,7 @@ from pyllama90a.native.ggml import ggml_type
 from pyllama90a.placement import Placement
 from pyllama90a.tools.server_process import free_port
 from pyllama90a.tools.worker_process import WorkerProcess
+from rpc_fakes import loopback_listener
 
 SETTINGS = {"ctk": "q4_0", "ctv": "q4_0", "n_ctx": 512, "n_threads": 1}
 PROMPT = "The three primary colors are"
@@ -144,28 +145,14 @@ def test_no_worker_is_a_load_error(model_path):
 @contextlib.contextmanager
 def fake_peer(reply: bytes | None):
     """A listener on 127.0.0.1 that answers every connection with `reply` (None: never answers)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        conn.recv(1 + 8 + 24)
+        if reply is not None:
+            conn.sendall(reply)
+        stop.wait(3)
 
-    def serve():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError, OSError):
-                conn, _ = server.accept()
-                with conn:
-                    conn.recv(1 + 8 + 24)
-                    if reply is not None:
-                        conn.sendall(reply)
-                    stop.wait(3)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+    with loopback_listener(answer) as endpoint:
+        yield endpoint
 
 
 def test_a_worker_of_another_protocol_version_is_refused(model_path):

@@ -33,6 +33,7 @@ from pyllama90a.fuzz.rpc_protocol import TYPE_I32 as I32
 from pyllama90a.native import rpc
 from pyllama90a.native.rpc import recv_exact
 from pyllama90a.tools.worker_process import WorkerProcess
+from rpc_fakes import loopback_listener
 
 # ggml-rpc's wire format (commands, the serialized tensor, framing) is pyllama90a.fuzz.rpc_protocol's and native.rpc's
 # ggml's op and type numbers of this build (GGML_OP_COUNT 101: ggml-rpc's protocol patch version pins them)
@@ -397,34 +398,20 @@ def test_a_client_without_the_secret_or_with_another_is_a_load_error(locked_work
 def fake_worker(hello_flags: int, device_count: int, server_mac: bytes | None = None):
     """A listener on 127.0.0.1 that plays a worker: HELLO (asking for the secret when hello_flags has bit 0, then
     answering with server_mac), DEVICE_COUNT with device_count; one connection after another."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        conn.settimeout(5)
+        recv_exact(conn, 1 + 8 + 24)
+        major, minor, patch = rpc.protocol_version()
+        conn.sendall(struct.pack("<Q4B", 28, major, minor, patch, hello_flags) + bytes(24))
+        if hello_flags & 1:
+            conn.sendall(struct.pack("<Q", 32) + bytes(32))
+            recv_exact(conn, 8 + 64)
+            conn.sendall(struct.pack("<Q", 32) + (server_mac or bytes(32)))
+        while recv_exact(conn, 9)[0] == DEVICE_COUNT:
+            conn.sendall(struct.pack("<QI", 4, device_count))
 
-    def serve():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                conn, _ = server.accept()
-                with conn:
-                    conn.settimeout(5)
-                    recv_exact(conn, 1 + 8 + 24)
-                    major, minor, patch = rpc.protocol_version()
-                    conn.sendall(struct.pack("<Q4B", 28, major, minor, patch, hello_flags) + bytes(24))
-                    if hello_flags & 1:
-                        conn.sendall(struct.pack("<Q", 32) + bytes(32))
-                        recv_exact(conn, 8 + 64)
-                        conn.sendall(struct.pack("<Q", 32) + (server_mac or bytes(32)))
-                    while recv_exact(conn, 9)[0] == DEVICE_COUNT:
-                        conn.sendall(struct.pack("<QI", 4, device_count))
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+    with loopback_listener(answer) as endpoint:
+        yield endpoint
 
 
 def test_a_spoofed_worker_is_a_load_error_naming_it(model_path, secret_file, monkeypatch):
