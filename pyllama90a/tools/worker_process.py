@@ -41,12 +41,12 @@ class WorkerProcess:
         # not a pipe, which nobody would read until stop; open as long as this object (text() reads it)
         self.output = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(self.argv, stdout=self.output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
+        secret, deadline = client_secret(), time.monotonic() + timeout  # the file is read once, not every poll
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the worker exited with {self.proc.returncode}:\n{self.text()}")
             with contextlib.suppress(ModelLoadError):
-                probe(Endpoint("127.0.0.1", self.port), timeout=2.0, secret=client_secret())
+                probe(Endpoint("127.0.0.1", self.port), timeout=2.0, secret=secret)
                 return self
             time.sleep(0.2)
         self.stop()
