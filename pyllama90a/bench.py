@@ -25,7 +25,7 @@ import numpy as np
 
 from .bench_modes import VARIANT_ENV as VARIANT_ENV  # (also bench's names: tests and device scripts import them here)
 from .bench_modes import VARIANT_PATHS as VARIANT_PATHS
-from .bench_modes import Mode
+from .bench_modes import Mode, add_source_arguments, model_file, parse_modes
 from .bench_report import machine_name, write_results
 from .core.outputs import Completion
 from .memory_plan import plan_memory
@@ -225,11 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return batched_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = ap.add_mutually_exclusive_group()
-    src.add_argument("--model", help="GGUF path (default: the default model)")
-    src.add_argument("--synthetic", help="a random-weight model shape from pyllama90a.synthetic (e.g. 1b-hd64)")
-    ap.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES))
-    ap.add_argument("--baseline", help="mode the ratios refer to (default: the first)")
+    add_source_arguments(ap, list(DEFAULT_MODES), "1b-hd64")
     ap.add_argument("--depths", nargs="+", type=int, default=[0, 4096])
     ap.add_argument("--pp", type=int, default=512, help="prefill tokens per measurement (0: skip)")
     ap.add_argument("--tg", type=int, default=32, help="decoded tokens per measurement (0: skip)")
@@ -245,20 +241,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="no bench.png (matplotlib's import crashed in the H200 image's Python; plot elsewhere)")
     args = ap.parse_args(argv)
 
-    modes = [Mode.parse(m) for m in args.modes]
-    baseline = str(Mode.parse(args.baseline)) if args.baseline else str(modes[0])
-    if baseline not in map(str, modes):
-        ap.error(f"--baseline {baseline} is not one of --modes")
+    modes, baseline = parse_modes(ap, args)
     if args.reps < 1 or min(args.depths) < 0 or args.pp < 0 or args.tg < 0:
         ap.error("--reps must be >= 1 and --depths, --pp, --tg >= 0")
-    if args.synthetic:
-        from .synthetic import synthetic_model
-
-        model_path = synthetic_model(args.synthetic)
-    else:
-        from .default_model import default_model
-
-        model_path = Path(args.model) if args.model else default_model()
+    model_path = model_file(args)
     if args.memory_only:
         table = memory_report(model_path, modes, args.memory_only, baseline, args.n_gpu_layers)
         print(table)

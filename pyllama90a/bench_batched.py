@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from .bench_modes import Mode
+from .bench_modes import Mode, add_source_arguments, model_file, parse_modes
 from .bench_report import machine_name, write_results
 from .memory_plan import MemoryPlanner
 from .model import Model
@@ -213,11 +213,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyllama90a.bench batched", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = ap.add_mutually_exclusive_group()
-    src.add_argument("--model", help="GGUF path (default: the default model)")
-    src.add_argument("--synthetic", help="a random-weight model shape from pyllama90a.synthetic (e.g. 8b-hd128)")
-    ap.add_argument("--modes", nargs="+", default=["fa-on:f16/f16", "hybrid:q4_0/q4_0+fused"])
-    ap.add_argument("--baseline", help="mode the ratios refer to (default: the first)")
+    add_source_arguments(ap, ["fa-on:f16/f16", "hybrid:q4_0/q4_0+fused"], "8b-hd128")
     ap.add_argument("--n-seq", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--depths", nargs="+", type=int, default=[2048, 8192])
     ap.add_argument("--tg", type=int, default=16, help="decode steps per measurement")
@@ -232,22 +228,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", help="folder for batched.json and batched.md (default: print only)")
     args = ap.parse_args(argv)
 
-    modes = [Mode.parse(m) for m in args.modes]
-    baseline = str(Mode.parse(args.baseline)) if args.baseline else str(modes[0])
-    if baseline not in map(str, modes):
-        ap.error(f"--baseline {baseline} is not one of --modes")
+    modes, baseline = parse_modes(ap, args)
     if args.reps < 1 or args.tg < 1 or min(args.depths) < 0 or min(args.n_seq) < 1 or max(args.n_seq) > LLAMA_MAX_SEQ:
         ap.error(f"--reps and --tg must be >= 1, --depths >= 0, --n-seq between 1 and {LLAMA_MAX_SEQ}")
     if args.measure_budget and args.kv_budget_gb is None:
         ap.error("--measure-budget needs --kv-budget-gb")
-    if args.synthetic:
-        from .synthetic import synthetic_model
-
-        model_path = synthetic_model(args.synthetic)
-    else:
-        from .default_model import default_model
-
-        model_path = Path(args.model) if args.model else default_model()
+    model_path = model_file(args)
     budget = [budget_n_seq(model_path, m, args.budget_depth, args.kv_budget_gb * 1e9, args.n_gpu_layers)
               for m in modes] if args.kv_budget_gb is not None else []
     extra = {(b["mode"], b["depth"]): b["n_seq"] for b in budget} if args.measure_budget else {}

@@ -3,8 +3,10 @@
 `batched` mode (bench_batched.py), so that neither imports the other for it."""
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .attention_paths import AttentionPaths
 from .errors import InvalidArgumentError
@@ -74,3 +76,33 @@ class Mode:
         if switch:
             name, value = switch
             os.environ[name] = value
+
+
+def add_source_arguments(ap: argparse.ArgumentParser, default_modes: list[str], synthetic_example: str) -> None:
+    """The arguments both benches take alike: the model (--model or --synthetic), --modes and --baseline."""
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--model", help="GGUF path (default: the default model)")
+    src.add_argument("--synthetic",
+                     help=f"a random-weight model shape from pyllama90a.synthetic (e.g. {synthetic_example})")
+    ap.add_argument("--modes", nargs="+", default=default_modes)
+    ap.add_argument("--baseline", help="mode the ratios refer to (default: the first)")
+
+
+def parse_modes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Mode], str]:
+    """--modes and the baseline's name (--baseline, else the first mode), which must be one of them."""
+    modes = [Mode.parse(m) for m in args.modes]
+    baseline = str(Mode.parse(args.baseline)) if args.baseline else str(modes[0])
+    if baseline not in map(str, modes):
+        ap.error(f"--baseline {baseline} is not one of --modes")
+    return modes, baseline
+
+
+def model_file(args: argparse.Namespace) -> Path:
+    """The model file of --synthetic (made on first use) or --model, else the default model."""
+    if args.synthetic:
+        from .synthetic import synthetic_model
+
+        return synthetic_model(args.synthetic)
+    from .default_model import default_model
+
+    return Path(args.model) if args.model else default_model()

@@ -3,6 +3,7 @@ GPU server batches them, with the scheduler's eval callback recording the FLASH_
 steps: the batched-decode tests see which attention path the steps took (pyllama90a's marks) and their logits."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from pyllama90a.attention_paths import AttentionPaths
 from pyllama90a.kv_types import FLASH_ATTN_MODES
 from pyllama90a.native import ModelHandle
 from pyllama90a.native.ggml import ggml_type
+from two_streams import decode_items
 
 N_BATCH = 512
 
@@ -49,15 +51,7 @@ def decode_streams(model_path: Path, prompts: list[list[int]], steps: list[list[
         params.paths = paths.bits | (lib.LLAMA_PYL_ATTN_HYBRID if flash_attn == "hybrid" else 0)
         assert lib.llama_pyl_set_attn_params(ctx, params)
 
-        def decode(items: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
-            """items: (token, position, sequence, wants logits); the logits asked for, in order."""
-            batch.n_tokens = len(items)
-            for i, (token, pos, seq, out) in enumerate(items):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, out
-                batch.seq_id[i][0] = seq
-            assert lib.llama_decode(ctx, batch) == 0
-            return [np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(ctx, i), 4 * n_vocab), np.float32).copy()
-                    for i, item in enumerate(items) if item[3]]
+        decode = functools.partial(decode_items, ctx, batch, n_vocab)
 
         prompt_items = [(t, pos, seq, False) for seq, p in enumerate(prompts) for pos, t in enumerate(p)]
         for i in range(0, len(prompt_items), N_BATCH):

@@ -3,13 +3,27 @@ against each sequence decoded alone: the attention ops then see n_stream > 1 in 
 llama.cpp directly through the bindings, as the server's engine does."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import pyllama90a as pl
 from pyllama90a._ffi import ffi, lib
 from pyllama90a.native.ggml import ggml_type
+
+
+def decode_items(ctx: Any, batch: Any, n_vocab: int, items: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
+    """One llama_decode of items (token, position, sequence, wants logits) through a raw context and batch; returns
+    the logits asked for, in order."""
+    batch.n_tokens = len(items)
+    for i, (token, pos, seq, out) in enumerate(items):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, out
+        batch.seq_id[i][0] = seq
+    assert lib.llama_decode(ctx, batch) == 0
+    return [np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(ctx, i), 4 * n_vocab), np.float32).copy()
+            for i, item in enumerate(items) if item[3]]
 
 
 def decode_alone(model_path: Path, prompt: list[int], n_steps: int, *, ctk: str, ctv: str,
@@ -46,16 +60,7 @@ def decode_together(model_path: Path, prompts: list[list[int]], continuations: l
     try:
         assert ctx != ffi.NULL
 
-        def decode(items: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
-            """items: (token, position, sequence, wants logits); returns the logits asked for, in order."""
-            batch.n_tokens = len(items)
-            for i, (token, pos, seq, out) in enumerate(items):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, out
-                batch.seq_id[i][0] = seq
-            assert lib.llama_decode(ctx, batch) == 0
-            rows = [i for i, item in enumerate(items) if item[3]]
-            return [np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(ctx, i), 4 * n_vocab), np.float32).copy()
-                    for i in rows]
+        decode = functools.partial(decode_items, ctx, batch, n_vocab)
 
         items = [(t, pos, seq, pos == len(p) - 1) for seq, p in enumerate(prompts) for pos, t in enumerate(p)]
         rows = [[r] for r in decode(items)]

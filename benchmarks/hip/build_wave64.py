@@ -31,6 +31,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compile_gfx90a  # a sibling script: its defines and its prepared source tree)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WAVE64 = HERE / "wave64"
@@ -68,14 +71,6 @@ def find_clang(cxx: str | None) -> str | None:
         if p:
             return p
     return None
-
-
-def prepared_tree() -> Path:
-    out = subprocess.run([sys.executable, str(ROOT / "vendor" / "prepare_source.py")],
-                         capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError("vendor/prepare_source.py failed:\n" + out.stderr[-2000:])
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def ggml_lib_dir() -> Path:
@@ -126,9 +121,6 @@ def rewrite_tree(cuda: Path, out: Path, mutations: list[str]) -> None:
 
 def defines() -> list[str]:
     """ggml-hip's defines of a ggml-cuda unit (one list: compile_gfx90a.py's), and the gfx90a device macros."""
-    sys.path.insert(0, str(HERE))
-    import compile_gfx90a
-
     return [*compile_gfx90a.DEFINES, "__HIP_PLATFORM_AMD__", "__HIP__", "__gfx90a__", "__GFX9__",
             "__AMDGCN_WAVEFRONT_SIZE=64"]
 
@@ -138,7 +130,7 @@ def build(args: argparse.Namespace) -> Path:
     if cxx is None:
         log(NO_CLANG)
         sys.exit(SKIP)
-    tree = Path(args.src) if args.src else prepared_tree()
+    tree = Path(args.src) if args.src else compile_gfx90a.prepared_tree()
     lib = Path(args.ggml_lib) if args.ggml_lib else ggml_lib_dir()
     if not (lib / "libggml-base.so").is_file():
         raise RuntimeError(f"no libggml-base.so in {lib}")

@@ -543,11 +543,26 @@ __launch_bounds__(64, 1) static __global__ void k_selftest_inactive(float * out)
     out[threadIdx.x] = cross_halves ? __shfl_xor(x, 32, 64) : __shfl_xor(x, 16, 32);
 }
 
-Result selftest_inactive(bool wrong) {
+// a self-test's result before its launch, with the runtime's fault record cleared for that launch
+Result selftest_result(std::string name, bool expect_fail) {
     Result res;
-    res.name = std::string("selftest/shuffle") + (wrong ? "-reads-returned-lanes" : "");
-    res.expect_fail = wrong;
+    res.name = std::move(name);
+    res.expect_fail = expect_fail;
     wave64::rt().faults.clear();
+    return res;
+}
+
+// an exact self-test: it passes with no error and no fault recorded; the detail counts the faults
+void finish_exact(Result & res, double err) {
+    const size_t faults = wave64::rt().faults.size();
+    res.error = err;
+    res.bound = 0;
+    res.pass = err <= res.bound && faults == 0;
+    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+}
+
+Result selftest_inactive(bool wrong) {
+    Result res = selftest_result(std::string("selftest/shuffle") + (wrong ? "-reads-returned-lanes" : ""), wrong);
     float * out = dev<float>(32);
     auto k = wrong ? k_selftest_inactive<true> : k_selftest_inactive<false>;
     k<<<1, 64>>>(out);
@@ -555,11 +570,7 @@ Result selftest_inactive(bool wrong) {
     for (int t = 0; t < 32; ++t) {
         err = worst(err, std::fabs(out[t] - (float) (wrong ? t ^ 32 : t ^ 16)));
     }
-    const size_t faults = wave64::rt().faults.size();
-    res.error = err;
-    res.bound = 0;
-    res.pass = err <= res.bound && faults == 0;
-    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+    finish_exact(res, err);
     return res;
 }
 
@@ -577,9 +588,7 @@ __launch_bounds__(64, 1) static __global__ void k_selftest_reconverge(float * ou
 }
 
 Result selftest_reconverge() {
-    Result res;
-    res.name = "selftest/reconverge";
-    wave64::rt().faults.clear();
+    Result res = selftest_result("selftest/reconverge", false);
     float * out = dev<float>(64);
     k_selftest_reconverge<<<1, 64>>>(out);
     double err = 0;
@@ -587,19 +596,12 @@ Result selftest_reconverge() {
         const int p = t ^ 16;
         err = worst(err, std::fabs(out[t] - (p % 32 < 16 ? (float) (p ^ 1) : (float) p + 100.0f)));
     }
-    const size_t faults = wave64::rt().faults.size();
-    res.error = err;
-    res.bound = 0;
-    res.pass = err <= res.bound && faults == 0;
-    res.detail = std::to_string(faults) + " faults recorded" + (faults ? ": " + wave64::rt().faults[0] : "");
+    finish_exact(res, err);
     return res;
 }
 
 Result selftest_sum(bool wrong) {
-    Result res;
-    res.name = std::string("selftest/group-sum") + (wrong ? "-lane-of-wavefront" : "");
-    res.expect_fail = wrong;
-    wave64::rt().faults.clear();
+    Result res = selftest_result(std::string("selftest/group-sum") + (wrong ? "-lane-of-wavefront" : ""), wrong);
     float * out = dev<float>(4);
     auto k = wrong ? k_selftest_group_sum<true> : k_selftest_group_sum<false>;
     k<<<4, 256, 8 * sizeof(float)>>>(out);
@@ -615,10 +617,7 @@ Result selftest_sum(bool wrong) {
 }
 
 Result selftest_broadcast(bool wrong) {
-    Result res;
-    res.name = std::string("selftest/broadcast") + (wrong ? "-default-width" : "");
-    res.expect_fail = wrong;
-    wave64::rt().faults.clear();
+    Result res = selftest_result(std::string("selftest/broadcast") + (wrong ? "-default-width" : ""), wrong);
     float * out = dev<float>(128);
     auto k = wrong ? k_selftest_broadcast<true> : k_selftest_broadcast<false>;
     k<<<1, 128>>>(out);
@@ -626,9 +625,7 @@ Result selftest_broadcast(bool wrong) {
     for (int t = 0; t < 128; ++t) {
         err = worst(err, std::fabs(out[t] - (float) (t / 32 * 32)));
     }
-    res.error = err;
-    res.bound = 0;
-    res.pass = err <= res.bound && wave64::rt().faults.empty();
+    finish_exact(res, err);
     res.detail = wrong ? "__shfl(x, 0): width warpSize" : "__shfl_sync(mask, x, 0, 32)";
     return res;
 }
