@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                                       args.unknown_fields), reopen=make_engine if args.rpc else None,
                         slot_folder=slot_folder_of(args), executors=Executors(args.pool_queue_size),
                         metrics_public=args.metrics_public)
-    kv, att = engine.model.kv_cache, engine.model.attention
+    kv, att = state.kv_cache, engine.model.attention  # (the KV cache's facts as ServerState read them)
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
           f"{args.parallel} slots x {engine.n_ctx_slot} tokens\n"

@@ -66,23 +66,22 @@ class Pool:
         """fn(*args, **kwargs) in one of this pool's threads (with the caller's context variables, as
         asyncio.to_thread runs it); QueueFullError (429) when the pool holds all it admits. A caller cancelled
         before its job starts takes the job out of the queue."""
-        with self._lock:
-            if self._admitted >= self.threads + self.queue:
-                self._refused += 1
-                raise QueueFullError(f"the server's {self.kind} work is full ({self.threads} running, {self.queue} "
-                                     f"waiting: --pool-queue-size)")
-            self._admitted += 1
-        return await self._start(fn, *args, **kwargs)
+        return await self._submit(True, fn, *args, **kwargs)
 
     async def finish(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """fn(*args, **kwargs) in this pool for a request it admitted before (the end of its answer, which the
         request has waited for): counted, never refused."""
-        with self._lock:
-            self._admitted += 1
-        return await self._start(fn, *args, **kwargs)
+        return await self._submit(False, fn, *args, **kwargs)
 
-    async def _start(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Queue an admitted job (it leaves the count once done, or cancelled before it started)."""
+    async def _submit(self, refusable: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Admit the job (refused when `refusable` and the pool holds all it admits) and queue it; it leaves the
+        count once done, or cancelled before it started."""
+        with self._lock:
+            if refusable and self._admitted >= self.threads + self.queue:
+                self._refused += 1
+                raise QueueFullError(f"the server's {self.kind} work is full ({self.threads} running, {self.queue} "
+                                     f"waiting: --pool-queue-size)")
+            self._admitted += 1
         call = functools.partial(contextvars.copy_context().run, self._counted, fn, *args, **kwargs)
         try:
             future: Future[T] = self._executor.submit(call)

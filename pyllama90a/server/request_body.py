@@ -84,9 +84,8 @@ def _check_text(text: str, path: str) -> None:
                             "not valid Unicode text", param=path[:200] or None) from None
 
 
-async def read_json(request: Request, max_bytes: int, pool: Pool) -> Any:
-    """The request's JSON body, read at most `max_bytes` far (413 past that) and parsed by parse_json (a large
-    one in `pool`, the route's kind of work: server/executors.py)."""
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request's body, read at most `max_bytes` far (413 past that)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and (len(declared) > 18 or int(declared) > max_bytes):  # (no int() of 5,000 digits)
         raise _too_large(max_bytes)
@@ -99,7 +98,13 @@ async def read_json(request: Request, max_bytes: int, pool: Pool) -> Any:
             chunks.append(chunk)
     except ClientDisconnect:
         raise APIError(400, "the client disconnected before the whole body arrived") from None
-    data = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, max_bytes: int, pool: Pool) -> Any:
+    """The request's JSON body (read_body), parsed by parse_json (a large one in `pool`, the route's kind of
+    work: server/executors.py)."""
+    data = await read_body(request, max_bytes)
     if len(data) > _PARSE_ON_LOOP_BYTES:  # a large body's parse and checks take long: not on the event loop
         return await pool.run(parse_json, data)
     return parse_json(data)
@@ -110,11 +115,17 @@ _PARSE_ON_LOOP_BYTES = 64 * 1024
 
 async def read_request(request: Request, limits: Limits, model: type[ProtocolModel], *args: Any,
                        pool: Pool) -> tuple[Any, list[str]]:
-    """The body read by read_json, then validated as `model` and converted (protocol_base.parse) in `pool`'s
+    """The body read as read_json does, then validated as `model` and converted (protocol_base.parse) in `pool`'s
     threads (the route's kind of work): a grammar compiles, an infill prompt is tokenized there. Returns it and
     its unknown fields."""
-    body = await read_json(request, limits.max_request_bytes, pool)
-    return await pool.run(parse, model, body, limits, *args)
+    data = await read_body(request, limits.max_request_bytes)
+    if len(data) > _PARSE_ON_LOOP_BYTES:  # (its JSON parse in the same job as its checks: one admission, one hop)
+        return await pool.run(_parse_request, data, model, limits, *args)
+    return await pool.run(parse, model, parse_json(data), limits, *args)
+
+
+def _parse_request(data: bytes, model: type[ProtocolModel], limits: Limits, *args: Any) -> tuple[Any, list[str]]:
+    return parse(model, parse_json(data), limits, *args)
 
 
 def _too_large(max_bytes: int) -> APIError:

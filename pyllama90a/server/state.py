@@ -55,7 +55,8 @@ class ServerState:
         on first use)."""
         engine.lora.set_defaults(dict(enumerate(self.engine.lora.defaults)))
         # the KV cache's facts, fixed with the context, for /metrics: Model.kv_cache takes the model's lock, which
-        # a long tokenize holds for seconds, and /metrics must not wait for it on the event loop
+        # long context work (a slot file's save or restore) holds for seconds, and /metrics must not wait for it on
+        # the event loop
         self.kv_cache = engine.model.kv_cache
         old, self.engine = self.engine, engine
         with self.embed_lock:
