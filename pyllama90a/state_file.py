@@ -95,8 +95,12 @@ def file_name(path: bytes) -> str:
     return os.fsdecode(os.path.basename(path.rstrip(b"/")) or path)
 
 
-def _digest(key: bytes | None) -> hmac.HMAC | hashlib._Hash:
-    return hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+def _digest(key: bytes | None, *parts: bytes | memoryview) -> bytes:
+    """The digest a file ends with: sha256 of its `parts`, or with `key` their HMAC-SHA256 (version 4)."""
+    digest = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.digest()
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,7 @@ def write_state_file(path: bytes, identity: StateIdentity, tokens: Sequence[int]
                           _type_field(identity.type_v), identity.n_ctx, identity.n_seq_max, len(tokens), len(payload))
     header += _LORA.pack(identity.adapters_sha256, len(scales)) + struct.pack(f"<{len(scales)}d", *scales)
     token_bytes = struct.pack(f"<{len(tokens)}i", *tokens)
-    digest = _digest(key)
-    for part in (header, token_bytes, payload):
-        digest.update(part)
+    digest = _digest(key, header, token_bytes, payload)
     directory = os.path.dirname(path) or b"."
     try:
         fd, tmp = tempfile.mkstemp(prefix=b".pl90-state-", dir=directory)
@@ -175,7 +177,7 @@ def write_state_file(path: bytes, identity: StateIdentity, tokens: Sequence[int]
         raise StateFileError(f"{name}: cannot write a state file there: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            for part in (header, token_bytes, payload, digest.digest()):
+            for part in (header, token_bytes, payload, digest):
                 f.write(part)
             f.flush()
             os.fsync(f.fileno())
@@ -209,10 +211,7 @@ def read_state_file(path: bytes, expected: StateIdentity, limits: StateLimits,
     if (version == AUTHENTICATED_VERSION) != (key is not None):
         raise StateFileError(f"{name}: is not authenticated with a key, and a key is required" if key is not None
                              else f"{name}: is authenticated with a key: give it to read the file")
-    digest = _digest(key)
-    for part in (header, token_bytes, payload):
-        digest.update(part)
-    if not hmac.compare_digest(digest.digest(), stored_digest):
+    if not hmac.compare_digest(_digest(key, header, token_bytes, payload), stored_digest):
         raise StateFileError(f"{name}: checksum mismatch: the file is corrupt" if key is None else
                              f"{name}: authentication failed: the file is corrupt, forged, or saved under another key")
     _, _, model_sha256, type_k, type_v, n_ctx, n_seq_max, n_tokens, _ = _HEADER.unpack_from(header)
