@@ -27,7 +27,7 @@ import math
 import re
 from typing import Literal
 
-from .errors import LoraAdapterError, ModelLoadError, _short
+from .errors import LlamaError, LoraAdapterError, ModelLoadError, _short
 from .gguf_header import ArraySummary, GGUFHeader, TensorInfo
 from .native.ggml import type_info
 
@@ -102,14 +102,18 @@ def type_problem(role: Role, ggml_type: int) -> str | None:
     return None
 
 
+def check_type(tensor: TensorInfo, role: Role, name: str, error: type[LlamaError]) -> None:
+    """`error` naming `tensor` of the file `name` when its type does not fit `role` (type_problem)."""
+    why = type_problem(role, tensor.type)
+    if why is not None:
+        raise error(f"{name}: tensor {tensor.name} has type {why} (its role: {role})")
+
+
 def check_tensors(header: GGUFHeader, name: str) -> None:
     """ModelLoadError naming the first tensor whose type does not fit its role, or a multi-section RoPE model
     without usable sections; `name` names the file in the message."""
     for tensor in header.tensors:
-        role = role_of(tensor.name)
-        why = type_problem(role, tensor.type)
-        if why is not None:
-            raise ModelLoadError(f"{name}: tensor {tensor.name} has type {why} (its role: {role})")
+        check_type(tensor, role_of(tensor.name), name, ModelLoadError)
     _check_rope_sections(header, name)
 
 
@@ -186,11 +190,8 @@ def _check_pair(a: TensorInfo, b: TensorInfo, weight: TensorInfo, weights: dict[
     if embedding and not own_output:
         raise LoraAdapterError(f"{name}: tensor {a.name} adapts token_embd.weight, which this model also uses as "
                                f"its output projection (no output.weight), where llama.cpp cannot apply it")
-    roles: tuple[tuple[TensorInfo, Role], ...] = ((a, "rows" if embedding else "matrix"), (b, "matrix"))
-    for tensor, role in roles:
-        why = type_problem(role, tensor.type)
-        if why is not None:
-            raise LoraAdapterError(f"{name}: tensor {tensor.name} has type {why} (its role: {role})")
+    check_type(a, "rows" if embedding else "matrix", name, LoraAdapterError)
+    check_type(b, "matrix", name, LoraAdapterError)
     n_dims = len(weight.shape)
     if n_dims not in (2, 3) or (embedding and n_dims != 2):
         raise LoraAdapterError(f"{name}: tensor {a.name} adapts {weight.name} of shape {list(weight.shape)}, which "
