@@ -3,7 +3,7 @@
 For each case (a nested JSON schema, a regex, a GBNF grammar, a lazy tool call), on the real default model
 (SmolLM2-135M-Instruct, 49,152 tokens), greedy:
 
-  1. a constrained generation through pyllama90a.constrained (llguidance): compile time, first mask, and per
+  1. a constrained generation through pyllama90a.core.constrained (llguidance): compile time, first mask, and per
      token the mask computation, the in-place apply on the logits row, accept, and the model's own decode;
   2. when xgrammar can be imported: the same prompt again with the tokens of step 1 forced, and after every
      decode both backends' mask for the same state (llguidance's LLMatcher and xgrammar's GrammarMatcher, in
@@ -78,7 +78,7 @@ def _stats(ns: list[int]) -> dict[str, float]:
             "p90_us": us[min(len(us) - 1, int(len(us) * 0.9))], "max_us": us[-1]}
 
 
-def _case_constraint(c, kind: str):  # c: the pyllama90a.constrained module
+def _case_constraint(c, kind: str):  # c: the pyllama90a.core.constrained module
     if kind == "json_schema":
         return c.json_schema(SCHEMA)
     if kind == "regex":
@@ -107,7 +107,7 @@ def _allowed(mask: np.ndarray, token: int) -> bool:
 
 def main(out_json: str | None) -> None:
     import pyllama90a as pl
-    from pyllama90a import constrained as c
+    from pyllama90a.core import constrained as c
 
     try:
         import xgrammar as xgr
@@ -133,7 +133,7 @@ def main(out_json: str | None) -> None:
     results = {}
     for kind, prompt in CASES:
         tokens = model.tokenize(model.apply_chat_template([{"role": "user", "content": prompt}]), parse_special=True)
-        # 1. live constrained generation, llguidance through pyllama90a.constrained
+        # 1. live constrained generation, llguidance through pyllama90a.core.constrained
         t0 = time.perf_counter_ns()
         spec = _case_constraint(c, kind)
         t1 = time.perf_counter_ns()

@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--ctv", default="q4_0")
     parser.add_argument("--flash-attn", default="off")
     parser.add_argument("--synthetic",
-                        help="a random-weight shape of pyllama90a.synthetic instead of the default model")
+                        help="a random-weight shape of pyllama90a.tools.synthetic instead of the default model")
     parser.add_argument("--device", help="the device each worker serves (ggml's name, e.g. CUDA0); default its CPU")
     parser.add_argument("--n-gpu-layers", type=int, default=-1)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.synthetic:
-        from pyllama90a.synthetic import synthetic_model
+        from pyllama90a.tools.synthetic import synthetic_model
         model_path = synthetic_model(args.synthetic)
     else:
         model_path = pl.default_model(pull=True)

@@ -1,4 +1,17 @@
-"""pyllama90a: a patched llama.cpp whose standard attention path reads quantized K and V, through cffi."""
+"""pyllama90a: a patched llama.cpp whose standard attention path reads quantized K and V, through cffi.
+
+The package, floor by floor (docs/architecture.md; pyproject.toml's import-linter contracts keep the order):
+    errors: the exceptions pyllama90a raises, and the argument checkers that turn bad input into them
+    native/: the binding: one Python object per llama.cpp object
+    core/: the library: Model, BatchEngine and what they are made of
+    server/: the OpenAI- and llama-server-compatible HTTP server (`python -m pyllama90a.server`)
+    worker: `python -m pyllama90a.worker`, this machine's devices served over ggml-rpc
+    bench/: `python -m pyllama90a.bench`, the benchmarks
+    selftest/: `python -m pyllama90a.selftest`, every attention path of this build against a CPU reference
+    fuzz/: `python -m pyllama90a.fuzz`, untrusted input (GGUF, API, RPC, state files) in child processes
+    tools/: developer tools that drive a server or a worker from outside, and synthetic models
+    __main__: `python -m pyllama90a pull|run`, the command line
+"""
 from __future__ import annotations
 
 
@@ -26,12 +39,14 @@ def _use_installed_native_module() -> None:
 
 _use_installed_native_module()
 
-from ._log import set_native_log_level
-from .attention_paths import AttentionPaths
-from .attention_policy import AttentionChoice
-from .core.outputs import Completion, Piece, Timings, Usage
-from .default_model import default_model, pull_default_model
-from .engine import BatchEngine, Chunk
+from .core.engine.engine import BatchEngine, Chunk
+from .core.generation.outputs import Completion, Piece, Timings, Usage
+from .core.gguf.default_model import default_model, pull_default_model
+from .core.model.attention_paths import AttentionPaths
+from .core.model.attention_policy import AttentionChoice
+from .core.model.kv_budget import KVBytes, kv_bytes, max_n_ctx
+from .core.model.memory_plan import KVCacheInfo, MemoryPlan, MemoryPlanner, plan_memory
+from .core.model.model import Model
 from .errors import (
     BusyError,
     ChatTemplateError,
@@ -51,10 +66,8 @@ from .errors import (
     QueueFullError,
     StateFileError,
 )
-from .kv_budget import KVBytes, kv_bytes, max_n_ctx
-from .kv_types import KV_TYPES, QUANTIZED_KV_TYPES
-from .memory_plan import KVCacheInfo, MemoryPlan, MemoryPlanner, plan_memory
-from .model import Model
+from .native.kv_types import KV_TYPES, QUANTIZED_KV_TYPES
+from .native.log import set_native_log_level
 
 __version__ = "0.1.0"
 

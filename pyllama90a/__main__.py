@@ -7,11 +7,11 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from .kv_types import FLASH_ATTN_MODES, KV_TYPES
+from .native.kv_types import FLASH_ATTN_MODES, KV_TYPES
 
 
 def _pull(args: argparse.Namespace) -> int:
-    from .default_model import default_model_path, pull_default_model
+    from .core.gguf.default_model import default_model_path, pull_default_model
 
     if default_model_path().is_file() and not args.force:
         print(default_model_path())

@@ -26,12 +26,12 @@ import os
 import signal
 import sys
 
-from ._log import set_native_log_level
+from .core.model.open import default_threads
 from .errors import InvalidArgumentError
-from .model_open import default_threads
 from .native.devices import device_name, serving_devices
+from .native.log import set_native_log_level
+from .native.placement import parse_endpoint
 from .native.rpc import SECRET_FILE_ENV, ServerLimits, protocol_version, read_secret, serve
-from .placement import parse_endpoint
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
 

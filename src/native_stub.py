@@ -2,7 +2,7 @@
 compiles (src/decl/*.h): every function of `lib` with its parameter and result types, every constant as an int,
 and the parts of `ffi` the binding uses. C types map to Python ones as cffi converts them: integers and enums
 to int, floating point to float, _Bool to bool, pointers and structs to CData (a char pointer parameter also
-takes bytes; any pointer parameter takes None, cffi's NULL). tests/test_native_stub.py checks the stub is
+takes bytes; any pointer parameter takes None, cffi's NULL). tests/native/test_native_stub.py checks the stub is
 current. Usage: python src/native_stub.py (from the repository root)
 """
 from __future__ import annotations

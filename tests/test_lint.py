@@ -100,9 +100,9 @@ def test_the_keyword_typeddicts_name_what_they_stand_for() -> None:
     import dataclasses
     import inspect
 
-    from pyllama90a.core import GenerationRequest, RequestOptions
-    from pyllama90a.engine import BatchEngine
-    from pyllama90a.sampling import SamplingOptions, SamplingParams
+    from pyllama90a.core.engine.engine import BatchEngine
+    from pyllama90a.core.generation.request import GenerationRequest, RequestOptions
+    from pyllama90a.core.generation.sampling import SamplingOptions, SamplingParams
 
     fields = {f.name for f in dataclasses.fields(SamplingParams)}
     assert set(SamplingOptions.__annotations__) == fields
@@ -116,3 +116,42 @@ def test_the_installed_package_is_marked_typed() -> None:
     import pyllama90a
 
     assert (Path(pyllama90a.__file__).parent / "py.typed").is_file()
+
+
+def _lint_imports(cwd: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter (the `test` extra) with the contracts of `config`, on the package found from `cwd`."""
+    import importlinter  # noqa: F401  (a failure here, not a skip: the floors are checked in every run)
+
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run([sys.executable, "-c", code, "--config", str(config), "--no-cache"], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(cwd), "PATH": ""})
+
+
+def test_the_import_contracts_hold() -> None:
+    """pyproject.toml's [tool.importlinter] contracts: the floors (services > core > native > errors), the
+    library's sub-packages in their order, the server's layers, no cycle, _ffi private to native/."""
+    out = _lint_imports(ROOT, ROOT / "pyproject.toml")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+@pytest.mark.parametrize(("module", "planted", "broken"), [
+    # an upward import from the binding, hidden under TYPE_CHECKING: a type hint may not climb either
+    ("native/batch.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..core.model import model\n",
+     "floors"),
+    ("core/gguf/header.py", "from ..engine import engine\n", "sub-packages"),
+    ("server/protocol/body.py", "from .. import app\n", "the server"),
+    ("core/model/memory_plan.py", "from . import model\n", "no import cycle"),  # model.py imports memory_plan
+    ("server/app.py", "from ..native import _ffi\n", "private"),
+])
+def test_the_import_contracts_break_on_a_planted_import(tmp_path: Path, module: str, planted: str,
+                                                        broken: str) -> None:
+    """The check above means something: one import planted in a copy of the package breaks the contract named."""
+    shutil.copytree(ROOT / "pyllama90a", tmp_path / "pyllama90a",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "pyllama90a" / module
+    target.write_text(target.read_text() + "\n" + planted)
+    out = _lint_imports(tmp_path, tmp_path / "pyproject.toml")
+    assert out.returncode != 0, out.stdout
+    assert f"{broken}" in out.stdout.split("Broken contracts")[-1], out.stdout

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark tool on the H200: synthetic 1B (head dim 64) and 8B (head dim 128) shapes at depths 0, 8K, 32K.
 # Same carried files as cuda_check.sh. SHAPES / DEPTHS / MODES override the defaults. The PNG is drawn here from
-# bench.json (python -c 'from pyllama90a.bench import plot; ...'): matplotlib crashed on import there.
+# bench.json (python -c 'from pyllama90a.bench.depths import plot; ...'): matplotlib crashed on import there.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyllama90a-out}
 mkdir -p "$OUT"

@@ -11,7 +11,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 source benchmarks/device/setup.sh
 cd /tmp
 python3 - <<'PY'
-from pyllama90a._ffi import ffi, lib
+from pyllama90a.native._ffi import ffi, lib
 for i in range(lib.ggml_backend_dev_count()):
     d = lib.ggml_backend_dev_get(i)
     print("device:", ffi.string(lib.ggml_backend_dev_name(d)).decode(), ffi.string(lib.ggml_backend_dev_description(d)).decode())

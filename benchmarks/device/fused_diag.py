@@ -6,10 +6,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-import pyllama90a as pl
-from pyllama90a.attention_paths import AttentionPaths
-from pyllama90a.synthetic import synthetic_model
 from test_hybrid_attention import FUSED_SHAPES, N_PROMPT, _tokens
+
+import pyllama90a as pl
+from pyllama90a.core.model.attention_paths import AttentionPaths
+from pyllama90a.tools.synthetic import synthetic_model
 
 DECODERS = {"fused": ("hybrid", AttentionPaths(fused_decode=True), -1), "nonflash": ("hybrid", None, -1),
             "fa-on": ("on", None, -1), "cpu-off": ("off", None, 0)}

@@ -22,7 +22,7 @@ cap() { local l; l=$(left 25); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
 if ls .pkg/pkg.tgz.part-* >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     cat .pkg/pkg.tgz.part-* | tar xzf - -C /tmp/site && cp pyllama90a/*.py /tmp/site/pyllama90a/
-    if (cd /tmp && PYTHONPATH=/tmp/site python3 -c "import pyllama90a._ffi"); then
+    if (cd /tmp && PYTHONPATH=/tmp/site python3 -c "import pyllama90a.native._ffi"); then
         echo "carried package"; export SKIP_BUILD=1
     else
         echo "the carried package does not load: building"; rm -rf /tmp/site/pyllama90a
@@ -80,7 +80,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
         echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
     server)  # the OpenAI server under 8 and 32 streaming clients: FA-on f16 against auto (hybrid + fused) q4_0
-        model=$(python3 -c "from pyllama90a.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
+        model=$(python3 -c "from pyllama90a.tools.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
         for cfg in "f16 on" "q4_0 auto"; do
             set -- $cfg
             timeout "$(cap 150)" python3 -m pyllama90a.bench server --model "$model" --clients 8 32 --max-tokens 64 \

@@ -12,8 +12,8 @@ import ctypes.util
 import sys
 
 import pyllama90a as pl
-from pyllama90a.bench import Mode
-from pyllama90a.synthetic import SHAPES, synthetic_model
+from pyllama90a.bench.depths import Mode
+from pyllama90a.tools.synthetic import SHAPES, synthetic_model
 
 shape, mode, depths = sys.argv[1], Mode.parse(sys.argv[2]), sorted(int(d) for d in sys.argv[3:])
 n_warmup = 4

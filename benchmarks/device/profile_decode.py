@@ -3,7 +3,7 @@
     ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \
         python3 profile_decode.py 8b-hd128 hybrid:q4_0/q4_0+fused 32768 [N_PROFILED]
 
-MODE is a bench mode (pyllama90a.bench.Mode: fa-on:f16/f16, hybrid:q4_0/q4_0+fused, ...). N_PROFILED one-token
+MODE is a bench mode (pyllama90a.bench.depths.Mode: fa-on:f16/f16, hybrid:q4_0/q4_0+fused, ...). N_PROFILED one-token
 steps (default 56) run inside the capture range, after 8 warm-up steps.
 """
 import ctypes
@@ -12,8 +12,8 @@ import sys
 import time
 
 import pyllama90a as pl
-from pyllama90a.bench import Mode
-from pyllama90a.synthetic import SHAPES, synthetic_model
+from pyllama90a.bench.depths import Mode
+from pyllama90a.tools.synthetic import SHAPES, synthetic_model
 
 shape, mode, depth = sys.argv[1], Mode.parse(sys.argv[2]), int(sys.argv[3])
 n_profiled = int(sys.argv[4]) if len(sys.argv) > 4 else 56

@@ -12,7 +12,7 @@ Debian 13 5.7.1, while Debian's unstable suite carries ROCm 6.4 built with clang
 the one package source every machine here reaches, so the chroot is made with debootstrap from the mirror
 this machine's apt already uses (or --mirror / PYLLAMA90A_DEBIAN_MIRROR). Unstable moves: when a pinned
 version has left it, `create` fails and names the packages; bump PINS after re-running the HIP checks
-(tests/test_hip_build.py), or point --mirror at a dated snapshot of the archive.
+(tests/native/test_hip_build.py), or point --mirror at a dated snapshot of the archive.
 
 Needs root (debootstrap, mount, chroot). The chroot lives in $PYLLAMA90A_HOME/rocm-sid (default
 ~/.cache/pyllama90a/rocm-sid); that cache folder is bound into it, so the pinned llama.cpp and CK sources are
@@ -118,7 +118,7 @@ def create(chroot: Path, mirror: str) -> None:
         if proc.returncode != 0:
             raise SystemExit(f"rocm_env: {SUITE} no longer has {', '.join(f'{n} {v}' for n, v in wrong.items())}"
                              f" (it has {', '.join(f'{n} {have.get(n)}' for n in wrong)}); update PINS after"
-                             f" re-running tests/test_hip_build.py, or use a dated snapshot with --mirror")
+                             f" re-running tests/native/test_hip_build.py, or use a dated snapshot with --mirror")
     (partial / STAMP).write_text(json.dumps({"suite": SUITE, "pins": PINS}, indent=1) + "\n")
     partial.rename(chroot)
     log(f"ready: {chroot}")

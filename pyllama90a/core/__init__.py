@@ -1,12 +1,11 @@
-"""The generation core shared by Model, BatchEngine and the server: one checked request (`GenerationRequest`),
-one generation step (`GenerationSequence`), the KV-cache prefix reuse both paths use, and one reader of a
-chat's output into content and tool calls (`ToolCallOutput`)."""
-from __future__ import annotations
+"""The library floor: what `Model`, `BatchEngine` and their callers are made of, over the binding (`native/`).
 
-from .cache import common_prefix, keep_cached_prefix
-from .request import MAX_TOP_LOGPROBS, GenerationRequest, RequestOptions, check_stops
-from .sequence import GenerationSequence, Step, TokenLogprob
-from .tool_output import ToolCallOutput, completion_of
-
-__all__ = ["MAX_TOP_LOGPROBS", "GenerationRequest", "GenerationSequence", "RequestOptions", "Step", "TokenLogprob",
-           "ToolCallOutput", "check_stops", "common_prefix", "completion_of", "keep_cached_prefix"]
+Sub-packages, bottom to top; each imports only those before it (pyproject.toml's import-linter contracts):
+    gguf/: GGUF files read in Python before llama.cpp opens them, and the default model
+    toolcalls/: tool-call formats: detection from a chat template, tools checked, generated calls parsed
+    constrained/: constrained decoding (llguidance) and the worker processes that run untrusted programs
+    generation/: one generation: the checked request, the step, the text it streams and what it gives back
+    chat/: chat messages rendered by the model's template (in a worker process) and the output read back
+    model/: `Model` and what it is made of: opening, settings, attention, memory, LoRA, state files
+    engine/: `BatchEngine`, continuous batching over one context, and its asyncio face
+"""

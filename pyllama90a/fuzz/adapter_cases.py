@@ -1,6 +1,6 @@
 """The fuzz target "adapter": LoRA adapters for a real model, mutated, then loaded and used (issue 33).
 
-A base adapter is a well-formed LoRA GGUF (pyllama90a.synthetic.write_synthetic_lora) for the default model's
+A base adapter is a well-formed LoRA GGUF (pyllama90a.tools.synthetic.write_synthetic_lora) for the default model's
 shapes ("adapter-real": SmolLM2's weights, tied output) or the tiny synthetic model's ("adapter-tiny": its own
 output.weight, so that a pair renamed to token_embd reaches a decode). A case mutates it with gguf_generator's
 classes that apply to an adapter's header (metadata, tensor infos, truncation, bit flips) and with this module's
@@ -20,8 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..gguf_header import GGML_TYPE_SIZES, read_header
-from ..synthetic import Shape, synthetic_model, write_synthetic_lora
+from ..core.gguf.header import GGML_TYPE_SIZES, read_header
+from ..tools.synthetic import Shape, synthetic_model, write_synthetic_lora
 from .gguf_file import F32, F64, STRING, U32, GGUFFile, read_gguf
 from .gguf_generator import FLOAT_SPECIALS, _Generator
 from .gguf_mutations import typed, write_case
@@ -56,7 +56,7 @@ def _home() -> Path:
 def model_path(base: str) -> Path:
     """The model an adapter base is made for (and decoded with)."""
     if base == "adapter-real":
-        from ..default_model import default_model
+        from ..core.gguf.default_model import default_model
 
         return Path(default_model())
     if base == "adapter-tiny":

@@ -254,7 +254,8 @@ _HOSTILE: dict[str, Any] = {
 
 def _run_api_case(spec: dict, work: Path, stage: Stage) -> None:
     import pyllama90a as pl
-    from pyllama90a import constrained, template_render
+    from pyllama90a.core import constrained
+    from pyllama90a.core.chat import render
 
     from .model_case import _show_native_log
 
@@ -270,7 +271,7 @@ def _run_api_case(spec: dict, work: Path, stage: Stage) -> None:
                 constrained.set_limits(**op["values"])
             else:
                 calls.append(op)
-    template_render.set_limits(render_timeout_s=2.0)  # a hostile template costs 2 s, not 5
+    render.set_limits(render_timeout_s=2.0)  # a hostile template costs 2 s, not 5
     path = load_base(spec["base"]).data_path
     _show_native_log()
     stage("Model()")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from ..gguf_header import read_header
-from ..synthetic import Shape, synthetic_model
+from ..core.gguf.header import read_header
+from ..tools.synthetic import Shape, synthetic_model
 from .gguf_file import GGUFFile, read_gguf
 
 SYNTHETIC_BASES = ("tiny",)
@@ -24,14 +24,14 @@ _SHAPE_KEYS = ("block_count", "embedding_length", "feed_forward_length", "attent
 
 
 def _real_path():
-    from ..default_model import default_model
+    from ..core.gguf.default_model import default_model
 
     return default_model()
 
 
 @cache
 def load_base(name: str) -> GGUFFile:
-    """The parsed base `name` (made on first use; synthetic files are cached on disk by pyllama90a.synthetic)."""
+    """The parsed base `name` (made on first use; synthetic files are cached on disk by pyllama90a.tools.synthetic)."""
     if name == "tiny":
         path = synthetic_model("tiny")
     elif name == "real-full":

@@ -25,17 +25,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from .gguf_file import (
-    ARRAY,
-    BOOL,
-    FLOAT_TYPES,
-    INT_TYPES,
-    STRING,
-    TYPE_IDS,
-    TYPE_NAMES,
-    GGUFFile,
-    Value,
-)
+from .gguf_file import ARRAY, BOOL, FLOAT_TYPES, INT_TYPES, STRING, TYPE_IDS, TYPE_NAMES, GGUFFile, Value
 from .tensor_types import retype
 
 # -- JSON encoding of values -----------------------------------------------------------------------

@@ -238,7 +238,7 @@ def _run_state_case(spec: dict, work: Path, stage: Stage) -> None:
 
 def _run_in(spec: dict, path: Path, stage: Stage) -> None:
     import pyllama90a as pl
-    from pyllama90a.default_model import default_model
+    from pyllama90a.core.gguf.default_model import default_model
 
     from .model_case import _show_native_log
 

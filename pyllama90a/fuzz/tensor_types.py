@@ -3,15 +3,15 @@ the size that type needs (so the file passes the header checks and reaches llama
 
 The op `{"op": "retype", "name": n, "type": t, "fill": byte}` gives tensor n new data, bytes of `fill` (0x00:
 zeros, 0xff: NaN in F32/F16/BF16 and in quantization scales, 0x7f: huge finite values that overflow to inf).
-Roles are those of pyllama90a.tensor_roles: matrices, embedding rows, norms.
+Roles are those of pyllama90a.core.gguf.tensor_roles: matrices, embedding rows, norms.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import replace
 
-from ..gguf_header import GGML_TYPE_SIZES
-from ..tensor_roles import role_of
+from ..core.gguf.header import GGML_TYPE_SIZES
+from ..core.gguf.tensor_roles import role_of
 from .gguf_file import GGUFFile
 
 # every ggml type id, removed ones (4, 5, 31-33, 36-38), one past the end

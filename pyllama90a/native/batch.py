@@ -5,9 +5,9 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from .._ffi import ffi, lib
-from .._log import NativeCall
 from ..errors import ClosedError, InvalidArgumentError, LlamaError, positive_int
+from ._ffi import ffi, lib
+from .log import NativeCall
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)

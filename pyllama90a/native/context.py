@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from .._ffi import ffi, lib
-from .._log import NativeCall
 from ..errors import (
     INT32_MAX,
     ClosedError,
@@ -24,8 +22,10 @@ from ..errors import (
     int_in_range,
     positive_int,
 )
-from ..kv_types import FLASH_ATTN_MODES, check_kv_type
+from ._ffi import ffi, lib
 from .ggml import ggml_type
+from .kv_types import FLASH_ATTN_MODES, check_kv_type
+from .log import NativeCall
 from .model import ModelHandle
 
 if TYPE_CHECKING:  # pragma: no cover

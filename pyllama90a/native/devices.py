@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
 from ..errors import InvalidArgumentError
+from ._ffi import ffi, lib
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)

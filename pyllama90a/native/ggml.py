@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
-from .._ffi import gpu_backend_devices as gpu_backend_devices  # re-exported for the floors above the binding
-from ..kv_types import KV_TYPES
+from ._ffi import ffi, lib
+from ._ffi import gpu_backend_devices as gpu_backend_devices  # re-exported for the floors above the binding
+from .kv_types import KV_TYPES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)

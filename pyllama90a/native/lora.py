@@ -6,9 +6,9 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
-from .._log import NativeCall
 from ..errors import LoraAdapterError, fs_path
+from ._ffi import ffi, lib
+from .log import NativeCall
 from .model import ModelHandle
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,7 +39,7 @@ class LoraHandle:
         self._finalizer = weakref.finalize(self, _free_adapter, ptr, model)
         self.model = model
         self.ptr: CData | None = ptr  # the llama_adapter_lora*; None once closed
-        # an activated LoRA (aLoRA) applies only after its invocation tokens: pyllama90a.lora refuses those
+        # an activated LoRA (aLoRA) applies only after its invocation tokens: pyllama90a.core.model.lora refuses those
         self.n_alora_invocation_tokens: int = lib.llama_adapter_get_alora_n_invocation_tokens(ptr)
 
     @property

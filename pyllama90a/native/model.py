@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._ffi import ffi, lib
-from .._log import NativeCall
 from ..errors import (
     INT32_MAX,
     DecodeError,
@@ -25,11 +23,13 @@ from ..errors import (
     utf8,
 )
 from . import rpc
+from ._ffi import ffi, lib
 from .devices import device_label, local_offload_devices
+from .log import NativeCall
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)
-    from ..placement import Placement
+    from .placement import Placement
 
 MAX_TOKENIZE_BYTES = 64 << 20  # of UTF-8 text per llama_tokenize call (well within its int32 lengths)
 LLAMA_TOKEN_NULL = -1  # what llama_vocab_bos/eos return for a vocabulary without that token
@@ -85,7 +85,7 @@ class ModelHandle:
         self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
         self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(self._vocab))  # whether tokenize(add_special) adds BOS
         fim = {kind: getattr(lib, f"llama_vocab_fim_{kind}")(self._vocab) for kind in FIM_KINDS}
-        # kind -> token id, None where the vocabulary has none (pyllama90a.fim builds infill prompts of them)
+        # kind -> token id, None where the vocabulary has none (pyllama90a.core.model.fim builds infill prompts of them)
         self.fim: dict[str, int | None] = {k: t if 0 <= t < self.n_vocab else None for k, t in fim.items()}
 
     def lost_workers(self) -> tuple[rpc.Endpoint, ...]:

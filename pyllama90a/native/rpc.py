@@ -24,9 +24,9 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
-from .._log import NativeCall
 from ..errors import InvalidArgumentError, ModelLoadError
+from ._ffi import ffi, lib
+from .log import NativeCall
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._native import CData  # (only in the stub, _native.pyi)

@@ -1,26 +1,46 @@
-"""SamplerChain: a llama.cpp sampler chain built from SamplingParams, sampling from a context's logits."""
+"""SamplerChain: a llama.cpp sampler chain built from SamplerSettings, sampling from a context's logits."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from .._ffi import ffi, lib
-from .._log import NativeCall
 from ..errors import UINT32_MAX, LlamaError
+from ._ffi import ffi, lib
 from .context import ContextHandle
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..sampling import SamplingParams
+from .log import NativeCall
 
 RANDOM_SEED = UINT32_MAX  # llama.cpp's LLAMA_DEFAULT_SEED (a uint32): draw a random seed
 PENALTY_LAST_N = 64  # the penalties count the last 64 tokens the chain picked
+# below this temperature sampling is greedy, its limit: llama.cpp divides the logits by the temperature as a C
+# float, and a temperature under about 1e-36 made them +-inf and the softmax NaN (one fixed token, whatever the
+# seed); 1e-30 keeps logits up to 3e8 finite
+GREEDY_BELOW = 1e-30
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """The values a sampler chain is built from, as llama.cpp's samplers take them. Unchecked here: the library's
+    SamplingParams (core/generation/sampling.py) is these fields, checked where user input enters."""
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0  # OpenAI's: subtract n * this from the logit of a token seen n times
+    presence_penalty: float = 0.0   # OpenAI's: subtract this from the logit of a token seen at all
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
 
 
 class SamplerChain:
     """A llama.cpp sampler chain for one generation (it remembers the tokens it picked, for the penalties). It
     needs no context to be made, so a request can build its own on any thread; freed when garbage collected."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+    def __init__(self, params: SamplerSettings, n_vocab: int) -> None:
         with NativeCall() as call:
             chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         call.check(chain != ffi.NULL, LlamaError, "could not create a sampler chain")

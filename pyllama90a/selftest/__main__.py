@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
-from ..attention_policy import attention_device
-from ..bench import Mode, add_ratios, markdown, run
-from ..synthetic import SHAPES, synthetic_model
+from ..bench.depths import Mode, add_ratios, markdown, run
+from ..core.model.attention_policy import attention_device
+from ..tools.synthetic import SHAPES, synthetic_model
 from .cpu_side import run_cpu_side
 from .environment import describe
 from .paths import CHECK_SHAPES, CUDA_ONLY_MODES, HIP_ONLY_MODES, NOISE_FACTOR, PATH_MODES, PathResult, check_device

@@ -9,8 +9,8 @@ from importlib import metadata
 
 import numpy as np
 
-from ..attention_policy import attention_device
-from ..bench_report import cpu_backend_line, machine_name
+from ..bench.report import cpu_backend_line, machine_name
+from ..core.model.attention_policy import attention_device
 
 
 def _tool_line(command: list[str], containing: str = "") -> str | None:

@@ -21,9 +21,9 @@ from typing import TextIO
 
 import numpy as np
 
-from ..bench import Mode
-from ..model import Model
-from ..synthetic import GQA_SHAPES, synthetic_model
+from ..bench.depths import Mode
+from ..core.model.model import Model
+from ..tools.synthetic import GQA_SHAPES, synthetic_model
 
 CHECK_SHAPES = ("gqa1-hd64", "gqa4-hd128", "gqa8-hd128")  # GQA 1/4/8, head dims 64/128
 N_PREFILL, N_DECODE = 300, 6  # a prefill past 256 cells (not a multiple of 256), then decode steps

@@ -9,9 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-from ..kv_types import FLASH_ATTN_MODES, KV_TYPES
+from ..native.kv_types import FLASH_ATTN_MODES, KV_TYPES
 from .executors import DEFAULT_QUEUE, Executors
-from .protocol_base import UNKNOWN_FIELDS_MODES, Limits
+from .protocol.base import UNKNOWN_FIELDS_MODES, Limits
 from .slot_policy import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, byte_size, slot_folder_of
 
 ENV = "PYLLAMA90A_"
@@ -39,23 +39,23 @@ _ISOLATION_FLAGS = {
 
 
 def _isolation_settings() -> dict[str, object]:
-    from .. import isolation, template_render
-    from ..constrained import limits
+    from ..core.chat import render
+    from ..core.constrained import isolation, limits
 
-    return {**limits.ConstraintLimits().__dict__, **template_render.TemplateLimits().__dict__,
+    return {**limits.ConstraintLimits().__dict__, **render.TemplateLimits().__dict__,
             **isolation.Settings().__dict__}
 
 
 def apply_isolation_flags(args: argparse.Namespace) -> None:
     """Set the constraint, template and worker limits from the parsed flags (ValueError naming a bad one)."""
-    from .. import isolation, template_render
-    from ..constrained import limits
+    from ..core.chat import render
+    from ..core.constrained import isolation, limits
 
     values = {setting: getattr(args, flag.replace("-", "_")) for flag, (setting, _, _) in _ISOLATION_FLAGS.items()}
     for flag, (setting, _, _) in _ISOLATION_FLAGS.items():
         try:
             for cls, apply in ((limits.ConstraintLimits, limits.set_limits),
-                               (template_render.TemplateLimits, template_render.set_limits),
+                               (render.TemplateLimits, render.set_limits),
                                (isolation.Settings, isolation.configure)):
                 if setting in cls.__dataclass_fields__:
                     apply(**{setting: values[setting]})
@@ -231,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("the server needs FastAPI and uvicorn: pip install 'pyllama90a[server]'", file=sys.stderr)
         return 2
-    from .. import isolation
-    from ..chat_template import ChatTemplate
-    from ..engine import BatchEngine
+    from ..core.chat.template import ChatTemplate
+    from ..core.constrained import isolation
+    from ..core.engine.engine import BatchEngine
     from ..errors import LlamaError
     from .app import ServerState, create_app
     from .header_timeout import protocol_with_header_timeout

@@ -1,5 +1,5 @@
 """The FastAPI application: OpenAI routes over one BatchEngine (also without the /v1 prefix, as llama-server
-serves them), llama-server's native routes (native_routes.py), /health and /metrics; the API key check and,
+serves them), llama-server's native routes (llama_server.py), /health and /metrics; the API key check and,
 with --cors-origins, CORS."""
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from ..errors import ClosedError, LlamaError
-from . import lora_routes, native_routes
 from .embeddings import embeddings as serve_embeddings
 from .errors import APIError, answer
 from .generation import generate
 from .metrics import render_metrics
-from .openapi import route_docs
-from .protocol import ChatRequest, CompletionRequest
-from .protocol_base import IGNORED_HEADER
-from .request_body import read_request
+from .protocol.base import IGNORED_HEADER
+from .protocol.body import read_request
+from .protocol.openapi import route_docs
+from .protocol.requests import ChatRequest, CompletionRequest
+from .routes import llama_server, lora
 from .state import ServerState
 from .worker_recovery import lost_reason
 
@@ -107,8 +107,8 @@ def create_app(state: ServerState) -> FastAPI:
     async def embeddings(request: Request) -> Response:
         return await serve_embeddings(state, request, native=False)
 
-    native_routes.register(app, state, docs)
-    lora_routes.register(app, state, docs)
+    llama_server.register(app, state, docs)
+    lora.register(app, state, docs)
     return app
 
 
@@ -119,7 +119,7 @@ PUBLIC_ROUTES = frozenset({"/health", "/openapi.json"})
 _SERVED_WHILE_DRAINING = PUBLIC_ROUTES | {"/metrics"}
 # the routes /metrics counts responses of by name (others as "other")
 _ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-           "/models", "/chat/completions", *native_routes.PATHS, *lora_routes.PATHS}
+           "/models", "/chat/completions", *llama_server.PATHS, *lora.PATHS}
 
 LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 

@@ -12,8 +12,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from .generation import DISCONNECT_POLL_S, ignored_fields
-from .protocol import EmbeddingRequest
-from .request_body import read_request
+from .protocol.body import read_request
+from .protocol.requests import EmbeddingRequest
 from .state import ServerState
 
 

@@ -15,14 +15,14 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..chat import PreparedChat, prepare_chat
-from ..engine import Chunk, Handle
+from ..core.chat.prepare import PreparedChat, prepare_chat
+from ..core.engine.engine import Chunk, Handle
 from .errors import APIError, answer
-from .protocol import Generation
-from .protocol_base import IGNORED_HEADER, shown_names
-from .responses import ChatShape, CompletionShape, Shape
+from .protocol.base import IGNORED_HEADER, shown_names
+from .protocol.requests import Generation
+from .responses.openai import ChatShape, CompletionShape, Shape
+from .responses.timings import RequestTimer
 from .state import ServerState
-from .timings import RequestTimer
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..engine import BatchEngine, EngineStats
-    from ..memory_plan import KVCacheInfo
+    from ..core.engine.engine import BatchEngine, EngineStats
+    from ..core.model.memory_plan import KVCacheInfo
     from .executors import PoolUsage
     from .worker_recovery import WorkerRecovery
 

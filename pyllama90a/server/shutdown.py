@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from .. import isolation
+from ..core.constrained import isolation
 from .state import ServerState
 
 # after the grace period: time for the last events to reach the clients before uvicorn cancels what is left

@@ -73,7 +73,7 @@ def slot_folder_of(args: argparse.Namespace) -> SlotFolder | None:
 def read_secret(path: Path) -> bytes:
     """The secret in the file at `path` (its bytes, a final newline aside): a regular file of at least 16 bytes
     that no one but its owner may read or write."""
-    from ..state_file import MIN_KEY_BYTES  # (here: parsing the server's flags loads no native library)
+    from ..core.model.state_file import MIN_KEY_BYTES  # (here: parsing the server's flags loads no native library)
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

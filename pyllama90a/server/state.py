@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import __version__
-from ..engine import BatchEngine, Chunk
+from ..core.engine.engine import BatchEngine, Chunk
+from ..core.model.memory_plan import KVCacheInfo
+from ..core.model.model import Model
 from ..errors import LlamaError
-from ..memory_plan import KVCacheInfo
-from ..model import Model
 from .executors import Executors
-from .protocol_base import Limits
-from .responses import Shape
+from .protocol.base import Limits
+from .responses.openai import Shape
 from .slot_policy import SlotFolder
 from .worker_recovery import WorkerRecovery
 

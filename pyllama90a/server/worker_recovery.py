@@ -18,7 +18,7 @@ from ..native.rpc import Endpoint, probe
 from .errors import APIError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import BatchEngine
+    from ..core.engine.engine import BatchEngine
 
 log = logging.getLogger("pyllama90a.server")
 

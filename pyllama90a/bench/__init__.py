@@ -1,0 +1,12 @@
+"""`python -m pyllama90a.bench [server|batched|constrained]`: the benchmarks that prove speed and memory targets.
+
+    __main__: the command line: a subcommand, or the depth bench without one
+    depths: prefill and decode speed per attention mode at chosen depths
+    batched: N sequences at depth D decoding together, per attention mode
+    server: the OpenAI server under N concurrent streaming clients
+    constrained: constrained decoding against free decoding in one BatchEngine
+    modes: the attention modes a bench compares (fa-on/off/auto, hybrid; ctk/ctv)
+    report: the machine's name and the result files
+    roofline: the bytes one decode step reads, against a copy bandwidth
+    cpu_features: the x86-64 features ggml's CPU backend can use, and which this CPU has
+"""

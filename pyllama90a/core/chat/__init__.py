@@ -1,0 +1,7 @@
+"""Chat requests: messages rendered by the model's Jinja template, and the generated text read back.
+
+    template: `ChatTemplate`, Jinja chat templates rendered as Hugging Face transformers renders them
+    render: templates compiled and rendered in a worker process, within time, memory and output limits
+    prepare: a chat request made ready to generate (messages, tools, constraint) and its output read back
+    tool_output: `ToolCallOutput`, a chat's generated text read for the tool calls it offered
+"""

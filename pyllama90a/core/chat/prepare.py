@@ -1,0 +1,117 @@
+"""A chat request made ready to generate, and its output read back.
+
+`prepare_chat(model, messages, tools=..., tool_choice=..., constraint=...)` renders the messages (and tools)
+with the model's Jinja chat template (chat_template.py: the GGUF's `tokenizer.chat_template`, or the
+`Model(chat_template=...)` override), or with llama.cpp's built-in ChatML when the file has no template, as
+llama-server does; tokenizes the prompt; and turns tools and tool_choice into the constraint that guarantees
+a well-formed call ("required", a named function) or enforces one from its first marker on ("auto").
+`PreparedChat.output` (core.ToolCallOutput) then reads the generated text for the calls.
+Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go through here.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ...errors import InvalidArgumentError, about
+from ...native import ModelHandle
+from ..constrained import Constraint
+from ..constrained import tool_calls as tool_call_constraint
+from ..toolcalls import GENERIC, check_tool_choice, check_tools
+from .template import ChatTemplate, check_template_variables, normalize_messages, text_only_history
+from .tool_output import ToolCallOutput, finish_reason
+
+__all__ = ["FALLBACK_TEMPLATE", "ChatModel", "PreparedChat", "finish_reason", "prepare_chat", "render_chat"]
+
+
+class ChatModel(Protocol):
+    """What a chat needs of a model (Model has it): its chat template, tokenizer and loaded weights."""
+
+    path: Path
+
+    @property
+    def chat_template(self) -> ChatTemplate | None: ...
+
+    @property
+    def handle(self) -> ModelHandle: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+
+
+# llama.cpp's built-in template for a model file that carries none (llama-server's default too)
+FALLBACK_TEMPLATE = "chatml"
+
+
+@dataclass(frozen=True)
+class PreparedChat:
+    """A chat request ready to generate: its prompt tokens, the constraint on its output (tool calls or a
+    response format), and the reader of its output for the tools it offered (None: the output is all content)."""
+
+    tokens: list[int]
+    constraint: Constraint | None
+    output: ToolCallOutput | None = None
+
+
+def builtin_prompt(handle: ModelHandle, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
+    """The prompt of llama.cpp's built-in template (FALLBACK_TEMPLATE) over the text of `messages`, for a model
+    file without a Jinja template; UnsupportedChatTemplateError if llama.cpp refuses it."""
+    return handle.builtin_chat_template(text_only_history(normalize_messages(messages), tools), FALLBACK_TEMPLATE)
+
+
+def render_chat(model: ChatModel, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
+                add_generation_prompt: bool = True, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The prompt text of `messages` (and `tools`): the model's Jinja template, or llama.cpp's built-in
+    FALLBACK_TEMPLATE for a file without one (which takes no template variables and always ends ready for the
+    assistant's turn)."""
+    template = model.chat_template
+    if template is not None:
+        return template.render(messages, tools=list(tools) or None, add_generation_prompt=add_generation_prompt,
+                               **dict(template_kwargs or {}))
+    if template_kwargs or not add_generation_prompt:
+        raise InvalidArgumentError(f"{model.path.name} has no Jinja chat template: llama.cpp's built-in "
+                                   f"{FALLBACK_TEMPLATE} takes no template variables (chat_template_kwargs) and no "
+                                   f"add_generation_prompt=False", param="chat_template_kwargs")
+    return builtin_prompt(model.handle, messages, tools)
+
+
+def prepare_chat(model: ChatModel, messages: Sequence[dict[str, Any]], *,
+                 tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
+                 parallel_tool_calls: bool | None = None, constraint: Constraint | None = None,
+                 template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
+    """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
+    its ChatTemplateError, ConstraintError) naming what is wrong. parallel_tool_calls None: what the template
+    can write back (ChatTemplate.supports_parallel_tool_calls; no for llama.cpp's built-in template), as
+    llama-server's default; without parallel calls a call ends the generation."""
+    checked_tools = check_tools(tools)
+    choice = check_tool_choice(tool_choice, checked_tools)
+    if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+        raise InvalidArgumentError(f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}",
+                                   param="parallel_tool_calls")
+    if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
+        raise InvalidArgumentError(f"chat_template_kwargs must be a dict, got {type(template_kwargs).__name__}",
+                                   param="chat_template_kwargs")
+    check_template_variables(template_kwargs or {})
+    # tool_choice "none": the model is not shown the tools, so it does not write calls nobody reads
+    offered = checked_tools if choice.mode != "none" else []
+    if offered and constraint is not None:
+        raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
+                                   "combined with tools unless tool_choice is 'none'", param="tools")
+    checked_messages = normalize_messages(messages)
+    template = model.chat_template
+    # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
+    # the messages
+    with about("messages"):
+        text = render_chat(model, checked_messages, offered, template_kwargs=template_kwargs)
+        tokens = model.tokenize(text, add_special=template is None or not template.has_bos(text), parse_special=True)
+    fmt = GENERIC if template is None else template.tool_call_format
+    if offered:
+        if parallel_tool_calls is None:
+            parallel_tool_calls = template is not None and template.supports_parallel_tool_calls
+        with about("tools"):  # the tools' schemas become the call grammar
+            calls = fmt.constraint(offered, choice, parallel_tool_calls)
+            assert calls is not None  # (None only for tool_choice "none")
+            constraint = tool_call_constraint(calls.patterns, trigger=calls.trigger, parallel=calls.parallel,
+                                              separator=calls.separator)
+    return PreparedChat(tokens, constraint, ToolCallOutput(fmt, offered) if offered else None)

@@ -1,0 +1,97 @@
+"""`ToolCallOutput`: a chat's generated text read for the tool calls it offered, the one reader Model.chat and
+the server's chat route share. A whole answer is parsed once (a malformed call stays content); a stream is
+split as it arrives into OpenAI's deltas, {"content": ...} and {"tool_calls": [...]}."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeVar
+
+from ..generation.outputs import Completion, Piece
+from ..toolcalls import ParseResult, ToolCallFormat, ToolCallStream
+
+R = TypeVar("R", bound=str)  # a finish_reason: FinishReason, or the engine's Chunk's (which may be "error")
+
+
+def finish_reason(reason: R, made_calls: bool) -> R | Literal["tool_calls"]:
+    """OpenAI's finish_reason: "tool_calls" when a generation that stopped by itself made tool calls."""
+    return "tool_calls" if made_calls and reason == "stop" else reason
+
+
+@dataclass(frozen=True)
+class ToolCallOutput:
+    """The tools a chat offered and the syntax its model writes calls in."""
+
+    fmt: ToolCallFormat
+    tools: Sequence[dict[str, Any]]
+
+    def whole(self, text: str, reason: R) -> tuple[ParseResult, R | Literal["tool_calls"]]:
+        """A whole answer's content and calls, and its finish_reason ("tool_calls" when it made calls)."""
+        parsed = self.fmt.parse(text, self.tools)
+        return parsed, finish_reason(reason, bool(parsed.tool_calls))
+
+    def stream(self) -> ToolCallDeltas:
+        return ToolCallDeltas(self.fmt.stream(self.tools))
+
+    def split(self, pieces: Iterator[Piece]) -> Iterator[Piece]:
+        """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
+        the last piece's Completion has the calls, the content as its text and finish_reason "tool_calls"."""
+        deltas = self.stream()
+        tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
+        try:
+            for piece in pieces:
+                done = piece.completion
+                found = deltas.feed(piece.text, last=done is not None)
+                tokens += piece.tokens
+                if done is None:
+                    if found:
+                        yield _piece_of(found, tokens)
+                        tokens = []
+                    continue
+                result = deltas.result()
+                reason = deltas.finish_reason(done.finish_reason)
+                completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,
+                                        tuple(result.tool_calls))
+                yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion)
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # an early close of this stream ends the generation (frees the Model) at once
+
+
+def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Completion:
+    """A generation run to its end: its last piece's Completion, a chat's tool calls read from the text."""
+    last = None
+    for last in pieces:  # noqa: B007 (runs the generation to its end, keeping the last piece)
+        pass
+    assert last is not None and last.completion is not None
+    done = last.completion
+    if output is None:
+        return done
+    parsed, reason = output.whole(done.text, done.finish_reason)
+    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings, tuple(parsed.tool_calls))
+
+
+class ToolCallDeltas:
+    """One streamed answer's text as OpenAI's deltas (see toolcalls.ToolCallStream)."""
+
+    def __init__(self, parser: ToolCallStream) -> None:
+        self._parser = parser
+
+    def feed(self, text: str, last: bool = False) -> list[dict[str, Any]]:
+        """The deltas `text` (the next generated text) makes known; with `last`, those held back too."""
+        deltas = self._parser.feed(text)
+        return deltas + self._parser.finish() if last else deltas
+
+    def result(self) -> ParseResult:
+        """What was streamed, as one content and its calls (complete after the last feed)."""
+        return self._parser.result()
+
+    def finish_reason(self, reason: R) -> R | Literal["tool_calls"]:
+        return finish_reason(reason, self._parser.has_tool_calls)
+
+
+def _piece_of(deltas: list[dict[str, Any]], tokens: list[int]) -> Piece:
+    text = "".join(d.get("content", "") for d in deltas)
+    calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
+    return Piece(text, tokens, tool_calls=calls)

@@ -1,0 +1,490 @@
+"""Continuous batching: many generations share one llama context, one engine thread decodes them all.
+
+Each of `parallel` slots owns a sequence id with its own KV stream of n_ctx / parallel cells. Requests wait in
+a bounded queue and join free slots between decode steps; one llama_decode call per step carries the next
+token of every generating slot plus prompt chunks of the slots still prefilling (at most n_batch tokens).
+A slot keeps its KV cells after a request ends, so a new request that starts with the same tokens (a system
+prompt, a chat history) decodes only the rest.
+
+    with BatchEngine(path, ctk="q4_0", ctv="q4_0", parallel=4) as engine:
+        for chunk in engine.stream("Once upon a time", max_tokens=32):
+            print(chunk.text, end="")
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from ...errors import (
+    BusyError,
+    ClosedError,
+    ConstraintError,
+    ContextOverflowError,
+    DecodeError,
+    EngineStoppedError,
+    InvalidArgumentError,
+    NonFiniteOutputError,
+    QueueFullError,
+    positive_int,
+)
+from ...native import Batch
+from ..chat.prepare import prepare_chat
+from ..constrained import Constraint
+from ..generation.outputs import FinishReason, Usage
+from ..generation.prefix_cache import keep_cached_prefix
+from ..generation.request import GenerationRequest, RequestOptions
+from ..generation.sequence import GenerationSequence, TokenLogprob
+from ..model.model import Model
+from . import async_api, slot_files
+from .lora_turns import LoraTurns
+
+if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
+    from typing_extensions import Unpack
+
+    from ..generation.lora_request import RequestedLora
+    from ..generation.sampling import SamplingOptions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A step of one request's output. The last chunk has finish_reason and usage set (or error)."""
+    text: str = ""
+    tokens: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
+    # "stop" or "length" (the engine reads no tool calls: the server does, with core.ToolCallOutput), or "error"
+    finish_reason: FinishReason | Literal["error"] | None = None
+    usage: Usage | None = None
+    error: Exception | None = None
+
+
+@dataclass
+class _Job:
+    prompt: list[int]
+    sequence: GenerationSequence
+    on_chunk: Callable[[Chunk], None]
+    cancelled: bool = False
+    lora: tuple[float, ...] = ()  # every adapter's scale for this request (engine_lora.py)
+    to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
+    # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
+    # carried them yet, so the next one does
+    unsent: list[int] = field(default_factory=list)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.sequence.generated
+
+
+class Handle:
+    """A submitted request: cancel() frees its slot at the next step (e.g. when a client disconnects)."""
+
+    def __init__(self, engine: BatchEngine, job: _Job) -> None:
+        self._engine, self._job = engine, job
+
+    def cancel(self) -> None:
+        self._engine._cancel(self._job)
+
+
+@dataclass
+class _Slot:
+    seq: int
+    cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
+    lora: tuple[float, ...] = ()  # the adapter scales those cells were computed with
+    job: _Job | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    requests_total: int
+    requests_failed: int
+    prompt_tokens_total: int       # prompt tokens of finished and running requests
+    prompt_tokens_decoded: int     # of those, the ones decoded (the rest came from a slot's cache)
+    completion_tokens_total: int
+    queue_depth: int
+    busy_slots: int
+    parallel: int
+    tokens_per_s: float            # generated tokens per second over the last few seconds
+
+
+class BatchEngine(slot_files.SlotFiles):
+    """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, parallel: int = 4, queue_size: int = 64,
+                 n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
+        """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
+        attention_paths) and Model's placement (split_mode, tensor_split, main_gpu, rpc), as keywords. n_ctx is
+        shared by the `parallel` slots; n_ubatch is n_batch."""
+        positive_int("parallel", parallel)
+        positive_int("queue_size", queue_size)
+        set_here = sorted({"n_seq_max", "n_ubatch", "embedding", "seed"} & settings.keys())
+        if set_here:
+            raise TypeError(f"BatchEngine() takes no {', '.join(set_here)} (it sets the context's, and each "
+                            f"request has its own seed)")
+        self.model = Model(path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_gpu_layers=n_gpu_layers,
+                           n_seq_max=parallel, **settings)
+        self.parallel = parallel
+        self.n_gpu_layers, self.n_threads = n_gpu_layers, settings.get("n_threads")
+        self.queue_size = queue_size
+        self.n_ctx_slot = self.model.n_ctx_seq
+        # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
+        self._model_hold = contextlib.ExitStack()
+        self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
+        self._batch = Batch(self._context.n_batch)
+        self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
+        self._slots: list[_Slot] = [_Slot(seq) for seq in range(parallel)]
+        self._waiting: collections.deque[_Job] = collections.deque()
+        self._cv = threading.Condition()
+        self._stopping = False   # no more work: close() was called or the engine thread failed
+        self._closed = False
+        self._exited = False     # the engine thread has handed out its last chunks
+        self._free_on_exit = False  # close() could not wait: the engine thread frees the model when it leaves
+        self._freed = False
+        self._failure: BaseException | None = None
+        self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
+        self._tasks: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the engine thread between two steps
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
+        self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
+        self._thread.start()
+
+    # -- public API ------------------------------------------------------------------------------------
+
+    def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        """Text (tokenized with BOS as the model wants) or a list of token ids (checked) to a prompt's tokens."""
+        return self.model.prompt_tokens(prompt)
+
+    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn.
+        (For tools and their constraint, pyllama90a.core.chat.prepare.prepare_chat(engine.model, ...).)"""
+        return prepare_chat(self.model, messages).tokens
+
+    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
+               stop: str | Sequence[str] | None = (), logprobs: int | None = None, ignore_eos: bool = False,
+               constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
+               lora: Mapping[int, float] | RequestedLora | None = None, **sampling: Unpack[SamplingOptions]) -> Handle:
+        """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
+
+        logprobs: None, or how many most likely alternatives to report with each token's log-probability.
+        ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
+        constraint: a pyllama90a.core.constrained Constraint (JSON schema, regex, grammar) the output must match.
+        logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
+        lora: {adapter id: scale} for this request (None: the engine's default scales; engine_lora.py).
+
+        Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
+        """
+        request = GenerationRequest.of(max_tokens=max_tokens, stop=stop, logprobs=logprobs, ignore_eos=ignore_eos,
+                                       constraint=constraint, logit_bias=logit_bias, lora=lora, **sampling)
+        return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
+
+    def submit_request(self, tokens: list[int], request: GenerationRequest,
+                       on_chunk: Callable[[Chunk], None]) -> Handle:
+        """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
+        the server's n choices share them)."""
+        if not callable(on_chunk):  # (else the engine thread's call fails, and the request is dropped unseen)
+            raise InvalidArgumentError(f"on_chunk must be a callable taking a Chunk, got {type(on_chunk).__name__}")
+        if len(tokens) >= self.n_ctx_slot:
+            raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
+                                       f"(n_ctx / parallel), and one more is needed to generate")
+        # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
+        # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
+        lora = self.lora.scales_for(request.lora)
+        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora)
+        with self._cv:
+            self._check_running()
+            if len(self._waiting) >= self.queue_size:
+                raise QueueFullError(f"all {self.parallel} slots are busy and {len(self._waiting)} requests wait")
+            self._waiting.append(job)
+            self._counts["requests"] += 1
+            self._cv.notify()
+        return Handle(self, job)
+
+    def stream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> Iterator[Chunk]:
+        """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request. Not from an
+        on_chunk callback (BusyError): the engine thread would wait for itself; submit() works there."""
+        self._refuse_on_engine_thread("a blocking stream cannot be read", "use submit() with a callback there")
+        chunks: queue.Queue[Chunk] = queue.Queue()
+        handle = self.submit(prompt, chunks.put, **kwargs)
+        try:
+            while True:
+                chunk = chunks.get()
+                last = async_api.last_chunk(chunk)
+                yield chunk
+                if last:
+                    return
+        finally:
+            handle.cancel()
+
+    def astream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> AsyncIterator[Chunk]:
+        """submit() as an async iterator of Chunks; cancelling the task or closing the iterator cancels the request
+        (async_api.py)."""
+        return async_api.astream(self, prompt, **kwargs)
+
+    async def acomplete(self, prompt: str | Sequence[int],
+                        **kwargs: Unpack[RequestOptions]) -> async_api.EngineCompletion:
+        """The whole result of submit(): text, tokens, finish_reason and usage (async_api.py)."""
+        return await async_api.acomplete(self, prompt, **kwargs)
+
+    def _refuse_on_engine_thread(self, what: str, instead: str = "") -> None:
+        """BusyError for a call that waits for the engine thread, made on it (an on_chunk callback): it would wait
+        for itself, and the engine would hang for good."""
+        if threading.current_thread() is self._thread:
+            raise BusyError(f"{what} on the engine thread (in on_chunk): it would wait for itself"
+                            + (f"; {instead}" if instead else ""))
+
+    def _between_steps(self, task: Callable[[], T]) -> T:
+        """Run `task` on the engine thread between two decode steps (it owns the context) and return its result."""
+        self._refuse_on_engine_thread("slot files cannot be used")
+        done: Future[T] = Future()
+        with self._cv:
+            self._check_running()
+            self._tasks.append((task, done))
+            self._cv.notify()
+        return done.result()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The exception that ended the engine thread, or None while it runs (or after a plain close())."""
+        return self._failure
+
+    @property
+    def running(self) -> bool:
+        """True until close() or a failure of the engine thread."""
+        with self._cv:
+            return not self._stopping
+
+    def stats(self) -> EngineStats:
+        with self._cv:
+            now = time.perf_counter()
+            self._forget_old_steps(now)
+            span = now - self._recent[0][0] if self._recent else 0.0
+            rate = sum(n for _, n in self._recent) / span if span > 0 else 0.0
+            return EngineStats(self._counts["requests"], self._counts["failed"], self._counts["prompt_tokens"],
+                               self._counts["prompt_decoded"], self._counts["completion_tokens"],
+                               len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
+
+    def slot_usage(self) -> list[tuple[bool, int]]:
+        """(busy, tokens in its cache) of each slot, by sequence id: a snapshot (the server's /slots)."""
+        with self._cv:
+            return [(s.job is not None, len(s.cached)) for s in self._slots]
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the engine thread (requests in flight end with an error chunk) and free the model. Also after
+        the thread failed; a second call does nothing. Waits up to `timeout` seconds (None: as long as it takes)
+        for the thread, which may be in a consumer's on_chunk; called from on_chunk itself it does not wait.
+        True when the model is freed on return; False when the engine thread frees it as it leaves."""
+        with self._cv:
+            if not self._closed:
+                self._closed = self._stopping = True
+                self._cv.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        with self._cv:
+            if not self._exited:
+                self._free_on_exit = True
+                return False
+        self._free()
+        return True
+
+    def _free(self) -> None:
+        with self._cv:
+            if self._freed:
+                return
+            self._freed = True
+        self._batch.close()
+        self._model_hold.close()
+        self.model.close()
+
+    def __enter__(self) -> BatchEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- engine thread ---------------------------------------------------------------------------------
+
+    def _cancel(self, job: _Job) -> None:
+        with self._cv:
+            job.cancelled = True
+            if job in self._waiting:
+                self._waiting.remove(job)
+            self._cv.notify()
+
+    def _forget_old_steps(self, now: float, window: float = 5.0) -> None:
+        while self._recent and now - self._recent[0][0] > window:
+            self._recent.popleft()
+
+    def _check_running(self) -> None:
+        """Raise unless new work can be served (call with self._cv held)."""
+        if self._failure is not None:
+            raise EngineStoppedError(f"the engine thread stopped on {self._failure!r}") from self._failure
+        if self._stopping:
+            raise ClosedError("the engine is closed")
+
+    def _run(self) -> None:
+        error: ClosedError = ClosedError("the engine was closed")
+        try:
+            while self._step():
+                pass
+        except BaseException as e:  # whatever ended the thread, nobody may wait for it forever
+            log.exception("the engine thread stopped")
+            error = EngineStoppedError(f"the engine thread stopped on {e!r}")
+            error.__cause__ = e
+            with self._cv:
+                self._failure = e
+        finally:
+            with self._cv:
+                self._stopping = True  # submit() refuses from now on instead of queueing work nobody serves
+                tasks, self._tasks = self._tasks, []
+                jobs = [*self._waiting, *(s.job for s in self._slots if s.job is not None)]
+            for _, done in tasks:
+                done.set_exception(error)
+                if self._admitting is not None and self._admitting not in jobs:
+                    jobs.append(self._admitting)
+                self._waiting.clear()
+            for job in jobs:
+                try:
+                    self._emit(job, Chunk(finish_reason="error", error=error))
+                except BaseException:  # the other consumers still get their error
+                    log.exception("a consumer failed on the engine's last chunk")
+            with self._cv:
+                self._exited = True
+                free_now = self._free_on_exit
+            if free_now:
+                self._free()
+
+    def _step(self) -> bool:
+        """Admit waiting requests, decode one batch, sample. False when the engine stops."""
+        with self._cv:
+            while (not self._stopping and not self._waiting and not self._tasks
+                   and all(s.job is None for s in self._slots)):
+                self._cv.wait()
+            if self._stopping:
+                return False
+            tasks, self._tasks = self._tasks, []
+        for task, done in tasks:
+            try:
+                done.set_result(task())
+            except Exception as e:  # noqa: BLE001 - the caller's error, raised in its thread
+                done.set_exception(e)
+        with self._cv:
+            for slot in self._slots:
+                if slot.job is not None and slot.job.cancelled:
+                    self._counts["completion_tokens"] += len(slot.job.generated)
+                    slot.job = None
+            self._admit()
+        active = [(s, s.job) for s in self._slots if s.job is not None]
+        if not active:
+            return True
+        active = self.lora.take_turn(active)  # (the requests of one adapter set per step)
+        plan = self._fill_batch(active)
+        try:
+            self._context.decode(self._batch)
+        except DecodeError as e:
+            self._fail([(slot, job) for slot, job, _, _ in plan], e)
+            return True
+        now = time.perf_counter()
+        n_sampled = 0
+        for slot, job, n_tokens, out_index in plan:
+            slot.cached.extend(job.to_decode[:n_tokens])
+            del job.to_decode[:n_tokens]
+            if out_index is not None:
+                n_sampled += self._sample(slot, job, out_index)
+        with self._cv:
+            self._recent.append((now, n_sampled))
+            self._forget_old_steps(now)
+        return True
+
+    def _admit(self) -> None:
+        """Move waiting requests into free slots, each to the free slot whose cache shares most of its prompt."""
+        free = [s for s in self._slots if s.job is None]
+        while self._waiting and free:
+            job = self._admitting = self._waiting.popleft()
+            slot = self.lora.admit(free, job)
+            free.remove(slot)
+            keep = keep_cached_prefix(self._context, slot.seq, slot.cached, job.prompt)
+            job.to_decode = job.prompt[keep:]
+            slot.job = job
+            self._admitting = None
+            self._counts["prompt_tokens"] += len(job.prompt)
+            self._counts["prompt_decoded"] += len(job.to_decode)
+
+    def _fill_batch(self, active: list[tuple[_Slot, _Job]]) -> list[tuple[_Slot, _Job, int, int | None]]:
+        """Generating slots' next tokens first (they wait for each step), then prompt chunks in the room left.
+
+        Returns (slot, its job, tokens it put in the batch, batch index of its logits or None) per slot in the
+        batch.
+        """
+        batch = self._batch
+        batch.clear()
+        plan: list[tuple[_Slot, _Job, int, int | None]] = []
+        generating = [(s, j) for s, j in active if len(j.to_decode) == 1 and j.generated]
+        prefilling = [(s, j) for s, j in active if not (len(j.to_decode) == 1 and j.generated)]
+        for slot, job in generating + prefilling:
+            room = batch.capacity - batch.n_tokens
+            if room <= 0:
+                break
+            tokens = job.to_decode[:room]
+            wants_logits = len(tokens) == len(job.to_decode)
+            batch.add(tokens, len(slot.cached), slot.seq, logits="last" if wants_logits else "none")
+            plan.append((slot, job, len(tokens), batch.n_tokens - 1 if wants_logits else None))
+        return plan
+
+    def _sample(self, slot: _Slot, job: _Job, index: int) -> int:
+        """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
+        try:
+            step = job.sequence.step(self._context, index, len(slot.cached))
+        except (ConstraintError, NonFiniteOutputError) as e:  # this request ends, the others go on
+            self._fail([(slot, job)], self.lora.blame(e, job.lora))
+            return 0
+        tokens = () if step.token is None else (step.token,)
+        logprobs = () if step.logprob is None else (step.logprob,)
+        if step.finish is not None:
+            self._finish(slot, job, step.finish, (*job.unsent, *tokens), logprobs, step.text)
+        else:
+            job.to_decode = list(tokens)
+            if step.text or logprobs:
+                self._emit(job, Chunk(step.text, (*job.unsent, *tokens), logprobs))
+                job.unsent.clear()
+            else:
+                job.unsent.extend(tokens)
+        return len(tokens)
+
+    def _finish(self, slot: _Slot, job: _Job, reason: Literal["stop", "length"], tokens: tuple[int, ...] = (),
+                logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
+        slot.job = None
+        self._counts["completion_tokens"] += len(job.generated)
+        usage = Usage(len(job.prompt), len(job.generated))
+        self._emit(job, Chunk(text, tokens, logprobs, reason, usage))
+
+    def _fail(self, jobs: list[tuple[_Slot, _Job]], error: Exception) -> None:
+        """A failed decode: its requests end with the error and their sequences are dropped; others go on."""
+        for slot, job in jobs:
+            slot.job = None
+            self._context.clear_sequence(slot.seq)
+            slot.cached.clear()
+            self._counts["failed"] += 1
+            self._emit(job, Chunk(finish_reason="error", error=error))
+
+    def _emit(self, job: _Job, chunk: Chunk) -> None:
+        if job.cancelled:
+            return
+        try:
+            job.on_chunk(chunk)
+        except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine for everyone
+            job.cancelled = True
+        # a BaseException (SystemExit, KeyboardInterrupt) is not a bug report but a request to stop: it ends the
+        # engine thread, and _run hands every other request an EngineStoppedError
+
+
+__all__ = ["BatchEngine", "Chunk", "EngineStats", "EngineStoppedError", "Handle", "QueueFullError", "TokenLogprob"]

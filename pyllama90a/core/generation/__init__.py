@@ -1,0 +1,11 @@
+"""One generation, shared by Model and BatchEngine: the checked request, the step, and what it gives back.
+
+    request: `GenerationRequest`, what to generate, checked once where user input enters
+    lora_request: a request's LoRA adapters as values ({id: scale}, checked and sorted)
+    sampling: sampling settings, checked in Python (native.SamplerChain builds llama.cpp's chain from them)
+    sequence: `GenerationSequence`, one generation, one token per step (rules, sample, accept, stop)
+    prefix_cache: reuse of the KV cells a new prompt shares with what a sequence holds
+    text_stream: token pieces to text: incremental UTF-8 and stop strings
+    output_checks: NaN or infinite logits and embeddings are an error, not text
+    outputs: `Piece`, `Completion`, `Usage`, `Timings`: what a generation gives back
+"""

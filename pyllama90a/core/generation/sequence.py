@@ -1,0 +1,90 @@
+"""`GenerationSequence`: one generation, one token per step. The step (rules, sample, accept, end of generation, text,
+stop strings, length) is the same whether Model.generate runs one sequence alone or BatchEngine runs many
+in one batch; each caller only decodes the token a step returns."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ...native import ContextHandle, ModelHandle, SamplerChain
+from ..constrained import OutputRules
+from .output_checks import refuse_total_ban, require_choice, require_finite
+from .request import GenerationRequest
+from .text_stream import TextStream
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[int, bytes, float], ...]  # the most likely tokens at this step: (id, bytes, logprob)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step made. token: the generated token, None when the model ended the generation (its
+    end-of-generation token is not output). text: the text now safe to show (at the end, with what was held
+    back). finish: "stop", "length" or None while it goes on."""
+
+    token: int | None
+    text: str
+    finish: Literal["stop", "length"] | None = None
+    logprob: TokenLogprob | None = None
+
+
+class GenerationSequence:
+    """One request's generation on a sequence of a context. Built in the caller's thread (the sampler chain and
+    the constraint's grammar are made here, so a bad one fails the request, not a decode step)."""
+
+    def __init__(self, request: GenerationRequest, vocab: ModelHandle, n_ctx_seq: int) -> None:
+        self.request = request
+        self.vocab = vocab
+        self.n_ctx_seq = n_ctx_seq  # cells of the sequence: the generation ends one short of them
+        self.rules = OutputRules.for_request(vocab, request.constraint, request.logit_bias)
+        refuse_total_ban(self.rules, vocab.n_vocab)
+        self.sampler = SamplerChain(request.sampling, vocab.n_vocab)
+        self.text = TextStream(request.stops)
+        self.generated: list[int] = []
+
+    def step(self, context: ContextHandle, index: int, n_cached: int) -> Step:
+        """Sample the next token from the logits at batch `index`, the sequence holding `n_cached` tokens.
+        Raises NonFiniteOutputError (broken weights, seen at the first step) or ConstraintError."""
+        request, rules = self.request, self.rules
+        row = None
+        if rules is not None or request.logprobs is not None or not self.generated:
+            row = context.logits_row(index)  # llama.cpp's own row, which the chain reads next
+            if not self.generated:  # broken weights give NaN logits, not text
+                require_finite(row, "the logits of the prompt's last token")
+            if rules is not None:  # bias and mask the row in place
+                rules.apply(row)
+                require_choice(row)
+        token = self.sampler.sample(context, index)
+        if rules is not None:
+            rules.accept(token)
+        if not request.ignore_eos and self.vocab.is_eog(token):
+            return Step(None, self.text.flush(), "stop")
+        self.generated.append(token)
+        piece = self.vocab.token_piece(token)
+        text = self.text.add(piece)
+        logprob = self._logprob(row, token, piece) if row is not None and request.logprobs is not None else None
+        if self.text.stopped:
+            return Step(token, self.text.flush(), "stop", logprob)
+        if len(self.generated) >= request.max_tokens or n_cached + 1 >= self.n_ctx_seq:
+            # a character cut off here is dropped, not shown as U+FFFD (its tokens stay generated)
+            return Step(token, text + self.text.flush(), "length", logprob)
+        return Step(token, text, None, logprob)
+
+    def _logprob(self, logits: np.ndarray, token: int, piece: bytes) -> TokenLogprob:
+        n_top = self.request.logprobs or 0
+        top_logit = float(logits.max())
+        log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
+        top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+        # tokens a constraint or a -inf logit_bias forbids are no alternatives (and -inf is not JSON)
+        top = top[np.isfinite(logits[top])]
+        top = top[np.argsort(-logits[top])]
+        return TokenLogprob(token, piece, float(logits[token]) - log_z,
+                            tuple((int(t), self.vocab.token_piece(int(t)), float(logits[t]) - log_z) for t in top))

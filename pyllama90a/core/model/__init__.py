@@ -1,0 +1,17 @@
+"""`Model` and what it is made of: opening, settings, attention paths, memory, LoRA, state files, embeddings.
+
+    model: `Model`, the user-level class over a loaded model and a context on it
+    open: opening a model from its settings, in the one order Model, with_context and plan_memory follow
+    settings: `ContextSettings`, the one declaration of a context's settings
+    file: the facts of a loaded GGUF that every Model on its weights shares, checked against the settings
+    cache_control: Model's calls for manual control of sequence 0's KV cache (eval, rewind, copy)
+    attention_paths: which of pyllama90a's attention kernels a context may use
+    attention_policy: what flash_attn="auto" means per backend and KV types, from measured results
+    memory_plan: how much memory a Model of given settings takes, before loading it
+    kv_budget: KV cache sizes from the GGUF header alone
+    lora: LoRA adapter files checked, loaded beside the weights, and the scales a context applies
+    state_file: a Model's KV cache and tokens on disk, with a header that says whose they are
+    state_bounds: how large llama.cpp's state of a context or sequence can be
+    embedding: embeddings on a context made with embedding=True
+    fim: fill-in-the-middle prompts from a coder model's FIM tokens
+"""

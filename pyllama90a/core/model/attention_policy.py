@@ -1,0 +1,94 @@
+"""What flash_attn="auto" means: FA on, off or hybrid (per phase) per backend and KV types, from measured results.
+
+| backend            | KV types                        | choice              | evidence                                                |
+|--------------------|---------------------------------|---------------------|---------------------------------------------------------|
+| CPU                | quantized V                     | off                 | benchmarks/results/cpu-smollm2-depth4096 (FA-off with   |
+|                    |                                 |                     | patch 0003 decodes and prefills faster than FA-on);     |
+|                    |                                 |                     | cpu-smollm2-hybrid: hybrid prefills as FA (0.18x off's) |
+| CPU                | f16/bf16/f32 V                  | llama.cpp decides   | upstream behaviour                                      |
+| CUDA               | f16/f16, bf16/bf16, q8_0/q8_0   | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
+|                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
+| CUDA               | q4_0/q4_0 (measured; q8_0/q8_0  | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
+|                    | hybrid not yet)                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
+|                    |                                 |                     | h200-8b-hd128-lane-quant: fused decode 1.03x / 1.25x /  |
+|                    |                                 |                     | 1.73x FA-on's at 0/8K/32K (0.91x/0.98x/1.08x FA-on f16) |
+| CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types; FA-off   |
+|                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
+| HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
+| HIP, other         | any                             | llama.cpp decides   | no measurement                                          |
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+logger = logging.getLogger("pyllama90a")
+
+CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")}
+CUDA_HYBRID_PAIRS = {("q4_0", "q4_0")}  # of CUDA_FA_PAIRS, those measured faster with hybrid
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    flash_attn: str  # what the context is made with: "on", "off", "hybrid", or "auto" (llama.cpp decides)
+    backend: str     # the device attention runs on, e.g. "CPU" or "CUDA0 (NVIDIA H200)"
+    reason: str
+    fused_decode: bool = False  # "auto" also takes the fused decode kernel (when no attention_paths are given)
+
+
+def device_kind(name: str, description: str) -> str:
+    """The policy's kind of a ggml GPU device, from its name and description: "cuda", "gfx90a", "hip" or "gpu"."""
+    if name.startswith("CUDA"):
+        return "cuda"
+    if name.startswith(("ROCm", "HIP")):
+        return "gfx90a" if "gfx90a" in description.lower() or "mi210" in description.lower() else "hip"
+    return "gpu"
+
+
+def attention_device(n_gpu_layers: int) -> tuple[str, str]:
+    """(kind, label) of the first GPU when layers are offloaded, else the CPU."""
+    from ...native.ggml import devices
+
+    if n_gpu_layers != 0:
+        for dev in devices():
+            if dev.is_gpu:
+                return device_kind(dev.name, dev.description), f"{dev.name} ({dev.description})"
+    return "cpu", "CPU"
+
+
+def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int, workers: Sequence[object] = ()) -> AttentionChoice:
+    """The choice for a model with n_gpu_layers offloaded; with RPC `workers` ("host:port") those layers run on a
+    worker, of a kind not known here."""
+    if workers and n_gpu_layers != 0:
+        return decide(requested, ctk, ctv, "gpu", "RPC workers " + ", ".join(map(str, workers)))
+    kind, label = attention_device(n_gpu_layers)
+    return decide(requested, ctk, ctv, kind, label)
+
+
+def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> AttentionChoice:
+    """The table above for a device of `kind` (attention_device's: "cpu", "cuda", "gfx90a", "hip", "gpu")."""
+    if requested != "auto":
+        return AttentionChoice(requested, label, "requested")
+    quantized_v = ctv not in ("f16", "bf16", "f32")
+    if kind == "cpu":
+        if quantized_v:
+            choice = AttentionChoice("off", label, "CPU with quantized V: the non-FA path with patch 0003 is faster")
+        else:
+            choice = AttentionChoice("auto", label, "CPU with unquantized V: llama.cpp decides")
+    elif kind == "cuda":
+        if (ctk, ctv) in CUDA_HYBRID_PAIRS:
+            choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the fused quantized "
+                                                      "decode (1.73x FA-on's at 32K), FA's compute buffer (H200)",
+                                     fused_decode=True)
+        elif (ctk, ctv) in CUDA_FA_PAIRS:
+            choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
+        else:
+            choice = AttentionChoice("off", label, f"CUDA has no FA kernel for K {ctk} / V {ctv}; the non-FA "
+                                                   "path reads them on the GPU")
+    elif kind == "gfx90a":
+        choice = AttentionChoice("off", label, "gfx90a: FA is 2.6x slower at prefill, 6.7x at decode (MI210)")
+    else:
+        choice = AttentionChoice("auto", label, "no measurement for this backend: llama.cpp decides")
+    logger.info("flash_attn=auto -> %s on %s: %s", choice.flash_attn, choice.backend, choice.reason)
+    return choice

@@ -1,0 +1,490 @@
+"""`Model`: the user-level class over a loaded model (native.ModelHandle) and a context on it
+(native.ContextHandle): text generation, chat, embeddings, state, and the rule of one user at a time."""
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+import weakref
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, flag, fs_path, token_ids, utf8
+from ...native import ContextHandle, ContextParams, ModelHandle
+from ...native.placement import Placement
+from ..chat.prepare import prepare_chat, render_chat
+from ..chat.template import ChatTemplate
+from ..chat.tool_output import ToolCallOutput, completion_of
+from ..constrained import constraint_from
+from ..generation.outputs import Completion, Piece, Timings, Usage
+from ..generation.prefix_cache import keep_cached_prefix
+from ..generation.request import GenerationRequest
+from ..generation.sampling import SamplingParams
+from ..generation.sequence import GenerationSequence
+from .attention_paths import AttentionPaths
+from .attention_policy import AttentionChoice
+from .cache_control import CacheControl
+from .embedding import embed_inputs, embedding_inputs
+from .file import ModelFile, check_header
+from .lora import LoraAdapters
+from .memory_plan import KVCacheInfo, kv_cache_info
+from .open import checked_file, context_params, load_weights, model_path, open_context
+from .settings import ContextSettings
+from .state_file import StateIdentity, check_key, context_limits, restore_state, write_state_file
+
+
+class Model(CacheControl):
+    """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.
+
+    KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off", "hybrid" or "auto".
+    Use as a context manager or call close(); a model that is garbage collected is freed too.
+    `with_context(...)` makes another Model on the same loaded weights (e.g. an embedder beside a generator).
+
+    Threads: a Model runs one thing on its context at a time. While a generation runs (a non-streaming call, or
+    a stream from its first piece until it ends or its iterator is closed), every method that uses the context
+    raises BusyError, from any thread, the stream's own thread included: generate, chat, eval, logits,
+    last_logits, truncate, embed, save_state, load_state, compute_buffer_bytes and close. Methods that only read
+    the model (tokenize, detokenize, prompt_tokens, apply_chat_template, metadata, kv_cache, n_ctx, n_ctx_seq,
+    n_ctx_train, n_cached, attention) are always allowed. A lock serializes the calls, so close() never frees the
+    context under another thread's call.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
+                 tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
+                 lora: Sequence[tuple[str | os.PathLike[str], float]] = (), **settings: Any) -> None:
+        """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
+        tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
+        rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
+        lora: LoRA adapter GGUFs for this model with their scales, applied to every decode (see lora.py)."""
+        context_settings = ContextSettings(**settings)
+        placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
+        self._handle: ModelHandle | None = None  # both None once closed
+        self._context: ContextHandle | None = None
+        raw_path = model_path(path)
+        self.path = Path(os.fsdecode(raw_path))
+        params = self._settle(context_settings)
+        file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
+        handle = load_weights(raw_path, n_gpu_layers, placement)
+        self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
+        self._open(file, handle, params, context_settings.attention_paths)
+
+    def with_context(self, **settings: Any) -> Model:
+        """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
+        of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context settings; the
+        file and n_gpu_layers are this Model's, not its LoRA adapters. Each Model has its own context, lock and
+        close(): the two may run on different threads at once, and the weights stay loaded until the last of them is
+        closed."""
+        # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
+        # whatever this Model does meanwhile
+        context_settings = ContextSettings(**settings)
+        handle = self.handle
+        other = Model.__new__(Model)  # (no second load: __init__ is for a file)
+        other._handle = other._context = None
+        other.path = self.path
+        params = other._settle(context_settings)
+        check_header(self._file, params)
+        other._open(self._file, handle, params, context_settings.attention_paths)
+        return other
+
+    def _settle(self, settings: ContextSettings) -> ContextParams:
+        """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
+        self._lock = threading.RLock()
+        self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
+        self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
+        self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
+        # the context's logits are not those of the last cached token (truncate, load_state): last_logits
+        # decodes that token again
+        self._logits_stale = False
+        self._lora = LoraAdapters()
+        s = settings
+        params = context_params(s)
+        self.ctk, self.ctv, self.flash_attn = params.type_k, params.type_v, params.flash_attn
+        self._sampling_seed = s.seed
+        if s.seed is not None:
+            SamplingParams(seed=s.seed)  # validates
+        self.embedding = flag("embedding", s.embedding)
+        if s.chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
+            ChatTemplate(s.chat_template)
+        self._template_source = s.chat_template
+        self._chat_template: ChatTemplate | None = None
+        self._chat_template_read = False
+        return params
+
+    def _open(self, file: ModelFile, handle: ModelHandle, params: ContextParams,
+              attention_paths: AttentionPaths | None) -> None:
+        self._file = file
+        context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
+                                                                      attention_paths)
+        self._handle, self._context = handle, context
+        self._lora.apply(context, self._lora.scales)
+
+    # -- lifetime ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the context, and the weights unless another Model (with_context) still uses them. A second close
+        does nothing."""
+        with self._lock:
+            self._refuse_if_busy("close the model")
+            context, self._context, self._handle = self._context, None, None
+            if context is not None:
+                context.close()
+                self._lora.close()  # (after the context that applied them)
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # a stream left suspended in the block (broken out of, or an exception raised while reading it) ends
+        # here: else close() refused (BusyError), which also hid the exception that left the block
+        stream = self._stream() if self._stream is not None else None
+        if stream is not None and inspect.getgeneratorstate(stream) == inspect.GEN_SUSPENDED:
+            stream.close()
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._context is None
+
+    @property
+    def handle(self) -> ModelHandle:
+        """The loaded weights (vocabulary, metadata) this Model runs on, shared with Models made by
+        with_context(). Holding it keeps the weights loaded; its calls are allowed at any time, from any thread."""
+        handle = self._handle
+        if handle is None:
+            raise ClosedError("this Model is closed")
+        return handle
+
+    @contextmanager
+    def hold_context(self, holder: str) -> Iterator[ContextHandle]:
+        """The context, for `holder` (e.g. "a BatchEngine") to use alone while the block runs: every call of this
+        Model that uses the context is refused meanwhile with BusyError naming the holder; calls that only read
+        the model stay allowed, and close() waits for the block's end."""
+        with self._using_context(f"start {holder}") as context:
+            self._busy = holder
+        try:
+            yield context
+        finally:
+            with self._lock:
+                self._busy = None
+
+    def _refuse_if_busy(self, action: str) -> None:
+        if self._busy:
+            raise BusyError(f"cannot {action}: {self._busy} is using this Model; finish or close it first")
+
+    @contextmanager
+    def _using_context(self, action: str) -> Iterator[ContextHandle]:
+        """Hold the lock and refuse while a generation runs: for every call that reads or changes the context.
+        Yields the context."""
+        with self._reading_context() as context:
+            self._refuse_if_busy(action)
+            yield context
+
+    @contextmanager
+    def _using_model(self) -> Iterator[ModelHandle]:
+        """Hold the lock (so close() waits) for a call that only reads the model; allowed during a generation.
+        Yields the model's handle."""
+        with self._lock:
+            yield self.handle
+
+    @contextmanager
+    def _reading_context(self) -> Iterator[ContextHandle]:
+        """Hold the lock for a call that reads facts the context fixed when it was made (sizes); allowed during a
+        generation. Yields the context."""
+        with self._lock:
+            context = self._context
+            if context is None:
+                raise ClosedError("this Model is closed")
+            yield context
+
+    # -- facts ---------------------------------------------------------------------------------------
+
+    @property
+    def n_ctx(self) -> int:
+        with self._reading_context() as context:
+            return context.n_ctx
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Cells one sequence can use: n_ctx, or n_ctx / n_seq_max with several sequences."""
+        with self._reading_context() as context:
+            return context.n_ctx_seq
+
+    @property
+    def n_ctx_train(self) -> int:
+        with self._using_model() as handle:
+            return handle.n_ctx_train
+
+    @property
+    def kv_cache(self) -> KVCacheInfo:
+        """KV types, context size, the exact bytes of the K and V tensors and of the compute buffers reserved for
+        the worst-case graphs (fixed when the context is made or its attention paths are set)."""
+        with self._reading_context() as context:
+            return kv_cache_info(context)
+
+    @property
+    def attention_paths(self) -> AttentionPaths:
+        """Which of pyllama90a's attention kernels this context's graphs use (all by default); assign another
+        AttentionPaths to switch some off (the compute buffers are re-reserved at once)."""
+        return self._attention_paths
+
+    @attention_paths.setter
+    def attention_paths(self, paths: AttentionPaths) -> None:
+        paths = AttentionPaths.checked(paths)
+        with self._using_context("change the attention paths") as context:
+            context.set_attention_paths(paths.bits)
+            self._attention_paths = paths
+
+    @property
+    def lora(self) -> LoraAdapters:
+        """The LoRA adapters loaded with this Model (id, path, scale each), applied to its context."""
+        return self._lora
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices the offloaded layers may go to, in llama.cpp's order ("name (description)"; RPC workers'
+        first): what tensor_split's shares and main_gpu refer to. Empty: the model runs on the CPU."""
+        return self.handle.devices
+
+    @property
+    def lost_workers(self) -> tuple[str, ...]:
+        """"host:port" of the RPC workers whose connection was lost: every decode fails until the model is loaded
+        again (for a server's health report). Empty while all are up, or without workers."""
+        return tuple(map(str, self.handle.lost_workers()))
+
+    @property
+    def attention(self) -> AttentionChoice:
+        """What flash_attn setting llama.cpp was given, on which device, and why (see attention_policy)."""
+        return self._attention
+
+    @property
+    def compute_buffer_bytes(self) -> int:
+        """Bytes of the compute buffers llama.cpp reserved for this context (all backends)."""
+        with self._using_context("read the compute buffers") as context:  # a decode may re-reserve them
+            return context.compute_buffer_bytes()
+
+    def metadata(self, key: str) -> str | None:
+        """The GGUF metadata value of `key` as text, or None when the model has no such key."""
+        with self._using_model() as handle:
+            return handle.metadata(key)
+
+    # -- tokens --------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = utf8("text", text)
+        flag("add_special", add_special)
+        flag("parse_special", parse_special)
+        # without the lock: the handle held here keeps the weights loaded, and its calls only read them, so one
+        # long tokenization (a 1 MB /tokenize) does not hold every other tokenizer call of the server behind it
+        return self.handle.tokenize(data, add_special, parse_special)
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        flag("special", special)
+        return self.handle.detokenize(tokens, special)  # (without the lock, as tokenize)
+
+    # -- evaluation ----------------------------------------------------------------------------------
+
+    def _evaluate(self, context: ContextHandle, tokens: list[int]) -> int:
+        """Bring the KV cache to hold exactly `tokens`, reusing the longest cached prefix.
+
+        Returns how many tokens were decoded. The logits of the last token are ready afterwards.
+        """
+        n_ctx = self.n_ctx_seq
+        if len(tokens) >= n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx} "
+                f"(and one more is needed to generate)")
+        common = keep_cached_prefix(context, 0, self._kv_tokens, tokens)
+        for start in range(common, len(tokens), context.n_batch):
+            self._decode(context, tokens[start:start + context.n_batch])
+        return len(tokens) - common
+
+    def _decode(self, context: ContextHandle, tokens: list[int]) -> None:
+        context.decode_tokens(tokens)
+        self._kv_tokens.extend(tokens)
+        self._logits_stale = False
+
+    # -- generation ----------------------------------------------------------------------------------
+
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40,
+                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
+                 stop: str | Sequence[str] | None = (), stream: bool = False, response_format: object = None,
+                 json_schema: object = None, grammar: str | None = None, regex: str | None = None,
+                 logit_bias: Mapping[object, float] | None = None) -> Completion | Iterator[Piece]:
+        """Continue `prompt` (text, or token ids used as they are). temperature=0 is greedy.
+
+        The output can be constrained by at most one of: json_schema (a dict, JSON text or a pydantic model
+        class), response_format (OpenAI's {"type": "json_object"} / {"type": "json_schema", ...}, or a pydantic
+        model class), grammar (GBNF text, as llama.cpp takes it) or regex; logit_bias maps token ids to a bias
+        in [-100, 100] (-100 bans). Constraints need the llguidance package (pyllama90a[structured]).
+
+        With stream=True, an iterator of Pieces; the Model is busy from its first piece until it ends or is closed.
+        """
+        tokens = self.prompt_tokens(prompt)
+        constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
+                                     grammar=grammar)
+        request = GenerationRequest.of(
+            max_tokens=max_tokens, stop=stop, constraint=constraint, logit_bias=logit_bias, temperature=temperature,
+            top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
+        return self._start(tokens, request, stream, None)
+
+    def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+            with self._using_model() as handle:
+                return token_ids(prompt, handle.n_vocab)
+        if not isinstance(prompt, str):
+            raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+        if not prompt:
+            raise InvalidArgumentError("prompt is empty")
+        return self.tokenize(prompt, add_special=True, parse_special=False)
+
+    def chat(self, messages: Sequence[dict[str, Any]], *, max_tokens: int = 256, temperature: float = 0.8,
+             top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+             frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
+             stop: str | Sequence[str] | None = (), stream: bool = False,
+             tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
+             parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
+             grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None) -> Completion | Iterator[Piece]:
+        """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
+        tool_calls, tool results) with the model's chat template (see chat_template). The sampling and
+        constraint arguments are generate()'s.
+
+        tools: OpenAI's function tools; tool_choice "auto" (the default with tools), "none", "required" or
+        {"type": "function", "function": {"name": ...}}. A required or named call is guaranteed to be a call of
+        a listed function whose arguments match its schema; with "auto" the model may answer in text, and a call
+        it starts is constrained from its first marker on. The result's `tool_calls` holds the calls (ids,
+        names, arguments as JSON text), `text` the content, and finish_reason is "tool_calls".
+        parallel_tool_calls: None (the default) takes what the chat template can write back, as llama-server.
+        chat_template_kwargs: extra template variables (e.g. {"enable_thinking": False}).
+        """
+        constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
+                                     grammar=grammar)
+        request = GenerationRequest.of(
+            max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
+            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
+        prepared = prepare_chat(self, messages, tools=tools, tool_choice=tool_choice,
+                                parallel_tool_calls=parallel_tool_calls, constraint=constraint,
+                                template_kwargs=chat_template_kwargs)
+        return self._start(prepared.tokens, replace(request, constraint=prepared.constraint), stream, prepared.output)
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        """The Jinja template chat() renders: Model(chat_template=...) if given, else the GGUF's
+        tokenizer.chat_template; None when there is neither (chat() then uses llama.cpp's built-in ChatML).
+        A GGUF template that does not compile raises ChatTemplateError here (and in chat())."""
+        with self._using_model():
+            if not self._chat_template_read:
+                self._chat_template = ChatTemplate.for_model(self, self._template_source)
+                self._chat_template_read = True
+            return self._chat_template
+
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], /, *,
+                            tools: Sequence[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
+                            **template_kwargs: Any) -> str:
+        """The prompt text chat() would tokenize for `messages` (and `tools`)."""
+        return render_chat(self, messages, tools or (), add_generation_prompt, template_kwargs)
+
+    def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,
+               output: ToolCallOutput | None) -> Completion | Iterator[Piece]:
+        flag("stream", stream)
+        n_ctx = self.n_ctx_seq
+        if len(tokens) >= n_ctx:
+            raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
+        with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
+            sequence = GenerationSequence(request, handle, n_ctx)
+        pieces = self._run(tokens, sequence)
+        self._stream = weakref.ref(pieces)
+        if stream:
+            return pieces if output is None else output.split(pieces)
+        return completion_of(pieces, output)
+
+    def _run(self, prompt: list[int], sequence: GenerationSequence) -> Generator[Piece, None, None]:
+        with self._using_context("start a generation") as context:
+            self._busy = "another generation"
+        try:
+            yield from self._generate_pieces(context, prompt, sequence)
+        finally:
+            self._busy = None
+
+    def _generate_pieces(self, context: ContextHandle, prompt: list[int],
+                         sequence: GenerationSequence) -> Iterator[Piece]:
+        t0 = time.perf_counter()
+        n_evaluated = self._evaluate(context, prompt)
+        t1 = time.perf_counter()
+        pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
+        while True:
+            step = sequence.step(context, -1, len(self._kv_tokens))
+            if step.token is not None:
+                pending.append(step.token)
+            if step.finish is not None:
+                break
+            if step.text:
+                yield Piece(step.text, pending)
+                pending = []
+            assert step.token is not None  # (a step that goes on made a token)
+            self._decode(context, [step.token])
+        t2 = time.perf_counter()
+        generated = sequence.generated
+        completion = Completion(
+            text=sequence.text.text, tokens=generated, finish_reason=step.finish,
+            usage=Usage(len(prompt), len(generated)),
+            timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
+        yield Piece(step.text, pending, step.finish, completion)
+
+    # -- embeddings ----------------------------------------------------------------------------------
+
+    def embed(self, text: str | Sequence[str | Sequence[int]]) -> np.ndarray:
+        """L2-normalised embedding(s): shape (n_embd,) for a str, (len(texts), n_embd) for a list of inputs,
+        each a str or a list of token ids (embedded as they are)."""
+        if not self.embedding:
+            raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
+        inputs = embedding_inputs(text, self.handle.n_vocab)
+        with self._using_context("embed") as context:
+            self._kv_tokens = []  # (whatever happens: each input starts from an empty cache, and none stays)
+            out = embed_inputs(context, inputs, self.tokenize)
+        return out[0] if isinstance(text, str) else out
+
+    # -- state -----------------------------------------------------------------------------------------
+
+    def save_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
+        """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
+        model, KV types and n_ctx and a checksum, or with `key` (at least 16 bytes) an HMAC-SHA256 that only a
+        holder of the key can make (state_file.py). The file appears whole or not at all, readable by its owner
+        only (it holds the conversation)."""
+        raw_path, key = fs_path("path", path), check_key(key)
+        with self._using_context("save the state") as context:
+            write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes(), key)
+
+    def load_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
+        """Restore a state written by save_state() of a Model with the same model file, KV types, n_ctx and LoRA
+        adapters at the same scales (with the same `key`, if it was saved with one).
+
+        A missing, corrupt, oversized or mismatched file raises StateFileError and leaves the cache as it was."""
+        raw_path, key = fs_path("path", path), check_key(key)
+        with self._using_context("load a state") as context:
+            self._logits_stale = True  # (a state holds the cells, not the logits; also when it is refused)
+            restore_state(context, raw_path, self._state_identity(context),
+                          context_limits(context, self.n_ctx_seq, len(self._lora)), self._kv_tokens, key)
+
+    def _state_identity(self, context: ContextHandle) -> StateIdentity:
+        return StateIdentity(self.fingerprint, self.ctk, self.ctv, context.n_ctx, context.n_seq_max,
+                             self._lora.fingerprint, self._lora.scales)
+
+    @property
+    def fingerprint(self) -> bytes:
+        """The sha256 of the model file's GGUF header and weight samples: whose state a state file holds."""
+        return self._file.sha256
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"n_ctx={self.n_ctx}"
+        return f"Model({str(self.path)!r}, ctk={self.ctk!r}, ctv={self.ctv!r}, flash_attn={self.flash_attn!r}, {state})"

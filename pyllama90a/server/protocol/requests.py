@@ -1,0 +1,378 @@
+"""The request bodies of the OpenAI routes (/v1/completions, /v1/chat/completions, /v1/embeddings) and of
+llama-server's native ones (/completion, /infill, /tokenize, /detokenize, /apply-template) as strict pydantic
+models, each field declared once: its type and range here are what is checked and what /openapi.json shows
+(openapi.py). Each model converts once into what the routes take (a `Generation` around the core
+GenerationRequest, Messages, Tools), through the library's own checkers (normalize_messages, check_tools,
+constraint_from), whose errors name their field. Fields that would change the output but are not implemented
+are refused (refused_fields.py); llama.cpp extensions implemented: top_k, min_p, repeat_penalty, ignore_eos,
+grammar, json_schema.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
+
+from ...core.chat.template import Messages, normalize_messages
+from ...core.constrained import Constraint, constraint_from
+from ...core.generation.lora_request import MAX_SCALE, RequestedLora
+from ...core.generation.request import MAX_TOP_LOGPROBS, GenerationRequest
+from ...core.generation.sampling import SamplingParams
+from ...core.model.fim import CHUNK_FILENAME, infill_prompt
+from ...core.toolcalls import Tools, check_tool_choice, check_tools
+from ...errors import about
+from ...native.sampler import RANDOM_SEED
+from ..errors import APIError
+from .base import LIMIT, Between, Limits, ProtocolModel, bad
+from .refused_fields import CHAT_ONLY_FIELDS, EMBEDDING_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS
+
+COMPLETIONS_MAX_TOKENS_DEFAULT = 16  # OpenAI's, for /v1/completions
+MAX_N = 128  # OpenAI's limit on choices per request
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit; also bounds the work one request can ask for
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)
+
+
+_TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+
+
+def _prompt(value: Any, mixed: bool) -> Any:
+    """One prompt: a string, token ids, or a list holding one of those; /completion's may mix ids and strings."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+        value = value[0]
+    if (isinstance(value, str) and value) or _token_ids(value):
+        return value
+    if mixed and isinstance(value, list) and any(type(p) is int for p in value) and any(
+            isinstance(p, str) for p in value):
+        for i, part in enumerate(value):
+            if not ((isinstance(part, str) and part) or type(part) is int):
+                raise bad("a prompt list holds token ids and non-empty strings", i)
+        return value
+    raise bad("'prompt' must be a non-empty string, a list of token ids, or a list with one of those (several "
+              "prompts per request are not supported)")
+
+
+_PROMPT = {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS, {"type": "array", "minItems": 1, "maxItems": 1,
+                     "items": {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS]}}]}
+Prompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, False)), WithJsonSchema(_PROMPT)]
+MixedPrompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, True)), WithJsonSchema({"anyOf": [_PROMPT, {
+    "type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer", "minimum": 0},
+                                                        {"type": "string", "minLength": 1}]}}]})]
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    """Less empty strings: OpenAI's API takes "" and means nothing by it, a GenerationRequest refuses it."""
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or len(stops) > 16 or not all(isinstance(s, str) for s in stops):
+        raise bad("'stop' must be a string or a list of at most 16 strings")
+    return tuple(s for s in stops if s)
+
+
+def _logit_bias(value: dict[Any, Any]) -> dict[Any, Any]:
+    if not all(k.isascii() and k.isdigit() and len(k) <= 12 and type(v) in (int, float) and -100 <= v <= 100
+               for k, v in value.items()):
+        raise bad("'logit_bias' must be an object mapping token ids to biases in [-100, 100]")
+    return value
+
+
+def _embedding_inputs(value: Any, info: ValidationInfo) -> list[str | list[int]]:
+    """OpenAI's forms: a string, a list of strings, token ids, a list of token-id lists (one form per request)."""
+    inputs = [value] if (isinstance(value, str) and value) or _token_ids(value) else value
+    if not (isinstance(inputs, list) and inputs and (all(isinstance(v, str) and v for v in inputs)
+                                                     or all(_token_ids(v) for v in inputs))):
+        raise bad(f"'{info.field_name}' must be a non-empty string, a list of non-empty strings, a list of token "
+                  "ids, or a list of non-empty lists of token ids (one of these forms, not a mix)")
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise bad(f"'{info.field_name}' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}")
+    return inputs
+
+
+EmbeddingInput = Annotated[Any, AfterValidator(_embedding_inputs), WithJsonSchema({"anyOf": [
+    {"type": "string", "minLength": 1}, _TOKENS,
+    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS},
+    {"type": "array", "items": _TOKENS, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]})]
+MaxTokens = Annotated[int, Between(1, LIMIT)]
+
+
+@dataclass
+class Generation:
+    """What the completion routes hand to the engine: the checked GenerationRequest (for a chat, the response
+    format's constraint: tools add theirs when the chat is prepared) and how to serve it."""
+    request: GenerationRequest
+    stream: bool = False
+    include_usage: bool = False   # stream_options.include_usage: a last chunk with the usage
+    n: int = 1                    # choices: n generations of the same prompt, in parallel slots
+    prompt: Any = None            # a string or token ids (completions)
+    messages: Messages | None = None       # (chat)
+    tools: Tools | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None  # None: the chat template's capability (chat.prepare_chat)
+    template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
+    return_tokens: bool = False   # /completion: the token ids in a whole answer's `tokens` (a stream has them)
+    n_probs: int = 0              # /completion: top logprobs per token in completion_probabilities
+
+
+class Harmless(ProtocolModel):
+    """Fields accepted on every route because they change nothing in the answer (bookkeeping, caching hints,
+    routing); a wrong type is still a client's bug."""
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prediction: Any = None
+    prompt_cache_key: Any = None
+    safety_identifier: Any = None
+    cache_prompt: Any = Field(None, description="llama.cpp's: KV cache reuse, which this server decides itself")
+
+
+class StreamOptions(ProtocolModel):
+    include_usage: bool = False
+
+
+class LoraScale(ProtocolModel):
+    """One LoRA adapter of a request's `lora` (or of POST /lora-adapters): its id (GET /lora-adapters) and scale."""
+    id: Annotated[int, Between(0, 2**31 - 1)]
+    scale: Annotated[float, Between(-MAX_SCALE, MAX_SCALE)]
+
+
+def lora_pairs(items: list[LoraScale]) -> RequestedLora:
+    """[{id, scale}, ...] as (id, scale) pairs, in their order: lora.requested_lora checks them (an id twice is a
+    LoraAdapterError, a 400 naming `lora`) where GenerationRequest and the engine's defaults take them."""
+    return tuple((item.id, item.scale) for item in items)
+
+
+class GenerationBody(Harmless):
+    """The fields of every generation route."""
+    refused = REQUEST_FIELDS
+    model: str | None = Field(None, description="any name: the one loaded model answers")
+    n: Annotated[int, Between(1, MAX_N)] = 1
+    response_format: dict[str, Any] | None = None
+    grammar: str | None = Field(None, description="a GBNF grammar (llama.cpp's extension)")
+    json_schema: dict[str, Any] | None = Field(None, description="llama.cpp's extension: the output's JSON schema")
+    logit_bias: Annotated[dict[Any, Any], AfterValidator(_logit_bias), Field(json_schema_extra={
+        "propertyNames": {"pattern": "^[0-9]{1,12}$"},
+        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}})] = {}  # noqa: RUF012 (pydantic copies it)
+    ignore_eos: bool = False
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = Field(None, description="OpenAI's newer max_tokens; wins over it")
+    stream: bool = False
+    stream_options: StreamOptions = StreamOptions()
+    temperature: Annotated[float, Between(0.0, 2.0)] = 1.0
+    top_p: Annotated[float, Between(0.0, 1.0)] = 1.0
+    top_k: Annotated[int, Between(0, 1 << 30)] = 40
+    min_p: Annotated[float, Between(0.0, 1.0)] = 0.05
+    repeat_penalty: Annotated[float, Between(1e-6, 100.0)] = 1.0
+    frequency_penalty: Annotated[float, Between(-2.0, 2.0)] = 0.0
+    presence_penalty: Annotated[float, Between(-2.0, 2.0)] = 0.0
+    seed: Annotated[int, Between(-(2**63), 2**64 - 1)] | None = None
+    stop: Annotated[Any, AfterValidator(_stops), WithJsonSchema({"anyOf": [
+        {"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 16}]})] = ()
+    lora: list[LoraScale] | None = Field(None, description="the LoRA adapters this request runs with, by id "
+                                         "(GET /lora-adapters), as llama-server's: adapters not named are off; "
+                                         "absent: the server's default scales")
+
+    def _constraint(self) -> Constraint | None:
+        """OpenAI's response_format, or llama.cpp's grammar or json_schema ("" and {} mean none, as there)."""
+        given = {k: v for k, v in (("response_format", self.response_format), ("grammar", self.grammar or None),
+                                   ("json_schema", self.json_schema or None)) if v is not None}
+        if len(given) > 1:
+            raise APIError(400, f"give at most one of response_format, grammar and json_schema, got "
+                                f"{', '.join(given)}", param=list(given)[1])
+        if not given:
+            return None
+        ((name, _),) = given.items()
+        with about(name):  # (the one given; the others are None)
+            return constraint_from(response_format=self.response_format, grammar=self.grammar or None,
+                                   json_schema=self.json_schema or None)
+
+    def _generation(self, max_tokens: int, logprobs: int | None, **how: Any) -> Generation:
+        sampling = {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingParams)}  # (same names)
+        if self.seed is not None:  # llama.cpp's seeds are uint32 (the low 32 bits, as llama-server takes them),
+            seed = self.seed & RANDOM_SEED  # and RANDOM_SEED (which -1 is, llama-server's default) draws one
+            sampling["seed"] = None if seed == RANDOM_SEED else seed
+        request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
+                                    self.logit_bias or None, logprobs, self.ignore_eos,
+                                    None if self.lora is None else lora_pairs(self.lora))
+        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how)
+
+    def _max_tokens(self, limits: Limits, default: int) -> int:
+        return self.max_completion_tokens or self.max_tokens or min(default, limits.max_tokens_limit)
+
+
+class CompletionRequest(GenerationBody):
+    """POST /v1/completions."""
+    refused = {**REQUEST_FIELDS, **CHAT_ONLY_FIELDS}  # noqa: RUF012 (a ClassVar of ProtocolModel; a prompt has no tools)
+    prompt: Prompt
+    logprobs: Annotated[int, Between(0, 5)] | None = None
+
+    def convert(self, limits: Limits) -> Generation:
+        return self._generation(self._max_tokens(limits, COMPLETIONS_MAX_TOKENS_DEFAULT), self.logprobs,
+                                prompt=self.prompt)
+
+
+class Message(ProtocolModel):
+    """One chat message; normalize_messages checks its content and tool calls."""
+    refused = MESSAGE_FIELDS
+    role: str = Field(min_length=1)
+    content: Any = None
+    name: Any = None
+    tool_call_id: Any = None
+    tool_calls: Any = None
+    refusal: Any = None      # (what an assistant message of a response carries when a client sends it back
+    annotations: Any = None  # in the history: the openai SDK's model_dump() does; the answer is the same)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _role(cls, message: Any) -> Any:
+        if isinstance(message, dict) and not (isinstance(message.get("role"), str) and message["role"]):
+            raise bad("each message must be an object with a string 'role'")
+        return message
+
+    @model_validator(mode="after")
+    def _name(self) -> Message:
+        if self.name is not None and self.role != "tool":  # (a tool result's name is the function's)
+            raise bad("'name' is supported on tool messages only (a chat template drops the names of other "
+                      "messages)", "name")
+        return self
+
+
+class ChatFields(ProtocolModel):
+    """A chat's messages, and the tools the template shows (/v1/chat/completions, /apply-template)."""
+    messages: list[Message] = Field(min_length=1)
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict[str, Any] = Field({}, description="extra variables of the Jinja chat template")
+
+    def _chat(self) -> tuple[Messages, Tools | None, Any]:
+        """The messages, tools and tool_choice, checked by the library's checkers."""
+        messages = normalize_messages([m.model_dump(exclude_unset=True) for m in self.messages])
+        tools = check_tools(self.tools) or None
+        if not tools and self.tool_choice not in (None, "none"):  # (OpenAI's answer too: nothing to choose from)
+            raise APIError(400, "'tool_choice' needs a non-empty 'tools' list (only 'none' is allowed without)",
+                           param="tool_choice")
+        choice = check_tool_choice(self.tool_choice, tools or [])
+        return messages, tools, {"type": "function", "function": {"name": choice.name}} if choice.name else choice.mode
+
+
+class ChatRequest(GenerationBody, ChatFields):
+    """POST /v1/chat/completions."""
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] | None = None
+
+    @model_validator(mode="after")
+    def _top_logprobs(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return self
+
+    def convert(self, limits: Limits) -> Generation:
+        messages, tools, tool_choice = self._chat()
+        return self._generation(self._max_tokens(limits, limits.max_tokens_default),
+                                (self.top_logprobs or 0) if self.logprobs else None, messages=messages, tools=tools,
+                                tool_choice=tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+                                template_kwargs=self.chat_template_kwargs or None)
+
+
+class NativeCompletionRequest(CompletionRequest):
+    """POST /completion: /v1/completions' fields, llama-server's names for three (n_predict: max_tokens, -1 its
+    default, until the slot is full: --max-tokens-limit; n_probs; return_tokens), a prompt of mixed ids and
+    strings (special-token text stays text, as llama-server reads it)."""
+    n: Literal[1] = Field(1, description="one completion: /v1/completions serves n > 1")
+    prompt: MixedPrompt
+    n_predict: Annotated[int, Between(-1, LIMIT)] | None = None
+    n_probs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] = 0
+    return_tokens: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_length(cls, body: Any) -> Any:
+        if isinstance(body, dict) and body.get("n_predict") is not None:
+            given = [name for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None]
+            if given:
+                raise bad(f"give n_predict or {given[0]}, not both", "n_predict")
+            if body["n_predict"] == 0:
+                raise bad("'n_predict' must be -1 (until the slot is full) or at least 1 (0, evaluating the "
+                          "prompt only, is not supported)", "n_predict")
+        return body
+
+    def native(self, limits: Limits, prompt: str | list[int]) -> Generation:
+        n_predict = limits.max_tokens_limit if self.n_predict == -1 else self.n_predict
+        max_tokens = n_predict or self._max_tokens(limits, limits.max_tokens_default)  # (not /v1/completions' 16)
+        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt,
+                                return_tokens=self.return_tokens, n_probs=self.n_probs)
+
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
+        """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text."""
+        prompt = self.prompt
+        if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
+            prompt = [t for i, p in enumerate(prompt) for t in (
+                model.tokenize(p, add_special=i == 0, parse_special=False) if isinstance(p, str) else [p])]
+        return self.native(limits, prompt)
+
+
+class Chunk(ProtocolModel):
+    """One of /infill's input_extra: another file's text."""
+    keep_none = True  # (a null filename is an error, not the default)
+    filename: str = CHUNK_FILENAME
+    text: str
+
+
+class InfillRequest(NativeCompletionRequest):
+    """POST /infill: /completion's fields around the model's FIM prompt (pyllama90a/core/model/fim.py)."""
+    input_prefix: str = Field(description="the text before the gap (it may be empty)")
+    input_suffix: str = Field(description="the text after the gap")
+    input_extra: list[Chunk] = Field([], description="other files' chunks, put before the FIM prefix")
+    prompt: str = Field("", description="the start of the middle, after the FIM middle token")
+
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
+        """Run in a worker thread: the texts are tokenized here."""
+        tokens = infill_prompt(model, self.input_prefix, self.input_suffix, prompt=self.prompt,
+                               input_extra=[c.model_dump() for c in self.input_extra])
+        return self.native(limits, tokens)
+
+
+class EmbeddingRequest(Harmless):
+    """POST /v1/embeddings: `input` in any of OpenAI's forms, or llama-server's `content` instead."""
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["input"]}, {"required": ["content"]}]})
+    refused = EMBEDDING_FIELDS
+    model: str | None = None
+    input: EmbeddingInput = Field(None, description="texts or token ids, one form per request")
+    content: EmbeddingInput = Field(None, description="llama-server's name for input")
+    encoding_format: Literal["float", "base64"] = "float"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_input(cls, body: Any) -> Any:
+        if isinstance(body, dict) and "input" in body and "content" in body:
+            raise bad("give 'input' or llama-server's 'content', not both", "content")
+        if isinstance(body, dict) and body.get("input", body.get("content")) is None:
+            raise bad("'input' is required", "input")
+        return body
+
+
+class TokenizeRequest(Harmless):
+    """POST /tokenize, with llama-server's defaults (no BOS, special tokens parsed, ids only)."""
+    content: str = Field(description="the text to tokenize")
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(Harmless):
+    """POST /detokenize: token ids, checked against the vocabulary by the model."""
+    tokens: list[int]
+
+
+class ApplyTemplateRequest(Harmless, ChatFields):
+    """POST /apply-template: a chat request's messages and tools, checked as /v1/chat/completions checks them;
+    converts to apply_chat_template's arguments (the tools it is shown: none with tool_choice "none")."""
+    model: str | None = None
+
+    def convert(self, limits: Limits) -> tuple[list[dict[str, Any]], Tools | None, dict[str, Any]]:
+        messages, tools, tool_choice = self._chat()
+        return list(messages), tools if tool_choice != "none" else None, self.chat_template_kwargs

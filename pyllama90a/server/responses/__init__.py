@@ -1,0 +1,6 @@
+"""What the server answers, built from the engine's Chunks.
+
+    openai: text_completion and chat.completion objects and their stream chunks
+    llama_server: llama-server's answers of /completion (content, tokens, stop, probabilities)
+    timings: llama-server's `timings` object, measured from when the request is queued
+"""

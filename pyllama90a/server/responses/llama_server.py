@@ -1,0 +1,102 @@
+"""llama-server's answers of POST /completion, from the engine's Chunks: `content`, `tokens`, `stop`,
+`stop_type` ("eos", "word" with its `stopping_word`, "limit"), `timings`, `generation_settings`, and
+`completion_probabilities` when n_probs asks for them. A stream sends one event per chunk (content and tokens
+so far) and a last one with stop: true and the whole answer's fields; it ends without `[DONE]`, as
+llama-server's does."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...core.engine.engine import Chunk
+from ...core.generation.request import GenerationRequest
+from ...core.generation.sequence import TokenLogprob
+from .openai import Shape, _text  # one decoding of a token piece for both answer formats
+
+
+def completion_probabilities(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    return [{"id": i.token, "token": _text(i.piece), "bytes": list(i.piece), "logprob": i.logprob,
+             "top_logprobs": [{"id": t, "token": _text(p), "bytes": list(p), "logprob": lp} for t, p, lp in i.top]}
+            for i in items]
+
+
+def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, stream: bool) -> dict[str, Any]:
+    """llama-server's generation_settings (in answers, /props, /slots) of a request: what it samples with."""
+    sampling = request.sampling
+    return {"n_ctx": n_ctx, "model": model, "n_predict": request.max_tokens, "max_tokens": request.max_tokens,
+            "seed": 0xFFFFFFFF if sampling.seed is None else sampling.seed,  # (llama.cpp's "random")
+            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "min_p": sampling.min_p, "repeat_last_n": 64, "repeat_penalty": sampling.repeat_penalty,
+            "presence_penalty": sampling.presence_penalty, "frequency_penalty": sampling.frequency_penalty,
+            "stop": list(request.stops), "ignore_eos": request.ignore_eos, "stream": stream,
+            "n_probs": request.logprobs or 0, "constrained": request.constraint is not None}
+
+
+class NativeCompletionShape(Shape):
+    """One choice (n is 1 on /completion)."""
+    done_marker = False
+    ends_in_model = True  # (the prompt's text, and the stop word found in the generated tokens' text)
+
+    def __init__(self, ident: str, model: str, *, prompt: list[int], settings: dict[str, Any],
+                 detokenize: Callable[[list[int]], str], return_tokens: bool, probabilities: bool,
+                 **common: Any) -> None:
+        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone)."""
+        super().__init__(ident, model, 1, **common)
+        self.prompt, self.settings, self.detokenize, self.return_tokens = prompt, settings, detokenize, return_tokens
+        self.probabilities = probabilities
+        self._generated: list[int] = []
+
+    def _counts(self) -> dict[str, Any]:
+        return {"index": 0, "id_slot": -1, "tokens_predicted": len(self._generated),
+                "tokens_evaluated": len(self.prompt)}
+
+    def add(self, choice: int, chunk: Chunk) -> None:
+        super().add(choice, chunk)
+        self._generated += chunk.tokens
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        self._seen(choice, chunk)
+        self._generated += chunk.tokens
+        if chunk.finish_reason is not None:
+            return [self._final(chunk.text, list(chunk.tokens), chunk.logprobs, chunk.finish_reason, stream=True)]
+        if not (chunk.text or chunk.tokens):
+            return []
+        event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts()}
+        if self.probabilities:
+            event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
+        return [event]
+
+    def _stop(self, reason: str) -> tuple[str, str]:
+        """stop_type and stopping_word: a stop string is the first of them in the generated text."""
+        if reason == "length":
+            return "limit", ""
+        stops = self.settings["stop"]
+        if stops:
+            raw = self.detokenize(self._generated)
+            found = sorted((raw.find(s), s) for s in stops if s in raw)
+            if found:
+                return "word", found[0][1]
+        return "eos", ""
+
+    def _final(self, content: str, tokens: list[int], logprobs: Sequence[TokenLogprob], reason: str, *,
+               stream: bool) -> dict[str, Any]:
+        stop_type, word = self._stop(reason)
+        n_ctx = self.settings["n_ctx"]
+        answer = {"content": content, "tokens": tokens, "stop": True, "model": self.model, **self._counts(),
+                  "generation_settings": self.settings, "prompt": self.detokenize(self.prompt),
+                  "has_new_line": "\n" in content, "stop_type": stop_type, "stopping_word": word,
+                  "truncated": reason == "length" and len(self.prompt) + len(self._generated) >= n_ctx,
+                  "timings": self.timings()}
+        if self.probabilities and (logprobs or not stream):
+            answer["completion_probabilities"] = completion_probabilities(logprobs)
+        return answer
+
+    def whole(self) -> dict[str, Any]:
+        parts = self.parts[0]
+        text = "".join(c.text for c in parts)
+        tokens = self._generated if self.return_tokens else []
+        logprobs = [item for c in parts for item in c.logprobs]
+        return self._final(text, tokens, logprobs, parts[-1].finish_reason or "stop", stream=False)

@@ -1,0 +1,213 @@
+"""The response objects of the generation routes, from the engine's Chunks: text_completion and
+chat.completion(.chunk), with n choices, logprobs, and (chat with tools) tool calls read from the text.
+
+A request's n generations each have a `choice` (its index). A chat with tools reads each choice's text with
+core.ToolCallOutput, as Model.chat does: whole answers parsed once (a malformed call stays content), streams
+split as they arrive into OpenAI's content and tool-call deltas, which the openai SDK reassembles.
+"""
+from __future__ import annotations
+
+import codecs
+import time
+from typing import Any
+
+from ...core.chat.tool_output import ToolCallDeltas, ToolCallOutput
+from ...core.engine.engine import Chunk
+from ...core.generation.sequence import TokenLogprob
+from .timings import RequestTimer
+
+
+def _text(piece: bytes) -> str:
+    return piece.decode("utf-8", "replace")
+
+
+def _legacy_token(piece: bytes) -> str:
+    """A token in the legacy logprobs: its text, or OpenAI's "bytes:\\xNN..." for part of a character (decoded
+    alone, every such part would be U+FFFD, one key for all of them)."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
+
+
+class TextOffsets:
+    """The legacy text_offset of each token: the characters of the text before its first byte (a token that
+    starts inside a character is at that character)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._chars = 0
+
+    def add(self, piece: bytes) -> int:
+        at = self._chars
+        self._chars += len(self._decoder.decode(piece))
+        return at
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+class Shape:
+    """The response objects of one request (n choices): the fields all of them carry, the usage of all."""
+    chunk_object = ""  # the "object" of streamed chunks
+    done_marker = True  # a stream ends with `data: [DONE]` (OpenAI's; llama-server's /completion sends none)
+    # its last event or whole answer calls the model (detokenize: under the model's lock): made in a worker thread
+    ends_in_model = False
+
+    def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
+                 timer: RequestTimer | None = None) -> None:
+        self.ident, self.model, self.created, self.n = ident, model, int(time.time()), n
+        self.fingerprint = fingerprint  # system_fingerprint: the server's version and settings
+        self.timer = timer or RequestTimer()
+        self.parts: list[list[Chunk]] = [[] for _ in range(n)]  # whole answers: each choice's chunks
+        self.last: list[Chunk | None] = [None] * n               # each choice's last chunk, once it finished
+
+    def _base(self, obj: str | None = None) -> dict[str, Any]:
+        return {"id": self.ident, "object": obj or self.chunk_object, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
+
+    def _seen(self, choice: int, chunk: Chunk) -> None:
+        self.timer.saw(bool(chunk.tokens))
+        if chunk.finish_reason is not None:
+            self.last[choice] = chunk
+
+    def add(self, choice: int, chunk: Chunk) -> None:
+        """A chunk of a whole (non-streamed) answer."""
+        self._seen(choice, chunk)
+        self.parts[choice].append(chunk)
+
+    @property
+    def finished(self) -> bool:
+        return all(c is not None for c in self.last)
+
+    def usage(self) -> dict[str, int]:
+        """The prompt once (every choice continues the same prompt), the completions of all choices."""
+        done = [c.usage for c in self.last if c is not None and c.usage is not None]
+        return usage(done[0].prompt_tokens if done else 0, sum(u.completion_tokens for u in done))
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server's timings of the whole request (server/timings.py)."""
+        counts = self.usage()
+        return self.timer.timings(counts["prompt_tokens"], counts["completion_tokens"])
+
+    def _timings_if_finished(self) -> dict[str, Any]:
+        """{"timings": ...} for the stream event that finishes the request's last choice, else {}."""
+        return {"timings": self.timings()} if self.finished else {}
+
+    def usage_only(self) -> dict[str, Any]:
+        return {**self._base(), "choices": [], "usage": self.usage()}
+
+    def opening(self) -> list[dict[str, Any]]:
+        """The stream events before the first chunk."""
+        raise NotImplementedError
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The stream events of one chunk of `choice`."""
+        raise NotImplementedError
+
+    def whole(self) -> dict[str, Any]:
+        """The whole answer, once every choice finished."""
+        raise NotImplementedError
+
+
+class CompletionShape(Shape):
+    """text_completion objects; logprobs in the legacy shape (tokens, token_logprobs, top_logprobs)."""
+    chunk_object = "text_completion"
+
+    def __init__(self, ident: str, model: str, n: int, **settings: Any) -> None:
+        super().__init__(ident, model, n, **settings)
+        self._offsets = [TextOffsets() for _ in range(n)]
+
+    @staticmethod
+    def _logprobs(items: list[TokenLogprob], offsets: TextOffsets) -> dict[str, Any]:
+        """The logprobs object of `items`, whose characters `offsets` counts on from."""
+        return {"tokens": [_legacy_token(i.piece) for i in items], "token_logprobs": [i.logprob for i in items],
+                "top_logprobs": [{_legacy_token(p): lp for _, p, lp in i.top} for i in items],
+                "text_offset": [offsets.add(i.piece) for i in items]}
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The stream events of one chunk of `choice`."""
+        self._seen(choice, chunk)
+        if not (chunk.text or chunk.logprobs or chunk.finish_reason):
+            return []
+        logprobs = None
+        if chunk.logprobs:
+            logprobs = self._logprobs(list(chunk.logprobs), self._offsets[choice])
+        return [{**self._base(), "choices": [{"index": choice, "text": chunk.text, "finish_reason": chunk.finish_reason,
+                                              "logprobs": logprobs}], **self._timings_if_finished()}]
+
+    def whole(self) -> dict[str, Any]:
+        choices = []
+        for i, parts in enumerate(self.parts):
+            items = [item for c in parts for item in c.logprobs]
+            choices.append({"index": i, "text": "".join(c.text for c in parts),
+                            "finish_reason": parts[-1].finish_reason,
+                            "logprobs": self._logprobs(items, TextOffsets()) if items else None})
+        return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings()}
+
+
+class ChatShape(Shape):
+    """chat.completion(.chunk) objects; logprobs in the chat shape (content: [{token, logprob, bytes, ...}]);
+    with tools, each choice's text read for calls."""
+    chunk_object = "chat.completion.chunk"
+
+    def __init__(self, ident: str, model: str, n: int, output: ToolCallOutput | None = None,
+                 **settings: Any) -> None:
+        super().__init__(ident, model, n, **settings)
+        self.output = output
+        self._parsers: list[ToolCallDeltas | None] = [output.stream() if output is not None else None
+                                                      for _ in range(n)]
+
+    @staticmethod
+    def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
+        return {"content": [
+            {"token": _text(i.piece), "logprob": i.logprob, "bytes": list(i.piece),
+             "top_logprobs": [{"token": _text(p), "logprob": lp, "bytes": list(p)} for _, p, lp in i.top]}
+            for i in items]}
+
+    def _chunk(self, choice: int, delta: dict[str, Any], finish: str | None = None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {**self._base(), "choices": [{"index": choice, "delta": delta, "finish_reason": finish,
+                                             "logprobs": logprobs}]}
+
+    def opening(self) -> list[dict[str, Any]]:
+        # with tools the answer may be calls only: its content is null until text comes (as OpenAI and
+        # llama-server send it)
+        content = None if self.output is not None else ""
+        return [self._chunk(i, {"role": "assistant", "content": content}) for i in range(self.n)]
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
+        with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
+        self._seen(choice, chunk)
+        parser = self._parsers[choice]
+        last = chunk.finish_reason is not None
+        deltas: list[dict[str, Any]] = (([{"content": chunk.text}] if chunk.text else []) if parser is None
+                                        else parser.feed(chunk.text, last))
+        logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
+        if logprobs is not None and not deltas:
+            deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
+        events = [self._chunk(choice, d, logprobs=logprobs if j == 0 else None) for j, d in enumerate(deltas)]
+        if chunk.finish_reason is not None:  # (last)
+            reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)
+            events.append({**self._chunk(choice, {}, reason), **self._timings_if_finished()})
+        return events
+
+    def whole(self) -> dict[str, Any]:
+        choices = []
+        for i, parts in enumerate(self.parts):
+            items = [item for c in parts for item in c.logprobs]
+            text = "".join(c.text for c in parts)
+            reason = parts[-1].finish_reason or "stop"
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if self.output is not None:
+                parsed, reason = self.output.whole(text, reason)
+                message = parsed.message()
+            choices.append({"index": i, "message": message, "finish_reason": reason,
+                            "logprobs": self._logprobs(items) if items else None})
+        return {**self._base("chat.completion"), "choices": choices, "usage": self.usage(), "timings": self.timings()}

@@ -1,0 +1,100 @@
+"""Our HIP kernels executed with 64-wide wavefronts (gfx90a's), not only compiled for them.
+
+benchmarks/hip/build_wave64.py compiles the patched ggml-cuda sources of the fused decode (patches 0013,
+0015-0018: attention, split-KV reduce, the K/V stores) as HIP for gfx90a over our CPU runtime
+benchmarks/hip/wave64/include/wave64.h, whose wavefronts are 64 lanes wide, and the harness runs every
+fused-kernel case of tests/core/test_hybrid_attention.py (its head dims, GQA groups, cache types, kernel versions and
+store variants) against a double-precision reference over ggml's CPU decoding of the cache. Skipped, with the
+command that installs it, where no clang++ is installed. Two builds per session, cached in build/wave64 until
+the sources change: the harness at -O1 (about 3 minutes on 2 cores, with its run), and one -O0 harness with every
+mutation the last test needs (seconds; each mutates its own kernel, so one build serves them all).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "hip" / "build_wave64.py"
+
+pytestmark = pytest.mark.hip
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("build_wave64", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bw = _load()
+
+
+def _build(*extra: str) -> Path:
+    if bw.find_clang(None) is None:
+        pytest.skip(bw.NO_CLANG)
+    out = subprocess.run([sys.executable, str(SCRIPT), *extra], capture_output=True, text=True, timeout=3600)
+    if out.returncode == bw.SKIP:
+        pytest.skip(out.stderr.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stderr[-4000:]
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict]:
+    binary = _build()
+    report = tmp_path_factory.mktemp("wave64") / "cases.jsonl"
+    run = subprocess.run([str(binary), "--json", str(report)], capture_output=True, text=True, timeout=3600)
+    rows = [json.loads(line) for line in report.read_text().splitlines()]
+    assert rows, run.stdout[-4000:] + run.stderr[-4000:]
+    return {r["case"]: r for r in rows}
+
+
+def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dict[str, dict]) -> None:
+    attn = [r for name, r in results.items() if name.startswith("attn/")]
+    stores = [r for name, r in results.items() if name.startswith("store/")]
+    # 2 kernel versions (q8, F32 q) x 5 shapes x 5 cache types; 2 store variants (lanes, serial) x 5 shapes x
+    # 5 types x 1 and 5 tokens; 5 shapes x 6 types for OUT_PROD
+    outprod = [r for name, r in results.items() if name.startswith("outprod/")]
+    assert len(attn) == 50 and len(stores) == 100 and len(outprod) == 30
+    failed = [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in attn + stores + outprod
+              if not r["ok"]]
+    assert not failed, "\n".join(failed)
+
+
+def test_the_harness_fails_kernels_that_assume_32_lanes(results: dict[str, dict]) -> None:
+    """Small kernels, right on a 32-wide warp and wrong on a 64-wide wavefront (partial sums published by
+    threadIdx.x % warpSize == 0; a broadcast with the default width), and one that reads lanes of a half-wave
+    that returned (the runtime records the read), fail; their right twins pass."""
+    assert results["selftest/group-sum"]["kernel_pass"] and results["selftest/broadcast"]["kernel_pass"]
+    assert results["selftest/shuffle"]["kernel_pass"] and results["selftest/reconverge"]["kernel_pass"]
+    for wrong in ("selftest/group-sum-lane-of-wavefront", "selftest/broadcast-default-width",
+                  "selftest/shuffle-reads-returned-lanes"):
+        assert not results[wrong]["kernel_pass"] and results[wrong]["error"] > 0.1, results[wrong]
+
+
+# each mutation and the one case that runs its kernel (no other mutated kernel runs in that case)
+MUTATED_CASES = {"softmax-lane": "attn/q8/hd128-kv8/q4_0", "store-lane": "store/lanes/hd128-kv8/q4_0/1"}
+
+
+@pytest.fixture(scope="session")
+def mutated_binary() -> Path:
+    """One build of the harness with every mutation applied, for the session: one compile, not one per mutation."""
+    mutations = [arg for m in MUTATED_CASES for arg in ("--mutate", m)]
+    return _build(*mutations, "--opt", "0")  # -O0: a faster compile, and one case runs per mutation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", sorted(MUTATED_CASES))
+def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutated_binary: Path, mutation: str) -> None:
+    """The real kernels with one group-of-32 lane index made a wavefront lane index (the same on NVIDIA's 32-wide
+    warps) must fail under wave64."""
+    run = subprocess.run([str(mutated_binary), "--filter", MUTATED_CASES[mutation]], capture_output=True,
+                         text=True, timeout=1800)
+    # a FAIL line, or the guard page after the source rows stops the run (the store then reads past them)
+    assert run.returncode != 0 and ", 0 failed" not in run.stdout, run.stdout[-3000:]

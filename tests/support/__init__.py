@@ -1,0 +1,1 @@
+"""What several tests share: fixtures' helpers, probes and data builders."""
