@@ -73,24 +73,24 @@ def test_mypy_is_strict_on_the_library_and_not_on_the_tooling(tmp_path: Path) ->
     in the second."""
     code = "def f(x):\n    return x\n\n\ndef g() -> dict:\n    return {}\n"
     package = tmp_path / "pyllama90a"
-    for folder in ("core", "server", "native", "toolcalls", "tools", "fuzz", "selftest"):
+    for folder in ("core", "core/model", "server", "server/routes", "native", "bench", "tools", "fuzz", "selftest"):
         (package / folder).mkdir(parents=True)
         (package / folder / "__init__.py").write_text("")
         (package / folder / "planted.py").write_text(code)
     (package / "__init__.py").write_text(code)
-    for module in ("planted", "bench", "bench_server", "bench_constrained", "bench_report"):
+    for module in ("planted", "bench/depths", "bench/server", "bench/constrained", "bench/report"):
         (package / f"{module}.py").write_text(code)
     out = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
                           str(tmp_path / "cache"), "-p", "pyllama90a"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr
-    for strict in ("__init__.py", "planted.py", "core/planted.py", "server/planted.py", "native/planted.py",
-                   "toolcalls/planted.py"):
+    for strict in ("__init__.py", "planted.py", "core/planted.py", "core/model/planted.py", "server/planted.py",
+                   "server/routes/planted.py", "native/planted.py", "bench/planted.py"):
         for code_name in ("no-untyped-def", "type-arg"):
             assert any(line.startswith(f"pyllama90a/{strict}:") and f"[{code_name}]" in line
                        for line in out.stdout.splitlines()), (strict, out.stdout)
-    for tooling in ("tools/", "fuzz/", "selftest/", "bench.py", "bench_server.py", "bench_constrained.py",
-                    "bench_report.py"):
+    for tooling in ("tools/", "fuzz/", "selftest/", "bench/depths.py", "bench/server.py", "bench/constrained.py",
+                    "bench/report.py"):
         assert f"pyllama90a/{tooling}" not in out.stdout, out.stdout
 
 

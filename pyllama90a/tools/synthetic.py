@@ -1,6 +1,6 @@
 """Random-weight GGUF models of realistic llama shapes, for benchmarks and GPU tests without downloads.
 
-    from pyllama90a.synthetic import synthetic_model
+    from pyllama90a.tools.synthetic import synthetic_model
     path = synthetic_model("1b-hd64")          # cached in $PYLLAMA90A_HOME/synthetic, made on first use
     python -m pyllama90a.tools.synthetic 8b-hd128 --weight-type q4_0 [--out PATH]
 

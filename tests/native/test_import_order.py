@@ -15,7 +15,7 @@ import pytest
 
 LOAD = """
 import pyllama90a as pl
-from pyllama90a.synthetic import synthetic_model
+from pyllama90a.tools.synthetic import synthetic_model
 with pl.Model(synthetic_model("tiny"), n_ctx=256) as m:
     print(m.attention.backend, repr(m.generate("hello", max_tokens=4, temperature=0).text))
 """

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pyllama90a.bench.depths import VARIANT_ENV, Mode, main
+from pyllama90a.bench.__main__ import main
+from pyllama90a.bench.depths import VARIANT_ENV, Mode
 
 
 def test_mode_parsing() -> None:

@@ -166,7 +166,7 @@ def test_failed_write_leaves_nothing(tmp_path):
 CHECK_IMPORTS = """
 import os, sys, tempfile
 path = list(sys.path)
-from pyllama90a.synthetic import write_synthetic
+from pyllama90a.tools.synthetic import write_synthetic
 write_synthetic("tiny", os.path.join(tempfile.mkdtemp(), "tiny.gguf"))
 assert sys.path == path, "sys.path changed"
 for name in ("gguf", "yaml"):  # the file writer and its own dependency: installed packages, not stand-ins

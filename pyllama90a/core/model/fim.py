@@ -3,7 +3,7 @@
     [BOS]  [FIM_REP] myproject\\n  ([FIM_SEP] filename\\n text)...  [FIM_SEP] filename\\n
     [FIM_PRE] input_prefix [FIM_SUF] input_suffix [FIM_MID] prompt
 
-    from pyllama90a.fim import infill_prompt
+    from pyllama90a.core.model.fim import infill_prompt
     tokens = infill_prompt(model, "def add(a, b):\\n    ", "\\n\\nprint(add(1, 2))\\n")
     text = model.generate(tokens, max_tokens=32).text       # the middle
 
