@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -157,3 +158,61 @@ def test_readme_server_quick_start_runs(model_path: Path, tmp_path: Path) -> Non
                              env=SOURCE_ENV, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip(), "the openai client's answer is empty"
+
+
+# folders of the repository whose files the docs name by path (src/, include/ and ggml/ paths in the docs are
+# llama.cpp's, in the patched tree, not ours); `core/...`, `server/...`, `native/...` are the package's
+REPO_FOLDERS = ("pyllama90a", "examples", "benchmarks", "vendor", "tests", "cmake", ".ci")
+PACKAGE_FOLDERS = ("core", "server", "native")
+
+
+def _docs_texts() -> dict[str, str]:
+    """README and docs/*.md, their fenced code blocks left out (commands there name outputs as well as inputs)."""
+    texts = {}
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = "\n".join(part for i, part in enumerate(page.read_text().split("```")) if i % 2 == 0)
+        if page.name == "moved-paths.md":  # its table's first column names the old paths, gone by design
+            text = re.sub(r"^\|[^|\n]*\|", "|", text, flags=re.M)
+        texts[page.relative_to(ROOT).as_posix()] = text
+    return texts
+
+
+def _named_paths(span: str) -> list[str]:
+    paths = []
+    for match in re.finditer(r"(?<![\w./-])([\w.-]+/[\w./-]*)", span):
+        path = match.group(1).rstrip(".")
+        top = path.split("/")[0]
+        if top in PACKAGE_FOLDERS:
+            path = f"pyllama90a/{path}"
+        elif top not in REPO_FOLDERS:
+            continue
+        if not re.search(r"[*<>{}]", span[match.start():match.end() + 1]):
+            paths.append(path)
+    return paths
+
+
+def _module_exists(dotted: str) -> bool:
+    """`pyllama90a.a.b` is a module or package of the source tree (the compiled `_native` by its stub), or a name
+    (its last part) that one mentions: a module that moved fails, a name is checked only loosely."""
+    def source(name: str) -> Path | None:
+        base = ROOT.joinpath(*name.split("."))
+        candidates = (base.with_suffix(".py"), base.with_suffix(".pyi"), base / "__init__.py")
+        return next((p for p in candidates if p.is_file()), None)
+
+    if source(dotted) is not None:
+        return True
+    parent, _, name = dotted.rpartition(".")
+    module = source(parent)
+    return module is not None and re.search(rf"\b{name}\b", module.read_text()) is not None
+
+
+@pytest.mark.fast
+def test_paths_and_modules_the_docs_name_exist() -> None:
+    """A file, folder or module the docs name is in the repository: a moved module cannot leave the docs behind."""
+    missing = []
+    for page, text in _docs_texts().items():
+        for span in re.findall(r"`([^`\n]+)`", text):
+            missing += [f"{page}: {path}" for path in _named_paths(span) if not (ROOT / path).exists()]
+            missing += [f"{page}: {name}" for name in re.findall(r"(?<![\w/.-])pyllama90a(?:\.\w+)+", span)
+                        if not _module_exists(name)]
+    assert not missing, "named in the docs, absent from the repository:\n" + "\n".join(sorted(set(missing)))
