@@ -144,15 +144,6 @@ def positive_int(name: str, value: object, hi: int = INT32_MAX) -> int:
     return int_in_range(name, value, 1, hi)
 
 
-def token_ids(tokens: object, n_vocab: int) -> list[int]:
-    """`tokens` (a list, tuple or range of ints, not bools) as a list, every one an id in [0, n_vocab)."""
-    if not isinstance(tokens, (list, tuple, range)):
-        raise InvalidArgumentError(f"tokens must be a list of integers, got {type(tokens).__name__}")
-    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
-        raise InvalidArgumentError(f"tokens must be integers in [0, {n_vocab})")
-    return list(tokens)
-
-
 def number_in_range(name: str, value: object, lo: float, hi: float) -> float:
     """`value` if it is a finite int or float (not a bool) in [lo, hi]; else InvalidArgumentError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

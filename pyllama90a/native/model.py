@@ -19,7 +19,6 @@ from ..errors import (
     flag,
     fs_path,
     int_in_range,
-    token_ids,
     utf8,
 )
 from . import rpc
@@ -140,9 +139,19 @@ class ModelHandle:
             call.check(n >= 0, LlamaError, f"llama_token_to_piece failed for token {token}")
         return _unpacked(buf, n)
 
+    def check_token_ids(self, tokens: object) -> list[int]:
+        """`tokens` (a list, tuple or range of ints, not bools) as a list, every one an id of this vocabulary, in
+        [0, n_vocab); else InvalidArgumentError. The one check of token ids a caller hands in."""
+        if not isinstance(tokens, (list, tuple, range)):
+            raise InvalidArgumentError(f"tokens must be a list of integers, got {type(tokens).__name__}")
+        n_vocab = self.n_vocab
+        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
+            raise InvalidArgumentError(f"tokens must be integers in [0, {n_vocab})")
+        return list(tokens)
+
     def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
         """The text of `tokens` (ids in [0, n_vocab), checked); special=True renders control tokens."""
-        ids = token_ids(tokens, self.n_vocab)
+        ids = self.check_token_ids(tokens)
         arr = ffi.new("llama_token[]", ids)
         cap = min(max(16, 8 * len(ids)), INT32_MAX)
         buf = ffi.new("char[]", cap)

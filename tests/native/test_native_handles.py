@@ -317,6 +317,22 @@ def test_a_native_failure_is_a_clear_exception(native, name: str) -> None:
     assert context.logits_row(-1).shape == (handle.n_vocab,)
 
 
+def test_token_ids_are_checked_by_the_vocabulary_they_index(native) -> None:
+    """ModelHandle.check_token_ids, the one check of ids a caller hands in (a prompt, eval, an embedding's input,
+    detokenize): a list, tuple or range of ints in [0, n_vocab), as a list."""
+    handle, _ = native
+    n = handle.n_vocab
+    assert handle.check_token_ids((0, n - 1)) == [0, n - 1]
+    assert handle.check_token_ids(range(3)) == [0, 1, 2]
+    assert handle.check_token_ids([]) == []
+    for bad in ([n], [-1], [True], [1.0], ["1"], [2**70]):
+        with pytest.raises(InvalidArgumentError, match=rf"tokens must be integers in \[0, {n}\)"):
+            handle.check_token_ids(bad)
+    for bad in ("abc", None, {1: 2}, np.arange(3)):
+        with pytest.raises(InvalidArgumentError, match="tokens must be a list of integers"):
+            handle.check_token_ids(bad)
+
+
 def test_a_context_llama_cpp_refuses_is_a_context_error_with_its_reason(tmp_path) -> None:
     """llama.cpp refuses a q4_0 K cache when its 32-value blocks do not divide the head dimension (48)."""
     from pyllama90a.tools.synthetic import Shape, write_synthetic

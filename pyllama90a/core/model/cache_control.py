@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import INT32_MAX, ContextOverflowError, InvalidArgumentError, LlamaError, int_in_range, token_ids
+from ...errors import INT32_MAX, ContextOverflowError, InvalidArgumentError, LlamaError, int_in_range
 from ...native import Batch, ContextHandle, ModelHandle
 
 
@@ -29,7 +29,7 @@ class CacheControl:
 
     def _fitting_tokens(self, tokens: Sequence[int], after: int) -> list[int]:
         """`tokens` as a list, checked to be valid ids that fit the context after `after` cached ones."""
-        tokens = token_ids(tokens, self.handle.n_vocab)
+        tokens = self.handle.check_token_ids(tokens)
         if not tokens:
             raise InvalidArgumentError("tokens is empty")
         n_ctx = self.n_ctx_seq

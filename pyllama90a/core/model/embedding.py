@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ...errors import ContextOverflowError, InvalidArgumentError, token_ids, utf8
-from ...native import ContextHandle
+from ...errors import ContextOverflowError, InvalidArgumentError, utf8
+from ...native import ContextHandle, ModelHandle
 from ..generation.output_checks import require_finite
 
 
-def embedding_inputs(text: str | Sequence[str | Sequence[int]], n_vocab: int) -> list[str | list[int]]:
-    """The inputs of Model.embed as a list, each a non-empty str (valid UTF-8) or a list of valid token ids."""
+def embedding_inputs(text: str | Sequence[str | Sequence[int]], vocabulary: ModelHandle) -> list[str | list[int]]:
+    """The inputs of Model.embed as a list, each a non-empty str (valid UTF-8) or a list of ids of `vocabulary`."""
     single = isinstance(text, str)
     given: list[object] = [text] if single else list(text) if isinstance(text, (list, tuple)) else []
     if not given or not all(isinstance(t, (str, list, tuple)) and t for t in given):
@@ -24,7 +24,7 @@ def embedding_inputs(text: str | Sequence[str | Sequence[int]], n_vocab: int) ->
             utf8("text" if single else f"text[{i}]", t)
             texts.append(t)
         else:
-            texts.append(token_ids(t, n_vocab))
+            texts.append(vocabulary.check_token_ids(t))
     return texts
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, flag, fs_path, token_ids, utf8
+from ...errors import BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, flag, fs_path, utf8
 from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
 from ..chat.prepare import prepare_chat, render_chat
@@ -339,7 +339,7 @@ class Model(CacheControl):
         """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
             with self._using_model() as handle:
-                return token_ids(prompt, handle.n_vocab)
+                return handle.check_token_ids(prompt)
         if not isinstance(prompt, str):
             raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
         if not prompt:
@@ -448,7 +448,7 @@ class Model(CacheControl):
         each a str or a list of token ids (embedded as they are)."""
         if not self.embedding:
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
-        inputs = embedding_inputs(text, self.handle.n_vocab)
+        inputs = embedding_inputs(text, self.handle)
         with self._using_context("embed") as context:
             self._kv_tokens = []  # (whatever happens: each input starts from an empty cache, and none stays)
             out = embed_inputs(context, inputs, self.tokenize)
