@@ -4,7 +4,7 @@
     open: opening a model from its settings, in the one order Model, with_context and plan_memory follow
     settings: `ContextSettings`, the one declaration of a context's settings
     file: the facts of a loaded GGUF that every Model on its weights shares, checked against the settings
-    cache_control: Model's calls for manual control of sequence 0's KV cache (eval, rewind, copy)
+    sequence_cache: sequence 0's KV cache on a Model's context: its tokens, a generation's decodes, eval, truncate
     attention_paths: which of pyllama90a's attention kernels a context may use
     attention_policy: what flash_attn="auto" means per backend and KV types, from measured results
     memory_plan: how much memory a Model of given settings takes, before loading it

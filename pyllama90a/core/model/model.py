@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-import time
 import weakref
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -15,31 +14,40 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BusyError, ClosedError, ContextOverflowError, InvalidArgumentError, flag, fs_path, utf8
+from ...errors import (
+    INT32_MAX,
+    BusyError,
+    ClosedError,
+    ContextOverflowError,
+    InvalidArgumentError,
+    flag,
+    fs_path,
+    int_in_range,
+    utf8,
+)
 from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
 from ..chat.prepare import prepare_chat, render_chat
 from ..chat.template import ChatTemplate
 from ..chat.tool_output import ToolCallOutput, completion_of
 from ..constrained import constraint_from
-from ..generation.outputs import Completion, Piece, Timings, Usage
-from ..generation.prefix_cache import keep_cached_prefix
+from ..generation.outputs import Completion, Piece
 from ..generation.request import GenerationRequest
 from ..generation.sampling import SamplingParams
 from ..generation.sequence import GenerationSequence
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
-from .cache_control import CacheControl
 from .embedding import embed_inputs, embedding_inputs
 from .file import ModelFile, check_header
 from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .open import checked_file, context_params, load_weights, model_path, open_context
+from .sequence_cache import SequenceCache
 from .settings import ContextSettings
-from .state_file import StateIdentity, check_key, context_limits, restore_state, write_state_file
+from .state_file import StateIdentity, check_key, context_limits
 
 
-class Model(CacheControl):
+class Model:
     """A GGUF model with a context, e.g. `Model(path, ctk="q4_0", ctv="q4_0", flash_attn="off")`.
 
     KV types by name: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; flash_attn "on", "off", "hybrid" or "auto".
@@ -97,10 +105,6 @@ class Model(CacheControl):
         self._lock = threading.RLock()
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
-        self._kv_tokens: list[int] = []  # tokens whose K and V are in the cache, in order (sequence 0)
-        # the context's logits are not those of the last cached token (truncate, load_state): last_logits
-        # decodes that token again
-        self._logits_stale = False
         self._lora = LoraAdapters()
         s = settings
         params = context_params(s)
@@ -122,6 +126,7 @@ class Model(CacheControl):
         context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
                                                                       attention_paths)
         self._handle, self._context = handle, context
+        self._cache = SequenceCache(context)  # (sequence 0's cells and tokens)
         self._lora.apply(context, self._lora.scales)
 
     # -- lifetime ----------------------------------------------------------------------------------
@@ -287,27 +292,34 @@ class Model(CacheControl):
         flag("special", special)
         return self.handle.detokenize(tokens, special)  # (without the lock, as tokenize)
 
-    # -- evaluation ----------------------------------------------------------------------------------
+    # -- manual cache control (sequence_cache.py) ----------------------------------------------------
 
-    def _evaluate(self, context: ContextHandle, tokens: list[int]) -> int:
-        """Bring the KV cache to hold exactly `tokens`, reusing the longest cached prefix.
+    @property
+    def n_cached(self) -> int:
+        """How many tokens the KV cache holds (sequence 0)."""
+        with self._using_model():
+            return len(self._cache.tokens)
 
-        Returns how many tokens were decoded. The logits of the last token are ready afterwards.
-        """
-        n_ctx = self.n_ctx_seq
-        if len(tokens) >= n_ctx:
-            raise ContextOverflowError(
-                f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx} "
-                f"(and one more is needed to generate)")
-        common = keep_cached_prefix(context, 0, self._kv_tokens, tokens)
-        for start in range(common, len(tokens), context.n_batch):
-            self._decode(context, tokens[start:start + context.n_batch])
-        return len(tokens) - common
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Decode `tokens` after the cached ones (positions continue); for manual cache control and benchmarks."""
+        with self._using_context("eval"):
+            self._cache.eval(tokens)
 
-    def _decode(self, context: ContextHandle, tokens: list[int]) -> None:
-        context.decode_tokens(tokens)
-        self._kv_tokens.extend(tokens)
-        self._logits_stale = False
+    def last_logits(self) -> np.ndarray:
+        """A copy of the logits after the last cached token, shape (n_vocab,)."""
+        with self._using_context("read the logits"):
+            return self._cache.last_logits()
+
+    def truncate(self, n_tokens: int) -> None:
+        """Keep only the first `n_tokens` cached tokens."""
+        int_in_range("n_tokens", n_tokens, 0, INT32_MAX)  # a position (int32)
+        with self._using_context("truncate the cache"):
+            self._cache.truncate(n_tokens)
+
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
+        with self._using_context("compute logits"):
+            return self._cache.logits(tokens)
 
     # -- generation ----------------------------------------------------------------------------------
 
@@ -409,37 +421,12 @@ class Model(CacheControl):
         return completion_of(pieces, output)
 
     def _run(self, prompt: list[int], sequence: GenerationSequence) -> Generator[Piece, None, None]:
-        with self._using_context("start a generation") as context:
+        with self._using_context("start a generation"):
             self._busy = "another generation"
         try:
-            yield from self._generate_pieces(context, prompt, sequence)
+            yield from self._cache.generate(prompt, sequence)
         finally:
             self._busy = None
-
-    def _generate_pieces(self, context: ContextHandle, prompt: list[int],
-                         sequence: GenerationSequence) -> Iterator[Piece]:
-        t0 = time.perf_counter()
-        n_evaluated = self._evaluate(context, prompt)
-        t1 = time.perf_counter()
-        pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
-        while True:
-            step = sequence.step(context, -1, len(self._kv_tokens))
-            if step.token is not None:
-                pending.append(step.token)
-            if step.finish is not None:
-                break
-            if step.text:
-                yield Piece(step.text, pending)
-                pending = []
-            assert step.token is not None  # (a step that goes on made a token)
-            self._decode(context, [step.token])
-        t2 = time.perf_counter()
-        generated = sequence.generated
-        completion = Completion(
-            text=sequence.text.text, tokens=generated, finish_reason=step.finish,
-            usage=Usage(len(prompt), len(generated)),
-            timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(step.text, pending, step.finish, completion)
 
     # -- embeddings ----------------------------------------------------------------------------------
 
@@ -450,7 +437,7 @@ class Model(CacheControl):
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
         inputs = embedding_inputs(text, self.handle)
         with self._using_context("embed") as context:
-            self._kv_tokens = []  # (whatever happens: each input starts from an empty cache, and none stays)
+            self._cache.forget()  # (whatever happens: each input starts from an empty cache, and none stays)
             out = embed_inputs(context, inputs, self.tokenize)
         return out[0] if isinstance(text, str) else out
 
@@ -463,7 +450,7 @@ class Model(CacheControl):
         only (it holds the conversation)."""
         raw_path, key = fs_path("path", path), check_key(key)
         with self._using_context("save the state") as context:
-            write_state_file(raw_path, self._state_identity(context), self._kv_tokens, context.state_bytes(), key)
+            self._cache.save(raw_path, self._state_identity(context), key)
 
     def load_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
         """Restore a state written by save_state() of a Model with the same model file, KV types, n_ctx and LoRA
@@ -472,9 +459,8 @@ class Model(CacheControl):
         A missing, corrupt, oversized or mismatched file raises StateFileError and leaves the cache as it was."""
         raw_path, key = fs_path("path", path), check_key(key)
         with self._using_context("load a state") as context:
-            self._logits_stale = True  # (a state holds the cells, not the logits; also when it is refused)
-            restore_state(context, raw_path, self._state_identity(context),
-                          context_limits(context, self.n_ctx_seq, len(self._lora)), self._kv_tokens, key)
+            self._cache.load(raw_path, self._state_identity(context),
+                             context_limits(context, self.n_ctx_seq, len(self._lora)), key)
 
     def _state_identity(self, context: ContextHandle) -> StateIdentity:
         return StateIdentity(self.fingerprint, self.ctk, self.ctv, context.n_ctx, context.n_seq_max,
