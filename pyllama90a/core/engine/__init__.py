@@ -1,6 +1,7 @@
 """`BatchEngine`: many generations share one llama context, one engine thread decodes them all.
 
-    engine: `BatchEngine` and `Chunk`: slots, the queue, the decode loop, cancel and shutdown
+    engine: `BatchEngine`: the queue, the engine thread's decode loop, cancel and shutdown
+    slots: what the engine keeps per request (Job, its Chunks) and per slot (Slot), shared by the modules here
     async_api: asyncio over a BatchEngine (astream, acomplete)
     lora_turns: LoRA adapter sets per request, switched between decode steps
     slot_files: a slot's KV cells in a state file, and back (the server's /slots/{id} save and restore)

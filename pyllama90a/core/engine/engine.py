@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ...errors import (
@@ -39,13 +39,15 @@ from ...errors import (
 from ...native import Batch
 from ..chat.prepare import prepare_chat
 from ..constrained import Constraint
-from ..generation.outputs import FinishReason, Usage
+from ..generation.outputs import Usage
 from ..generation.prefix_cache import keep_cached_prefix
 from ..generation.request import GenerationRequest, RequestOptions
 from ..generation.sequence import GenerationSequence, TokenLogprob
 from ..model.model import Model
-from . import async_api, slot_files
+from . import async_api
 from .lora_turns import LoraTurns
+from .slot_files import SlotFiles
+from .slots import Chunk, Job, Slot
 
 if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
     from typing_extensions import Unpack
@@ -57,51 +59,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """A step of one request's output. The last chunk has finish_reason and usage set (or error)."""
-    text: str = ""
-    tokens: tuple[int, ...] = ()
-    logprobs: tuple[TokenLogprob, ...] = ()
-    # "stop" or "length" (the engine reads no tool calls: the server does, with core.ToolCallOutput), or "error"
-    finish_reason: FinishReason | Literal["error"] | None = None
-    usage: Usage | None = None
-    error: Exception | None = None
-
-
-@dataclass
-class _Job:
-    prompt: list[int]
-    sequence: GenerationSequence
-    on_chunk: Callable[[Chunk], None]
-    cancelled: bool = False
-    lora: tuple[float, ...] = ()  # every adapter's scale for this request (engine_lora.py)
-    to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
-    # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
-    # carried them yet, so the next one does
-    unsent: list[int] = field(default_factory=list)
-
-    @property
-    def generated(self) -> list[int]:
-        return self.sequence.generated
-
-
 class Handle:
     """A submitted request: cancel() frees its slot at the next step (e.g. when a client disconnects)."""
 
-    def __init__(self, engine: BatchEngine, job: _Job) -> None:
+    def __init__(self, engine: BatchEngine, job: Job) -> None:
         self._engine, self._job = engine, job
 
     def cancel(self) -> None:
         self._engine._cancel(self._job)
-
-
-@dataclass
-class _Slot:
-    seq: int
-    cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
-    lora: tuple[float, ...] = ()  # the adapter scales those cells were computed with
-    job: _Job | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +82,7 @@ class EngineStats:
     tokens_per_s: float            # generated tokens per second over the last few seconds
 
 
-class BatchEngine(slot_files.SlotFiles):
+class BatchEngine:
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, parallel: int = 4, queue_size: int = 64,
@@ -142,8 +107,9 @@ class BatchEngine(slot_files.SlotFiles):
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
         self._batch = Batch(self._context.n_batch)
         self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
-        self._slots: list[_Slot] = [_Slot(seq) for seq in range(parallel)]
-        self._waiting: collections.deque[_Job] = collections.deque()
+        self._slots: list[Slot] = [Slot(seq) for seq in range(parallel)]
+        self._slot_files = SlotFiles(self.model, self._context, self._slots, self.n_ctx_slot, self._between_steps)
+        self._waiting: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._stopping = False   # no more work: close() was called or the engine thread failed
         self._closed = False
@@ -151,7 +117,7 @@ class BatchEngine(slot_files.SlotFiles):
         self._free_on_exit = False  # close() could not wait: the engine thread frees the model when it leaves
         self._freed = False
         self._failure: BaseException | None = None
-        self._admitting: _Job | None = None  # between the queue and a slot, so a failure there still ends it
+        self._admitting: Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._tasks: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the engine thread between two steps
         self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
@@ -179,7 +145,7 @@ class BatchEngine(slot_files.SlotFiles):
         ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
         constraint: a pyllama90a.core.constrained Constraint (JSON schema, regex, grammar) the output must match.
         logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
-        lora: {adapter id: scale} for this request (None: the engine's default scales; engine_lora.py).
+        lora: {adapter id: scale} for this request (None: the engine's default scales; lora_turns.py).
 
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
@@ -199,7 +165,7 @@ class BatchEngine(slot_files.SlotFiles):
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
         lora = self.lora.scales_for(request.lora)
-        job = _Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora)
+        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -251,6 +217,27 @@ class BatchEngine(slot_files.SlotFiles):
             self._tasks.append((task, done))
             self._cv.notify()
         return done.result()
+
+    # -- slot files (slot_files.py) -------------------------------------------------------------------
+
+    def save_slot(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None,
+                  admit: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state). With
+        `key` (at least 16 bytes) the file is authenticated (HMAC-SHA256): only restore_slot with that key takes
+        it. `admit`, if given, is called on the engine thread with the file's size before anything is written,
+        after every earlier slot action: a quota that raises to refuse."""
+        return self._slot_files.save(slot, path, key=key, admit=admit)
+
+    def restore_slot(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None) -> tuple[int, int]:
+        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot, with the
+        same `key` if any): (tokens restored, bytes read); the slot runs with the LoRA scales its cells were
+        computed with. A bad file is a StateFileError: the slot keeps its cells when a check refuses it, is
+        empty when llama.cpp does."""
+        return self._slot_files.restore(slot, path, key=key)
+
+    def erase_slot(self, slot: int) -> int:
+        """Empty an idle slot's KV cells; how many tokens it held."""
+        return self._slot_files.erase(slot)
 
     @property
     def failure(self) -> BaseException | None:
@@ -313,7 +300,7 @@ class BatchEngine(slot_files.SlotFiles):
 
     # -- engine thread ---------------------------------------------------------------------------------
 
-    def _cancel(self, job: _Job) -> None:
+    def _cancel(self, job: Job) -> None:
         with self._cv:
             job.cancelled = True
             if job in self._waiting:
@@ -419,7 +406,7 @@ class BatchEngine(slot_files.SlotFiles):
             self._counts["prompt_tokens"] += len(job.prompt)
             self._counts["prompt_decoded"] += len(job.to_decode)
 
-    def _fill_batch(self, active: list[tuple[_Slot, _Job]]) -> list[tuple[_Slot, _Job, int, int | None]]:
+    def _fill_batch(self, active: list[tuple[Slot, Job]]) -> list[tuple[Slot, Job, int, int | None]]:
         """Generating slots' next tokens first (they wait for each step), then prompt chunks in the room left.
 
         Returns (slot, its job, tokens it put in the batch, batch index of its logits or None) per slot in the
@@ -427,7 +414,7 @@ class BatchEngine(slot_files.SlotFiles):
         """
         batch = self._batch
         batch.clear()
-        plan: list[tuple[_Slot, _Job, int, int | None]] = []
+        plan: list[tuple[Slot, Job, int, int | None]] = []
         generating = [(s, j) for s, j in active if len(j.to_decode) == 1 and j.generated]
         prefilling = [(s, j) for s, j in active if not (len(j.to_decode) == 1 and j.generated)]
         for slot, job in generating + prefilling:
@@ -440,7 +427,7 @@ class BatchEngine(slot_files.SlotFiles):
             plan.append((slot, job, len(tokens), batch.n_tokens - 1 if wants_logits else None))
         return plan
 
-    def _sample(self, slot: _Slot, job: _Job, index: int) -> int:
+    def _sample(self, slot: Slot, job: Job, index: int) -> int:
         """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
         try:
             step = job.sequence.step(self._context, index, len(slot.cached))
@@ -460,14 +447,14 @@ class BatchEngine(slot_files.SlotFiles):
                 job.unsent.extend(tokens)
         return len(tokens)
 
-    def _finish(self, slot: _Slot, job: _Job, reason: Literal["stop", "length"], tokens: tuple[int, ...] = (),
+    def _finish(self, slot: Slot, job: Job, reason: Literal["stop", "length"], tokens: tuple[int, ...] = (),
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)
         usage = Usage(len(job.prompt), len(job.generated))
         self._emit(job, Chunk(text, tokens, logprobs, reason, usage))
 
-    def _fail(self, jobs: list[tuple[_Slot, _Job]], error: Exception) -> None:
+    def _fail(self, jobs: list[tuple[Slot, Job]], error: Exception) -> None:
         """A failed decode: its requests end with the error and their sequences are dropped; others go on."""
         for slot, job in jobs:
             slot.job = None
@@ -476,7 +463,7 @@ class BatchEngine(slot_files.SlotFiles):
             self._counts["failed"] += 1
             self._emit(job, Chunk(finish_reason="error", error=error))
 
-    def _emit(self, job: _Job, chunk: Chunk) -> None:
+    def _emit(self, job: Job, chunk: Chunk) -> None:
         if job.cancelled:
             return
         try:

@@ -9,27 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Protocol, TypeVar
 
 from ...errors import LoraAdapterError, NonFiniteOutputError
 from ...native import ContextHandle
 from ..generation.lora_request import RequestedLora, Scales, requested_lora
 from ..generation.prefix_cache import common_prefix
 from ..model.lora import LoraAdapters
-
-
-class Request(Protocol):  # (engine._Job: a Protocol, since engine.py imports this module)
-    lora: Scales
-    prompt: list[int]
-
-
-class Slot(Protocol):  # (engine._Slot)
-    lora: Scales
-    cached: list[int]
-
-
-S = TypeVar("S", bound=Slot)
-J = TypeVar("J", bound=Request)
+from .slots import Job, Slot
 
 
 class LoraTurns:
@@ -72,7 +58,7 @@ class LoraTurns:
         return LoraAdapterError(f"with the LoRA adapters at scales {on} (id: scale): {error}. A smaller scale, or "
                                 f"an adapter with finite weights, may compute finite values")
 
-    def take_turn(self, active: list[tuple[S, J]]) -> list[tuple[S, J]]:
+    def take_turn(self, active: list[tuple[Slot, Job]]) -> list[tuple[Slot, Job]]:
         """The slots of `active` whose requests' set has the next turn, with the context set to it (engine
         thread): the set after the last one's in sorted order, wrapping around."""
         sets = sorted({job.lora for _, job in active})
@@ -84,7 +70,7 @@ class LoraTurns:
         return [(slot, job) for slot, job in active if job.lora == turn]
 
     @staticmethod
-    def admit(free: list[S], job: Request) -> S:
+    def admit(free: list[Slot], job: Job) -> Slot:
         """The free slot for `job`: the one whose cache shares most of its prompt, among those computed with its
         set; a slot whose cells another set computed forgets them (keep_cached_prefix then drops them)."""
         slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt) if s.lora == job.lora else -1)

@@ -5,7 +5,7 @@ that sequence alone (llama_state_seq_get_data) and the tokens it holds. The iden
 context has, so a slot's file and a Model's state file are never taken for each other; any slot of an engine
 with the same model file, KV types, slot size and LoRA adapters takes it. The file records the adapter scales
 its cells were computed with (the slot's request's), and the slot restored runs with them: its cells serve only
-a request with that set (engine_lora.py).
+a request with that set (lora_turns.py).
 
 A slot's file is refused from its size when it is larger than a full slot's: its K and V rows for n_ctx_slot
 cells (kv_budget, from the model's header; the whole context's for a model kv_budget does not size).
@@ -22,6 +22,7 @@ from ...native import ContextHandle
 from ..model.kv_budget import kv_bytes
 from ..model.state_bounds import context_kv_bytes, memory_state_bound, n_layer
 from ..model.state_file import StateIdentity, StateLimits, check_key, file_name, read_state_file, write_state_file
+from .slots import Slot
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model.model import Model
@@ -30,15 +31,10 @@ ONE_SEQUENCE = 0  # the identity's n_seq_max of a slot's file
 T = TypeVar("T")
 
 
-class Slot(Protocol):  # (engine._Slot: a Protocol, since engine.py imports this module)
-    cached: list[int]
-    lora: tuple[float, ...]  # the LoRA scales its cells were computed with
+class BetweenSteps(Protocol):
+    """The engine's way to run a task on its thread between two decode steps, returning its result."""
 
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def job(self) -> object: ...  # the request it generates for; None while it is idle
+    def __call__(self, task: Callable[[], T], /) -> T: ...
 
 
 def slot_identity(model: Model, n_ctx_slot: int, lora_scales: tuple[float, ...] | None) -> StateIdentity:
@@ -88,51 +84,40 @@ def restore_slot(context: ContextHandle, seq: int, path: bytes, identity: StateI
 
 
 class SlotFiles:
-    """BatchEngine's slot files: each action runs on the engine thread between two decode steps, on an idle
-    slot (a `seq` and the `cached` tokens in its cells)."""
+    """A BatchEngine's slot files: each action runs on the engine thread between two decode steps (through
+    `between_steps`, the engine's), on an idle slot of `slots`."""
 
-    model: Model
-    parallel: int
-    n_ctx_slot: int
-    _context: ContextHandle
-    _slots: Sequence[Slot]
-    _slot_file_limits: StateLimits | None = None
+    def __init__(self, model: Model, context: ContextHandle, slots: Sequence[Slot], n_ctx_slot: int,
+                 between_steps: BetweenSteps) -> None:
+        self._model, self._context, self._slots, self._n_ctx_slot = model, context, slots, n_ctx_slot
+        self._between_steps = between_steps
+        self._limits: StateLimits | None = None  # what a restored file may hold (from the model's header, once)
 
-    if TYPE_CHECKING:  # pragma: no cover
-        def _between_steps(self, task: Callable[[], T]) -> T: ...  # (BatchEngine's)
-
-    def save_slot(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None,
-                  admit: Callable[[int], None] | None = None) -> tuple[int, int]:
-        """Write an idle slot's KV cells and tokens to `path`: (tokens saved, bytes of llama.cpp's state). With
-        `key` (at least 16 bytes) the file is authenticated (HMAC-SHA256): only restore_slot with that key takes
-        it. `admit`, if given, is called on the engine thread with the file's size before anything is written,
-        after every earlier slot action: a quota that raises to refuse."""
+    def save(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None,
+             admit: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """BatchEngine.save_slot: (tokens saved, bytes of llama.cpp's state)."""
         raw, key = fs_path("path", path), check_key(key)
 
         def save() -> tuple[int, int]:
             s = self._idle_slot(slot, "save")
-            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._slot_identity(s.lora), key,
-                                            admit)
+            return len(s.cached), save_slot(self._context, s.seq, s.cached, raw, self._identity(s.lora), key, admit)
         return self._between_steps(save)
 
-    def restore_slot(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None) -> tuple[int, int]:
-        """Give an idle slot the cells of a file save_slot wrote (this engine's or one like it, any slot, with the
-        same `key` if any): (tokens restored, bytes read); the slot runs with the LoRA scales its cells were
-        computed with. A bad file is a StateFileError: the slot keeps its cells when a check refuses it, is
-        empty when llama.cpp does."""
+    def restore(self, slot: int, path: str | os.PathLike[str], *, key: bytes | None = None) -> tuple[int, int]:
+        """BatchEngine.restore_slot: (tokens restored, bytes read)."""
         raw, key = fs_path("path", path), check_key(key)
 
         def restore() -> tuple[int, int]:
             s = self._idle_slot(slot, "restore")
-            if self._slot_file_limits is None:  # (reads the model's header once)
-                self._slot_file_limits = slot_limits(self.model, self._context, self.n_ctx_slot)
-            s.lora, n_bytes = restore_slot(self._context, s.seq, raw, self._slot_identity(None),
-                                           self._slot_file_limits, s.cached, key)
+            if self._limits is None:
+                self._limits = slot_limits(self._model, self._context, self._n_ctx_slot)
+            s.lora, n_bytes = restore_slot(self._context, s.seq, raw, self._identity(None), self._limits, s.cached,
+                                           key)
             return len(s.cached), n_bytes
         return self._between_steps(restore)
 
-    def erase_slot(self, slot: int) -> int:
-        """Empty an idle slot's KV cells; how many tokens it held."""
+    def erase(self, slot: int) -> int:
+        """BatchEngine.erase_slot: how many tokens the slot held."""
         def erase() -> int:
             s = self._idle_slot(slot, "erase")
             n = len(s.cached)
@@ -141,11 +126,11 @@ class SlotFiles:
             return n
         return self._between_steps(erase)
 
-    def _slot_identity(self, lora_scales: tuple[float, ...] | None) -> StateIdentity:
-        return slot_identity(self.model, self.n_ctx_slot, lora_scales)
+    def _identity(self, lora_scales: tuple[float, ...] | None) -> StateIdentity:
+        return slot_identity(self._model, self._n_ctx_slot, lora_scales)
 
     def _idle_slot(self, slot: int, action: str) -> Slot:  # engine thread
-        int_in_range("slot", slot, 0, self.parallel - 1)
+        int_in_range("slot", slot, 0, len(self._slots) - 1)
         if self._slots[slot].job is not None:
             raise BusyError(f"cannot {action} slot {slot}: it is generating")
         return self._slots[slot]

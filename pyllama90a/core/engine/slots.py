@@ -1,0 +1,51 @@
+"""What a BatchEngine keeps of each request and each slot, shared by engine.py, lora_turns.py and slot_files.py:
+a request's Job (its prompt, its generation, where its Chunks go) and the Slot (a sequence id and the tokens in
+its cells) that runs it. Only the engine thread changes them once a job is queued."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..generation.lora_request import Scales
+from ..generation.outputs import FinishReason, Usage
+from ..generation.sequence import GenerationSequence, TokenLogprob
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A step of one request's output. The last chunk has finish_reason and usage set (or error)."""
+    text: str = ""
+    tokens: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
+    # "stop" or "length" (the engine reads no tool calls: the server does, with core.ToolCallOutput), or "error"
+    finish_reason: FinishReason | Literal["error"] | None = None
+    usage: Usage | None = None
+    error: Exception | None = None
+
+
+@dataclass
+class Job:
+    """A request from submit() to its last chunk."""
+    prompt: list[int]
+    sequence: GenerationSequence
+    on_chunk: Callable[[Chunk], None]
+    cancelled: bool = False
+    lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
+    to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
+    # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
+    # carried them yet, so the next one does
+    unsent: list[int] = field(default_factory=list)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.sequence.generated
+
+
+@dataclass
+class Slot:
+    """One of the engine's `parallel` sequences of the context, and the job it runs (None while idle)."""
+    seq: int
+    cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
+    lora: Scales = ()  # the adapter scales those cells were computed with
+    job: Job | None = None
