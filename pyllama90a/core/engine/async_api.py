@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..generation.outputs import Usage
+from .slots import Chunk
 
 if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
     from typing_extensions import Unpack
@@ -20,11 +21,16 @@ if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the typ
     from ..generation.request import RequestOptions
 
 
-class Engine(Protocol):
-    """What this module needs of a BatchEngine (engine.py imports this module: no import back)."""
+class Submitted(Protocol):
+    def cancel(self) -> None: ...
 
-    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Any], None],
-               **kwargs: Unpack[RequestOptions]) -> Any: ...
+
+class Engine(Protocol):
+    """What this module needs of a BatchEngine, its public submit() (engine.py imports this module: no import
+    back)."""
+
+    def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None],
+               **kwargs: Unpack[RequestOptions]) -> Submitted: ...
 
 
 @dataclass(frozen=True)
@@ -36,19 +42,23 @@ class EngineCompletion:
     usage: Usage
 
 
-async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> AsyncIterator[Any]:
-    """submit()'s chunks (engine.Chunk) as they come (kwargs: submit's); an error chunk raises its error."""
+async def astream(engine: Engine, prompt: str | Sequence[int],
+                  **kwargs: Unpack[RequestOptions]) -> AsyncIterator[Chunk]:
+    """submit()'s chunks as they come (kwargs: submit's); an error chunk raises its error."""
     loop = asyncio.get_running_loop()
-    chunks: asyncio.Queue[Any] = asyncio.Queue()
+    chunks: asyncio.Queue[Chunk] = asyncio.Queue()
 
-    def deliver(chunk: Any) -> None:  # engine thread
+    def deliver(chunk: Chunk) -> None:  # engine thread
         loop.call_soon_threadsafe(chunks.put_nowait, chunk)  # (a closed loop raises; the engine then cancels)
 
     submitting = asyncio.ensure_future(asyncio.to_thread(engine.submit, prompt, deliver, **kwargs))
     try:
         handle = await asyncio.shield(submitting)
     except asyncio.CancelledError:  # cancelled while the worker thread submits: cancel the request it queues
-        submitting.add_done_callback(lambda done: done.exception() is None and done.result().cancel())
+        def cancel_queued(done: asyncio.Future[Submitted]) -> None:
+            if done.exception() is None:
+                done.result().cancel()
+        submitting.add_done_callback(cancel_queued)
         raise
     try:
         while True:
@@ -61,7 +71,7 @@ async def astream(engine: Engine, prompt: str | Sequence[int], **kwargs: Unpack[
         handle.cancel()  # (after the last chunk it does nothing)
 
 
-def last_chunk(chunk: Any) -> bool:
+def last_chunk(chunk: Chunk) -> bool:
     """Whether `chunk` is its request's last; an error chunk raises its error (stream's and astream's rule)."""
     if chunk.error is not None:
         raise chunk.error

@@ -4,7 +4,7 @@ the scales a context applies them with.
     Model(path, lora=[("style.gguf", 1.0), ("domain.gguf", 0.5)])   # ids 0 and 1, in that order
 
 llama.cpp applies adapters per context, not per sequence: a Model's context runs with the scales it was loaded
-with; a BatchEngine switches sets between decode steps (engine_lora.py). A request names the adapters it uses
+with; a BatchEngine switches sets between decode steps (engine/lora_turns.py). A request names the adapters it uses
 as {id: scale}; the others are off for it (llama-server's rule). Activated LoRA (aLoRA, whose adapter applies
 only after invocation tokens) is refused.
 """
