@@ -59,3 +59,38 @@ def test_only_the_binding_imports_the_compiled_extension() -> None:
             if any("_native" in n.split(".") for n in [*names, *module.split(".")]) and BINDING not in path.parents:
                 offenders.append(str(path.relative_to(PACKAGE)))
     assert not offenders
+
+
+def _declared(statements: list[ast.stmt]) -> list[str]:
+    """The names a class body's statements declare: annotated or assigned attributes, methods."""
+    names = []
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def test_no_class_declares_another_class_s_private_members() -> None:
+    """Issue 35: pieces split off a host by line count reached back into it (a mixin re-declared Model's private
+    members under TYPE_CHECKING and ran on them; Protocols stood in for the engine's private classes). What a
+    class uses of another is the other's public face: a TYPE_CHECKING block in a class body declares dunders only
+    (e.g. __dataclass_fields__), and a Protocol declares no private member."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for cls in (n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)):
+            protocol = any(ast.unparse(base).split("[")[0].split(".")[-1] == "Protocol" for base in cls.bases)
+            borrowed = [n for n in _declared(cls.body) if protocol and _private(n)]
+            for node in cls.body:
+                if isinstance(node, ast.If) and ast.unparse(node.test).split(".")[-1] == "TYPE_CHECKING":
+                    borrowed += [n for n in _declared(node.body) if _private(n)]
+            if borrowed:
+                offenders.append(f"{path.relative_to(PACKAGE)}: {cls.name} declares {', '.join(borrowed)}")
+    assert not offenders, offenders
