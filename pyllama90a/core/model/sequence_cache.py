@@ -26,13 +26,13 @@ class SequenceCache:
         # token again
         self._logits_stale = False
 
-    def decode(self, tokens: list[int]) -> None:
+    def _decode(self, tokens: list[int]) -> None:
         """Decode `tokens` (at most n_batch) after the cached ones; their last one's logits are ready afterwards."""
         self.context.decode_tokens(tokens)
         self.tokens.extend(tokens)
         self._logits_stale = False
 
-    def hold(self, tokens: list[int]) -> int:
+    def _hold_exactly(self, tokens: list[int]) -> int:
         """Bring the cache to hold exactly `tokens` (a prompt, with room for one more), reusing the longest cached
         prefix; how many tokens were decoded. The logits of the last one are ready afterwards."""
         context, n_ctx = self.context, self.context.n_ctx_seq
@@ -42,14 +42,14 @@ class SequenceCache:
                 f"(and one more is needed to generate)")
         common = keep_cached_prefix(context, 0, self.tokens, tokens)
         for start in range(common, len(tokens), context.n_batch):
-            self.decode(tokens[start:start + context.n_batch])
+            self._decode(tokens[start:start + context.n_batch])
         return len(tokens) - common
 
     def generate(self, prompt: list[int], sequence: GenerationSequence) -> Iterator[Piece]:
         """The pieces of `sequence` continuing `prompt` (its cached prefix reused); the last one carries the
         Completion. Model.generate and chat's loop, one token a step."""
         t0 = time.perf_counter()
-        n_evaluated = self.hold(prompt)
+        n_evaluated = self._hold_exactly(prompt)
         t1 = time.perf_counter()
         pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
         while True:
@@ -62,7 +62,7 @@ class SequenceCache:
                 yield Piece(step.text, pending)
                 pending = []
             assert step.token is not None  # (a step that goes on made a token)
-            self.decode([step.token])
+            self._decode([step.token])
         t2 = time.perf_counter()
         generated = sequence.generated
         completion = Completion(
@@ -85,7 +85,7 @@ class SequenceCache:
         """Model.eval: decode `tokens` after the cached ones."""
         tokens = self._fitting_tokens(tokens, len(self.tokens))
         for start in range(0, len(tokens), self.context.n_batch):
-            self.decode(tokens[start:start + self.context.n_batch])
+            self._decode(tokens[start:start + self.context.n_batch])
         self.context.synchronize()
 
     def last_logits(self) -> np.ndarray:
@@ -96,7 +96,7 @@ class SequenceCache:
             last = self.tokens.pop()
             if not self.context.trim_sequence(0, len(self.tokens)):  # pragma: no cover - never for a KV cache
                 raise LlamaError("llama.cpp could not truncate the cache")
-            self.decode([last])
+            self._decode([last])
         return np.copy(self.context.logits_row(-1))
 
     def truncate(self, n_tokens: int) -> None:
