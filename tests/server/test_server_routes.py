@@ -5,6 +5,8 @@ the paths /metrics names, the error inputs, the OpenAPI document) are derived fr
 The app is made in process on a random-weight synthetic model (no server process)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
@@ -112,3 +114,25 @@ def test_access_follows_the_declarations(app: FastAPI) -> None:
             assert r.json()["error"]["param"] == "messages"
         finally:
             state.draining = False
+
+
+def test_a_streams_error_event_names_the_routes_input() -> None:
+    """The route's declared inputs travel with its request down to the stream's last event (generation.py):
+    a chat stream ended by the engine's closing names `messages`, as the whole answer's 503 would."""
+    engine = pl.BatchEngine(synthetic_model("tiny"), parallel=1, n_ctx=256, n_threads=1)
+    try:
+        with TestClient(create_app(ServerState(engine, "m"))) as client, client.stream(
+                "POST", "/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                                                   "max_tokens": 200, "ignore_eos": True}) as r:
+            assert r.status_code == 200
+            events = []
+            for line in r.iter_lines():
+                if line:
+                    events.append(line)
+                    if len(events) == 2:
+                        engine.close()  # (the request still generating gets an error chunk)
+        assert events[-1] == "data: [DONE]"
+        error = json.loads(events[-2][len("data: "):])["error"]
+        assert error["code"] == "server_shutting_down" and error["param"] == "messages"
+    finally:
+        engine.close()
