@@ -3,8 +3,8 @@
 Needs the `server` extra (FastAPI, uvicorn).
 
     __main__: settings from flags or PYLLAMA90A_* variables, then uvicorn
-    app: the FastAPI application: routers attached, the error funnel, limits and metrics
-    routes/: the routes, by API family
+    app: the FastAPI application: the route families attached in one place, the error funnel, the API key
+    routes/: the routes, one APIRouter per API family, each route's facts declared beside it
     protocol/: what a request may say: body limits, strict request models, refused fields, OpenAPI
     responses/: what the server answers, from the engine's Chunks
     generation: the generation routes' work: a request's generations queued, their chunks streamed

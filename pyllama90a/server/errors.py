@@ -1,7 +1,8 @@
 """The one funnel from exceptions to HTTP answers in OpenAI's error shape, {"error": {"message", "type", "param",
 "code"}}: `ANSWERS` maps a library exception class to its status, type and code, resolved along the class
 hierarchy (the most specific entry wins), and `answer` makes the APIError for an exception raised in a route
-or handed back by the engine in the middle of a generation."""
+or handed back by the engine in the middle of a generation. Which request input an answer's `param` names,
+when the raiser named none, is the serving route's declared `RouteInputs` (routes/family.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -45,12 +46,19 @@ class RouteInputs:
     rendered: str | None = None
 
 
-_CHAT, _COMPLETION = RouteInputs("messages", "messages"), RouteInputs("prompt", None)
-_EMBEDDING = RouteInputs("input", "input")
-ROUTE_INPUTS = {"/v1/chat/completions": _CHAT, "/chat/completions": _CHAT, "/apply-template": _CHAT,
-                "/v1/completions": _COMPLETION, "/completion": _COMPLETION, "/completions": _COMPLETION,
-                "/v1/embeddings": _EMBEDDING, "/embeddings": _EMBEDDING, "/embedding": _EMBEDDING,
-                "/tokenize": RouteInputs("content", "content"), "/detokenize": RouteInputs("tokens", "tokens")}
+NO_INPUTS = RouteInputs()
+CHAT_INPUTS, COMPLETION_INPUTS = RouteInputs("messages", "messages"), RouteInputs("prompt", None)
+EMBEDDING_INPUTS = RouteInputs("input", "input")
+
+# the ASGI scope's entry that carries the serving route's inputs (app.py's middleware sets it from the route's
+# declaration), for the answers made below the app: a stream's error event (generation.py)
+INPUTS_KEY = "pyllama90a.route_inputs"
+
+
+def route_inputs(scope: Mapping[str, Any]) -> RouteInputs:
+    """The inputs of the route that serves the request of `scope` (NO_INPUTS for a path no route declares)."""
+    inputs = scope.get(INPUTS_KEY)
+    return inputs if isinstance(inputs, RouteInputs) else NO_INPUTS
 
 # how an answer's param is found: from the exception and the route's inputs
 ParamRule = Callable[[BaseException, RouteInputs], "str | None"]
@@ -87,13 +95,13 @@ ANSWERS: dict[type[BaseException], Answer] = {
 }
 
 
-def answer(exc: BaseException, path: str) -> APIError:
-    """The APIError for `exc` raised while serving `path` (an APIError is its own answer); one whose class has
-    no entry is a 500."""
+def answer(exc: BaseException, inputs: RouteInputs = NO_INPUTS) -> APIError:
+    """The APIError for `exc` raised by a route whose request inputs are `inputs` (an APIError is its own
+    answer); one whose class has no entry is a 500."""
     if isinstance(exc, APIError):
         return exc
     entry = next((ANSWERS[c] for c in type(exc).__mro__ if c in ANSWERS), None)
     if entry is None:
         return APIError(500, "internal server error", type="server_error")
     return APIError(entry.status, entry.message.format(exc), type=entry.type, code=entry.code,
-                    param=entry.param(exc, ROUTE_INPUTS.get(path, RouteInputs())), headers=entry.headers)
+                    param=entry.param(exc, inputs), headers=entry.headers)

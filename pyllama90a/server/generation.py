@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..core.chat.prepare import PreparedChat, prepare_chat
 from ..core.engine.engine import Chunk, Handle
-from .errors import APIError, answer
+from .errors import APIError, RouteInputs, answer, route_inputs
 from .protocol.base import IGNORED_HEADER, shown_names
 from .protocol.requests import Generation
 from .responses.openai import ChatShape, CompletionShape, Shape
@@ -102,7 +102,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
                             **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))
     if gen.stream:
-        return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, request.url.path),
+        return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, route_inputs(request.scope)),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     try:
@@ -133,7 +133,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
 
 
 async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], handles: list[Handle], shape: Shape,
-               include_usage: bool, path: str) -> AsyncIterator[str]:
+               include_usage: bool, inputs: RouteInputs) -> AsyncIterator[str]:
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():
@@ -141,7 +141,7 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
         while not shape.finished:
             choice, chunk = await chunks.get()
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
-                yield _event(answer(chunk.error, path).body())
+                yield _event(answer(chunk.error, inputs).body())
                 break
             events = (await state.executors.submit.finish(shape.events, choice, chunk)  # (as generate's whole())
                       if shape.ends_in_model and chunk.finish_reason is not None else shape.events(choice, chunk))

@@ -186,13 +186,14 @@ def test_every_documented_field_is_known_and_unknown_ones_can_be_refused() -> No
     """The OpenAPI document and the parser cannot drift apart; with --unknown-fields reject, an unknown field of
     an extra chunk is refused, as any other unknown field (the parser, in process, on the FIM model)."""
     import pyllama90a as pl
+    from pyllama90a.server.app import openapi_document
     from pyllama90a.server.errors import APIError
     from pyllama90a.server.protocol.base import Limits, parse
-    from pyllama90a.server.protocol.openapi import route_docs
     from pyllama90a.server.protocol.requests import InfillRequest
 
     for limits in (Limits(), Limits(unknown_fields="reject")):
-        schema = route_docs(limits)["infill"]["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"]
+        entry = openapi_document(limits)["paths"]["/infill"]["post"]
+        schema = entry["requestBody"]["content"]["application/json"]["schema"]
         assert set(schema["properties"]) <= set(InfillRequest.model_fields)
     with pl.Model(synthetic_model(SHAPE, fim=tuple(FIM_TEXTS)), n_ctx=256) as model:
         body = {**BODY, "input_extra": [{"text": "a", "lang": "py"}]}

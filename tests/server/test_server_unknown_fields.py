@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
+from pyllama90a.server.app import openapi_document
 from pyllama90a.server.protocol.base import Limits
-from pyllama90a.server.protocol.openapi import route_docs
 from pyllama90a.server.protocol.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from pyllama90a.tools.server_process import ServerProcess
 
@@ -150,12 +150,11 @@ def test_hostile_field_names_make_a_bounded_header(warn, reject) -> None:
 def test_every_documented_request_field_is_known() -> None:
     """The OpenAPI document and the known fields cannot drift apart: a field it lists never gets a warning."""
     for limits in (Limits(), Limits(unknown_fields="reject")):
-        docs = route_docs(limits)
-        for route, model in (("completions", CompletionRequest), ("chat", ChatRequest),
-                             ("embeddings", EmbeddingRequest)):
-            schema = docs[route]["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"]
-            assert set(schema["properties"]) <= set(model.model_fields), route
-    assert "X-Ignored-Fields" in route_docs(Limits())["chat"]["responses"][200]["headers"]
+        paths = openapi_document(limits)["paths"]
+        for path, model in ((COMPLETIONS, CompletionRequest), (CHAT, ChatRequest), (EMBEDDINGS, EmbeddingRequest)):
+            schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            assert set(schema["properties"]) <= set(model.model_fields), path
+    assert "X-Ignored-Fields" in openapi_document(Limits())["paths"][CHAT]["post"]["responses"]["200"]["headers"]
     with pytest.raises(ValueError, match="unknown_fields"):
         Limits(unknown_fields="ignore")
 

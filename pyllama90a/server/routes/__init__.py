@@ -1,6 +1,9 @@
-"""The routes, by API family.
+"""The routes, one APIRouter per API family, each route declared once beside its endpoint.
 
-    llama_server: llama-server's native routes (/completion, /infill, /tokenize, /props, /slots, ...)
+    family: Family (an APIRouter whose routes carry their declarations) and the tables derived from them
+    status: the server's own /health and /metrics
+    openai: OpenAI's /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings
+    llama_server: llama-server's native routes (/completion, /infill, /tokenize, /props, ...)
+    slots: llama-server's GET /slots and POST /slots/{id}?action=save|restore|erase
     lora: llama-server's /lora-adapters
-    slots: llama-server's POST /slots/{id}?action=save|restore|erase
 """

@@ -1,26 +1,28 @@
 """llama-server's native routes, for clients written for it: POST /completion (and /completions, which
-llama-server serves the same way), /infill (a /completion of a fill-in-the-middle prompt: fim.py),
-/tokenize, /detokenize, /apply-template, /embeddings and /embedding (its list shape), GET /props and /slots.
-Requests are read by protocol.py, answers shaped by native_responses.py; errors keep the OpenAI routes'
-contract (server/errors.py)."""
+llama-server serves the same way), /infill (a /completion of a fill-in-the-middle prompt: core/model/fim.py),
+/tokenize, /detokenize, /apply-template, /embeddings and /embedding (its list shape), GET /props (its slots:
+slots.py). Requests are read by protocol/requests.py, answers shaped by responses/llama_server.py; errors keep
+the OpenAI routes' contract (server/errors.py)."""
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ...errors import ChatTemplateError
 from ..embeddings import embeddings
-from ..errors import APIError
+from ..errors import CHAT_INPUTS, COMPLETION_INPUTS, EMBEDDING_INPUTS, RouteInputs
 from ..generation import generate, ignored_fields
+from ..protocol import openapi as doc
 from ..protocol.base import parse
 from ..protocol.body import read_request
 from ..protocol.requests import (
     ApplyTemplateRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     Generation,
     InfillRequest,
     NativeCompletionRequest,
@@ -28,12 +30,9 @@ from ..protocol.requests import (
 )
 from ..responses.llama_server import NativeCompletionShape, generation_settings
 from ..state import ServerState
-from . import slots as slot_files
+from .family import Family, State
 
-COMPLETION_PATHS = ("/completion", "/completions")
-EMBEDDING_PATHS = ("/embeddings", "/embedding")
-PATHS = (*COMPLETION_PATHS, "/infill", *EMBEDDING_PATHS, "/tokenize", "/detokenize", "/apply-template", "/props",
-         "/slots")
+router = Family()
 
 
 def default_settings(state: ServerState) -> dict[str, Any]:
@@ -99,80 +98,73 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     return await generate(state, request, gen, ignored, chat=False, shape_for=shape_for)
 
 
-def register(app: FastAPI, state: ServerState, docs: dict[str, dict[str, Any]]) -> None:
-    """Add the native routes to `app` (server/openapi.py's `docs` describe them)."""
-    settings = default_settings(state)  # depends only on the server's limits, slot size and model name
-    text = state.executors.text  # tokenizer and template work, their bodies' too (server/executors.py)
-    # each route reads state.engine when it runs: a server whose RPC workers came back serves from a new engine
+@router.serve("POST", "/completion", also_at=("/completions",), inputs=COMPLETION_INPUTS, doc=doc.generation(
+    "llama-server's completion (also at /completions): content, tokens, stop_type, timings; a stream ends without "
+    "[DONE]", NativeCompletionRequest, doc.NATIVE_COMPLETION))
+async def completion(request: Request, state: State) -> Response:
+    return await _complete(state, request, NativeCompletionRequest)
 
-    async def completion(request: Request) -> Response:
-        return await _complete(state, request, NativeCompletionRequest)
 
-    app.add_api_route(COMPLETION_PATHS[0], completion, methods=["POST"], **docs["native_completion"])
-    app.add_api_route(COMPLETION_PATHS[1], completion, methods=["POST"], include_in_schema=False)
+@router.serve("POST", "/infill", doc=doc.generation(
+    "llama-server's fill-in-the-middle completion: a /completion of the model's FIM prompt (a model without FIM "
+    "prefix, suffix and middle tokens answers 400, code infill_not_supported)", InfillRequest,
+    doc.NATIVE_COMPLETION))
+async def infill(request: Request, state: State) -> Response:
+    return await _complete(state, request, InfillRequest)
 
-    @app.post("/infill", **docs["infill"])
-    async def infill(request: Request) -> Response:
-        return await _complete(state, request, InfillRequest)
 
-    async def native_embeddings(request: Request) -> Response:
-        return await embeddings(state, request, native=True)
+@router.serve("POST", "/embeddings", also_at=("/embedding",), inputs=EMBEDDING_INPUTS, doc=doc.reading(
+    "llama-server's embeddings (also at /embedding): one pooled vector per input, in a list", EmbeddingRequest,
+    doc.NATIVE_EMBEDDINGS, "one vector per input"))
+async def native_embeddings(request: Request, state: State) -> Response:
+    return await embeddings(state, request, native=True)
 
-    app.add_api_route(EMBEDDING_PATHS[0], native_embeddings, methods=["POST"], **docs["native_embeddings"])
-    app.add_api_route(EMBEDDING_PATHS[1], native_embeddings, methods=["POST"], include_in_schema=False)
 
-    @app.post("/tokenize", **docs["tokenize"])
-    async def tokenize(request: Request) -> StreamingResponse:
-        model = state.engine.model
-        req, ignored = await read_request(request, state.limits, TokenizeRequest, pool=text)
-        tokens = await text.run(model.tokenize, req.content, add_special=req.add_special,
-                                parse_special=req.parse_special)
+# tokenizer and template work, their bodies' too, runs on the text pool (server/executors.py); each route reads
+# state.engine when it runs: a server whose RPC workers came back serves from a new engine
 
-        def piece_of(token: int) -> bytes:
-            return model.handle.token_piece(token, special=True)
-        # (Starlette reads a plain iterator in its thread pool: the chunks are made off the event loop)
-        return StreamingResponse(tokens_body(tokens, piece_of if req.with_pieces else None),
-                                 media_type="application/json", headers=ignored_fields(request, ignored))
+@router.serve("POST", "/tokenize", inputs=RouteInputs("content", "content"), doc=doc.reading(
+    "llama-server's tokenizer (no BOS and special tokens parsed unless asked)", TokenizeRequest, doc.TOKENIZE))
+async def tokenize(request: Request, state: State) -> StreamingResponse:
+    model, text = state.engine.model, state.executors.text
+    req, ignored = await read_request(request, state.limits, TokenizeRequest, pool=text)
+    tokens = await text.run(model.tokenize, req.content, add_special=req.add_special,
+                            parse_special=req.parse_special)
 
-    @app.post("/detokenize", **docs["detokenize"])
-    async def detokenize(request: Request) -> JSONResponse:
-        model = state.engine.model
-        req, ignored = await read_request(request, state.limits, DetokenizeRequest, pool=text)
-        return JSONResponse({"content": await text.run(model.detokenize, req.tokens, True)},
-                            headers=ignored_fields(request, ignored))
+    def piece_of(token: int) -> bytes:
+        return model.handle.token_piece(token, special=True)
+    # (Starlette reads a plain iterator in its thread pool: the chunks are made off the event loop)
+    return StreamingResponse(tokens_body(tokens, piece_of if req.with_pieces else None),
+                             media_type="application/json", headers=ignored_fields(request, ignored))
 
-    @app.post("/apply-template", **docs["apply_template"])
-    async def apply_template(request: Request) -> JSONResponse:
-        model = state.engine.model
-        (messages, tools, kwargs), ignored = await read_request(request, state.limits, ApplyTemplateRequest,
-                                                                pool=text)
-        prompt = await text.run(model.apply_chat_template, messages, tools=tools, **kwargs)
-        return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, ignored))
 
-    @app.get("/props", **docs["props"])
-    async def props() -> dict[str, Any]:
-        engine = state.engine
-        model = engine.model
-        return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
-                                                "speculative": False, "is_processing": False,
-                                                "params": settings},
-                "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(model.path),
-                "chat_template": await text.run(_chat_template, state),
-                "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
-                "is_sleeping": False}
+@router.serve("POST", "/detokenize", inputs=RouteInputs("tokens", "tokens"),
+              doc=doc.reading("Token ids to text", DetokenizeRequest, doc.DETOKENIZE))
+async def detokenize(request: Request, state: State) -> JSONResponse:
+    model, text = state.engine.model, state.executors.text
+    req, ignored = await read_request(request, state.limits, DetokenizeRequest, pool=text)
+    return JSONResponse({"content": await text.run(model.detokenize, req.tokens, True)},
+                        headers=ignored_fields(request, ignored))
 
-    @app.post("/slots/{id_slot}", **docs["slot_action"])
-    async def slot_action(request: Request, id_slot: str) -> JSONResponse:
-        return await slot_files.slot_action(state, request, id_slot)
 
-    @app.get("/slots", **docs["slots"])
-    async def slots(request: Request) -> list[dict[str, Any]]:
-        engine = state.engine
-        fail_on_no_slot = request.query_params.get("fail_on_no_slot", "0")
-        if fail_on_no_slot not in ("0", "1"):
-            raise APIError(400, "'fail_on_no_slot' must be 0 or 1", param="fail_on_no_slot")
-        usage = engine.slot_usage()
-        if fail_on_no_slot == "1" and all(busy for busy, _ in usage):
-            raise APIError(503, "no slot is free", type="unavailable_error", code="no_slot_available")
-        return [{"id": i, "id_task": -1, "n_ctx": engine.n_ctx_slot, "speculative": False, "is_processing": busy,
-                 "n_cached": n_cached} for i, (busy, n_cached) in enumerate(usage)]
+@router.serve("POST", "/apply-template", inputs=CHAT_INPUTS, doc=doc.reading(
+    "The prompt the chat template renders for a chat request's messages", ApplyTemplateRequest, doc.PROMPT))
+async def apply_template(request: Request, state: State) -> JSONResponse:
+    model, text = state.engine.model, state.executors.text
+    (messages, tools, kwargs), ignored = await read_request(request, state.limits, ApplyTemplateRequest, pool=text)
+    prompt = await text.run(model.apply_chat_template, messages, tools=tools, **kwargs)
+    return JSONResponse({"prompt": prompt}, headers=ignored_fields(request, ignored))
+
+
+@router.serve("GET", "/props", doc=doc.fixed("llama-server's server properties", {
+    200: doc.json_body("the default generation settings, slots, model path, chat template", doc.PROPS),
+    **doc.errors(401, 429, 503)}))
+async def props(state: State) -> dict[str, Any]:
+    engine = state.engine
+    return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
+                                            "speculative": False, "is_processing": False,
+                                            "params": default_settings(state)},
+            "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(engine.model.path),
+            "chat_template": await state.executors.text.run(_chat_template, state),
+            "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
+            "is_sleeping": False}

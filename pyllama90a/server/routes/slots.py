@@ -1,5 +1,6 @@
-"""llama-server's POST /slots/{id}?action=save|restore|erase: a slot's KV cells in a file of --slot-save-path and
-back (BatchEngine.save_slot / restore_slot / erase_slot, slot_state.py's format and checks).
+"""llama-server's slot routes: GET /slots (each slot and whether it is generating) and POST
+/slots/{id}?action=save|restore|erase: a slot's KV cells in a file of --slot-save-path and back
+(BatchEngine.save_slot / restore_slot / erase_slot, core/engine/slot_files.py's format and checks).
 
 save and restore take {"filename": NAME}: a plain file name in that folder (letters, digits, '.', '_', '-', not
 starting with '.'), never a path. Without --slot-save-path the route answers 501, as llama-server does. Files
@@ -19,9 +20,12 @@ from fastapi.responses import JSONResponse
 
 from ...errors import StateFileError
 from ..errors import APIError
+from ..protocol import openapi as doc
 from ..protocol.body import read_json
 from ..slot_policy import SlotFolder, folder_usage
-from ..state import ServerState
+from .family import Family, State
+
+router = Family()
 
 ACTIONS = ("save", "restore", "erase")
 _FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
@@ -56,7 +60,26 @@ def quota(folder: SlotFolder, name: str) -> Callable[[int], None]:
     return admit
 
 
-async def slot_action(state: ServerState, request: Request, id_slot: str) -> JSONResponse:
+@router.serve("GET", "/slots", doc=doc.fixed(
+    "The slots and whether each is generating (fail_on_no_slot=1: 503 when none is free)",
+    {200: doc.json_body("one entry per slot", doc.SLOTS), **doc.errors(400, 401, 503)}))
+async def slots(request: Request, state: State) -> list[dict[str, Any]]:
+    engine = state.engine
+    fail_on_no_slot = request.query_params.get("fail_on_no_slot", "0")
+    if fail_on_no_slot not in ("0", "1"):
+        raise APIError(400, "'fail_on_no_slot' must be 0 or 1", param="fail_on_no_slot")
+    usage = engine.slot_usage()
+    if fail_on_no_slot == "1" and all(busy for busy, _ in usage):
+        raise APIError(503, "no slot is free", type="unavailable_error", code="no_slot_available")
+    return [{"id": i, "id_task": -1, "n_ctx": engine.n_ctx_slot, "speculative": False, "is_processing": busy,
+             "n_cached": n_cached} for i, (busy, n_cached) in enumerate(usage)]
+
+
+@router.serve("POST", "/slots/{id_slot}", doc=doc.fixed(
+    "llama-server's slot files: ?action=save|restore (body {filename}, a plain name in --slot-save-path) or erase; "
+    "the slot must be idle", {200: doc.json_body("what was saved, restored or erased", doc.SLOT_ACTION),
+                              **doc.errors(400, 401, 409, 413, 429, 501, 503)}, doc.SLOT_FILE_BODY))
+async def slot_action(request: Request, id_slot: str, state: State) -> JSONResponse:
     folder = state.slot_folder
     if folder is None:
         raise APIError(501, "slot files need the server started with --slot-save-path DIR", type="not_supported_error",
