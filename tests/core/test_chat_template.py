@@ -8,7 +8,7 @@ import json
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.core.chat.messages import ToolArguments, normalize_messages
+from pyllama90a.core.chat.messages import ChatMessage, Messages, ToolArguments, normalize_messages
 from pyllama90a.core.chat.template import TEMPLATE_KEY, ChatTemplate, compile_template, special_tokens
 from pyllama90a.core.toolcalls import get_format
 from pyllama90a.errors import ChatTemplateError, InvalidArgumentError
@@ -181,6 +181,24 @@ def test_the_callers_messages_are_not_changed() -> None:
     ChatTemplate(HERMES_STYLE).render(normalize_messages(messages), tools=TOOLS)
     ChatTemplate(PLAIN_STYLE).render(normalize_messages(messages), tools=TOOLS)
     assert messages == CALL_HISTORY
+
+
+def test_messages_have_one_typed_form_which_render_takes_as_it_is() -> None:
+    history = [*CALL_HISTORY, {"role": "assistant", "content": "done", "reasoning_content": "why", "name": None}]
+    norm = normalize_messages(history)
+    assert isinstance(norm, Messages) and normalize_messages(norm) is norm  # (checked once, where it entered)
+    assert [type(m) for m in norm] == [ChatMessage] * 5
+    call = norm[1].tool_calls[0]
+    assert (norm[1].content, call.id, call.type, call.name, call.arguments_text) == (
+        "", "a1B2c3D4e", "function", "get_weather", '{"city": "Paris",  "unit": "c"}')
+    assert (norm[2].tool_call_id, norm[2].name, norm[2].content) == ("a1B2c3D4e", "get_weather", "18 °C, sunny")
+    # other keys go to the template as they are; a null one is as if absent
+    assert (norm[4].extra, norm[4].name) == ({"reasoning_content": "why"}, None)
+    t = ChatTemplate("{% for m in messages %}{{ m.role }}:{{ m.reasoning_content }}:{{ m.name is defined }};"
+                     "{% endfor %}", tool_call_format="hermes")
+    assert t.render(Messages(norm[4:])) == "assistant:why:False;"
+    with pytest.raises(InvalidArgumentError, match=r"render\(\) takes the Messages of normalize_messages"):
+        t.render(history)  # (a Python caller's dicts are converted at the entry: Model.chat, apply_chat_template)
 
 
 def test_arguments_are_a_dict_with_the_json_text_kept() -> None:
