@@ -1,6 +1,7 @@
 """The generation routes' work: a request's n generations queued on the engine, their chunks carried to the
-event loop and shaped (responses.py, native_responses.py) into a whole answer or server-sent events; a client
-that goes away frees its slots."""
+event loop and shaped (responses/openai.py, responses/llama_server.py) into a whole answer or server-sent events;
+a client that goes away frees its slots. A chat arrives checked and typed (protocol/chat.py): its Messages, Tools
+and ToolChoice go to prepare_chat as they are."""
 from __future__ import annotations
 
 import asyncio

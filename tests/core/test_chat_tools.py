@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 import pyllama90a as pl
+from pyllama90a.core.chat.messages import normalize_messages
 from pyllama90a.core.chat.template import ChatTemplateError
 from pyllama90a.core.toolcalls import reassemble
 from support.weather_tools import ASK, TIME, WEATHER
@@ -180,7 +181,7 @@ def test_the_gguf_template_is_rendered_with_jinja(chat_model) -> None:
     prompt = chat_model.apply_chat_template(ASK)
     # SmolLM2's own template adds its default system prompt (llama.cpp's matcher would not)
     assert prompt.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
-    assert prompt == chat_model.chat_template.render(ASK)
+    assert prompt == chat_model.chat_template.render(normalize_messages(ASK))
     # the text reaches the tokenizer with its length, so a NUL does not cut a message (llama.cpp's C API would)
     assert "<|im_start|>user\na\0b<|im_end|>" in chat_model.apply_chat_template([{"role": "user", "content": "a\0b"}])
 

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from pyllama90a.core.chat.messages import normalize_messages
 from pyllama90a.core.chat.template import ChatTemplate
 from pyllama90a.core.toolcalls import (
     FORMATS,
@@ -470,7 +471,7 @@ def test_parsed_calls_go_back_into_the_conversation(source) -> None:
     assert _calls(result) == [("get_weather", {"city": "Paris"}), ("ping", {})]
     history = [{"role": "user", "content": "Weather?"}, result.message(),
                *({"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in result.tool_calls)]
-    text = template.render(history, tools=TOOLS)
+    text = template.render(normalize_messages(history), tools=TOOLS)
     # the template writes the calls back in the syntax the parser reads
     start = text.index(fmt.trigger, text.index("Weather?"))
     again = fmt.parse(text[start:], TOOLS)
@@ -480,8 +481,8 @@ def test_parsed_calls_go_back_into_the_conversation(source) -> None:
 def test_real_model_output_parses_the_same_streamed_and_whole(model) -> None:
     template = ChatTemplate.for_model(model)
     fmt = template.tool_call_format
-    prompt = template.render([{"role": "user", "content": "What is the weather in Paris? Call a function."}],
-                             tools=TOOLS)
+    ask = normalize_messages([{"role": "user", "content": "What is the weather in Paris? Call a function."}])
+    prompt = template.render(ask, tools=TOOLS)
     tokens = model.tokenize(prompt, add_special=not template.has_bos(prompt), parse_special=True)
     for seed in (1,):  # the model's own idea of a call (on this CPU about 0.1 s a token)
         pieces = [p.text for p in model.generate(tokens, max_tokens=40, temperature=0.7, seed=seed, stream=True)]

@@ -16,6 +16,7 @@ import pytest
 import pyllama90a as pl
 from pyllama90a.core import constrained
 from pyllama90a.core.chat import render
+from pyllama90a.core.chat.messages import normalize_messages
 from pyllama90a.core.chat.template import ChatTemplate
 from pyllama90a.tools.server_process import ServerProcess
 
@@ -149,9 +150,9 @@ def test_endless_template_hits_the_time_limit() -> None:
     with template_limits(render_timeout_s=1.0):
         start = time.monotonic()
         with pytest.raises(pl.ChatTemplateError, match=r"time limit of 1 s \(server flag --template-timeout\)"):
-            ChatTemplate(LOOPS).render(HI)
+            ChatTemplate(LOOPS).render(normalize_messages(HI))
         assert time.monotonic() - start < 5
-    assert ChatTemplate("{{ messages[0].content }}").render(HI) == "hi"
+    assert ChatTemplate("{{ messages[0].content }}").render(normalize_messages(HI)) == "hi"
 
 
 @pytest.mark.parametrize("source", [DOUBLING, HUGE_INDENT], ids=["doubling", "tojson-indent"])
@@ -171,7 +172,7 @@ def test_template_memory_is_bounded(source: str) -> None:
         # page faults, once took more than the default 5 s to reach 1 GiB (then the answer named the time)
         with template_limits(render_timeout_s=120), \
                 pytest.raises(pl.ChatTemplateError, match=r"memory limit of 1024 MiB|render process died"):
-            ChatTemplate(source).render(HI)
+            ChatTemplate(source).render(normalize_messages(HI))
     finally:
         done.set()
         watcher.join()
@@ -180,9 +181,9 @@ def test_template_memory_is_bounded(source: str) -> None:
 
 def test_template_output_size_limit() -> None:
     with pytest.raises(pl.ChatTemplateError, match=r"output is over the limit of 16777216 characters"):
-        ChatTemplate(HUGE_OUTPUT).render(HI)
+        ChatTemplate(HUGE_OUTPUT).render(normalize_messages(HI))
     with template_limits(max_output_chars=5), pytest.raises(pl.ChatTemplateError, match="limit of 5 characters"):
-        ChatTemplate("{{ messages[0].content * 3 }}").render(HI)
+        ChatTemplate("{{ messages[0].content * 3 }}").render(normalize_messages(HI))
 
 
 @pytest.mark.parametrize("source", [

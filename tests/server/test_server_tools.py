@@ -150,6 +150,54 @@ def test_bad_tool_requests_are_a_400_naming_the_field(server, body, param) -> No
     assert r.json()["error"]["param"] == param, r.json()
 
 
+def _resolved(node, doc):
+    """A schema with its $refs (if the document has components) replaced by what they name."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = doc
+            for part in node["$ref"].lstrip("#/").split("/"):
+                target = target[part]
+            return _resolved(target, doc)
+        return {k: _resolved(v, doc) for k, v in node.items()}
+    return [_resolved(v, doc) for v in node] if isinstance(node, list) else node
+
+
+HISTORY = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+    {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "CET"}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": [{"type": "text", "text": "18 C"}]},
+    {"role": "user", "content": ["plain", {"type": "text", "text": "parts"}]}]
+
+
+@pytest.mark.parametrize("bad", [
+    {"messages": [{"role": "user", "content": 5}]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": {"id": "call_1"}}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": 3}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}]},
+    {"messages": [{"role": "tool", "tool_call_id": 7, "content": "x"}]},
+    {"messages": ASK, "tools": [WEATHER], "tool_choice": "always"},
+    {"messages": ASK, "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
+    {"messages": ASK, "tools": [{"type": "function", "function": {"name": "bad name!"}}]},
+])
+def test_the_openapi_document_types_messages_tools_and_tool_choice(server, bad) -> None:
+    """/openapi.json describes a message's content, its tool calls, the tools and tool_choice by their types
+    (not "any"): a client validating against it accepts a tool round trip and refuses what the server refuses."""
+    doc = httpx.get(server.base_url + "/openapi.json", timeout=60).json()
+    body = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    schema = _resolved(body, doc)
+    good = {"messages": HISTORY, "tools": [WEATHER, TIME],
+            "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+    jsonschema.validate(good, schema)
+    assert httpx.post(server.base_url + "/v1/chat/completions", json={**good, "max_tokens": 1},
+                      timeout=60).status_code == 200
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    answer = httpx.post(server.base_url + "/v1/chat/completions", json={**bad, "max_tokens": 1}, timeout=60)
+    assert answer.status_code == 400, answer.text  # (and the server refuses it too)
+
+
 def test_chat_template_file(tmp_path, model_path) -> None:
     template = tmp_path / "upper.jinja"
     template.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n"

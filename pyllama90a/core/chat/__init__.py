@@ -1,5 +1,6 @@
 """Chat requests: messages rendered by the model's Jinja template, and the generated text read back.
 
+    messages: `ChatMessage`, `Messages`: a request's messages in one typed form, checked once where they enter
     template: `ChatTemplate`, Jinja chat templates rendered as Hugging Face transformers renders them
     render: templates compiled and rendered in a worker process, within time, memory and output limits
     prepare: a chat request made ready to generate (messages, tools, constraint) and its output read back

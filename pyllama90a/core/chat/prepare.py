@@ -1,12 +1,13 @@
 """A chat request made ready to generate, and its output read back.
 
 `prepare_chat(model, messages, tools=..., tool_choice=..., constraint=...)` renders the messages (and tools)
-with the model's Jinja chat template (chat_template.py: the GGUF's `tokenizer.chat_template`, or the
+with the model's Jinja chat template (template.py: the GGUF's `tokenizer.chat_template`, or the
 `Model(chat_template=...)` override), or with llama.cpp's built-in ChatML when the file has no template, as
 llama-server does; tokenizes the prompt; and turns tools and tool_choice into the constraint that guarantees
 a well-formed call ("required", a named function) or enforces one from its first marker on ("auto").
 `PreparedChat.output` (core.ToolCallOutput) then reads the generated text for the calls.
-Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go through here.
+Model.chat, BatchEngine.chat_prompt and the server's /v1/chat/completions all go through here, with the messages
+in their typed form (messages.py: normalized where they entered) and tool_choice as given or as a ToolChoice.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from ...native import ModelHandle
 from ..constrained import Constraint
 from ..constrained import tool_calls as tool_call_constraint
 from ..toolcalls import GENERIC, check_tool_choice, check_tools
-from .template import ChatTemplate, check_template_variables, normalize_messages, text_only_history
+from .messages import Messages
+from .template import ChatTemplate, check_template_variables, text_only_history
 from .tool_output import ToolCallOutput, finish_reason
 
 __all__ = ["FALLBACK_TEMPLATE", "ChatModel", "PreparedChat", "finish_reason", "prepare_chat", "render_chat"]
@@ -54,13 +56,13 @@ class PreparedChat:
     output: ToolCallOutput | None = None
 
 
-def builtin_prompt(handle: ModelHandle, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
+def builtin_prompt(handle: ModelHandle, messages: Messages, tools: Sequence[dict[str, Any]]) -> str:
     """The prompt of llama.cpp's built-in template (FALLBACK_TEMPLATE) over the text of `messages`, for a model
     file without a Jinja template; UnsupportedChatTemplateError if llama.cpp refuses it."""
-    return handle.builtin_chat_template(text_only_history(normalize_messages(messages), tools), FALLBACK_TEMPLATE)
+    return handle.builtin_chat_template(text_only_history(messages, tools), FALLBACK_TEMPLATE)
 
 
-def render_chat(model: ChatModel, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
+def render_chat(model: ChatModel, messages: Messages, tools: Sequence[dict[str, Any]] = (),
                 add_generation_prompt: bool = True, template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The prompt text of `messages` (and `tools`): the model's Jinja template, or llama.cpp's built-in
     FALLBACK_TEMPLATE for a file without one (which takes no template variables and always ends ready for the
@@ -76,7 +78,7 @@ def render_chat(model: ChatModel, messages: Sequence[dict[str, Any]], tools: Seq
     return builtin_prompt(model.handle, messages, tools)
 
 
-def prepare_chat(model: ChatModel, messages: Sequence[dict[str, Any]], *,
+def prepare_chat(model: ChatModel, messages: Messages, *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
                  parallel_tool_calls: bool | None = None, constraint: Constraint | None = None,
                  template_kwargs: Mapping[str, Any] | None = None) -> PreparedChat:
@@ -98,12 +100,11 @@ def prepare_chat(model: ChatModel, messages: Sequence[dict[str, Any]], *,
     if offered and constraint is not None:
         raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
                                    "combined with tools unless tool_choice is 'none'", param="tools")
-    checked_messages = normalize_messages(messages)
     template = model.chat_template
     # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
     # the messages
     with about("messages"):
-        text = render_chat(model, checked_messages, offered, template_kwargs=template_kwargs)
+        text = render_chat(model, messages, offered, template_kwargs=template_kwargs)
         tokens = model.tokenize(text, add_special=template is None or not template.has_bos(text), parse_special=True)
     fmt = GENERIC if template is None else template.tool_call_format
     if offered:

@@ -9,25 +9,25 @@ The template compiles and renders in a worker process with a time, memory and ou
 is a file's data: reaching for Python internals (attributes starting with "_", the
 sandbox's unsafe attributes) fails at once, and so do mutating methods (list.append, dict.update).
 
-Messages are checked and copied before the template sees them (the caller's are never changed): content may
-be a string, None, or a list of text parts (joined); an assistant message's `tool_calls[*].function.arguments`
-is given to the template as a dict (most templates write it with `tojson`) whose `.json` attribute is the JSON
-text as sent; `tool` messages keep tool_call_id, name and content.
+`render` takes the messages in their typed form, checked where they entered (messages.py: normalize_messages):
+the template sees them as OpenAI-shaped dicts (messages.template_messages), each tool call's arguments a dict
+whose `.json` attribute is the JSON text as sent.
 """
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...errors import ChatTemplateError, InvalidArgumentError, about, fs_path, utf8
+from ...errors import ChatTemplateError, InvalidArgumentError, fs_path
 from ..toolcalls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
 from . import render
+from .messages import ChatMessage, Messages, normalize_messages, template_messages
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...native import ModelHandle
@@ -36,11 +36,8 @@ __all__ = [
     "TEMPLATE_KEY",
     "TOOL_USE_TEMPLATE_KEY",
     "ChatTemplate",
-    "Messages",
     "TemplateModel",
-    "ToolArguments",
     "check_template_variables",
-    "normalize_messages",
     "special_tokens",
     "text_only_history",
 ]
@@ -88,167 +85,54 @@ _cache_lock = threading.Lock()
 _CACHE_SIZE = 64
 
 
-# -- messages --------------------------------------------------------------------------------------------
+# -- the history as text -------------------------------------------------------------------------------
 
-class ToolArguments(dict[str, Any]):
-    """A tool call's arguments as the template sees them: the dict (so `tojson` writes the object, not a
-    quoted string), with the JSON text as sent in `.json`."""
-
-    json: str
-
-
-def _arguments(value: object, where: str) -> object:
-    if isinstance(value, dict):
-        args = ToolArguments(value)
-        args.json = json.dumps(value, ensure_ascii=False)
-        return args
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value  # not JSON (a model's malformed call in the history): the template gets the text
-        if isinstance(parsed, dict):
-            args = ToolArguments(parsed)
-            args.json = value
-            return args
-        return value
-    raise InvalidArgumentError(f"{where} must be a JSON string or an object, got {type(value).__name__}", param=where)
-
-
-def _content(value: object, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        texts = []
-        for j, part in enumerate(value):
-            if isinstance(part, str):
-                texts.append(part)
-                continue
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise InvalidArgumentError(f"{where}[{j}] must be a text part {{'type': 'text', 'text': ...}} "
-                                           f"(only text is supported), got {kind!r}"[:200], param=f"{where}[{j}]")
-            texts.append(part["text"])
-        return "\n".join(texts)
-    raise InvalidArgumentError(f"{where} must be a string, a list of text parts or null, "
-                               f"got {type(value).__name__}", param=where)
-
-
-class Messages(tuple[dict[str, Any], ...]):
-    """Chat messages checked and copied by normalize_messages, which returns a Messages as it is: a request's
-    messages are checked once where they enter and every layer below takes them as they are."""
-
-
-def normalize_messages(messages: object, *, first: int = 0) -> Messages:
-    """Checked copies of OpenAI-style messages, as templates want them (see the module's doc). An error's `param`
-    is the path of the bad field ("messages[1].content"); `first` is the index of messages[0] in the caller's
-    list, for a caller that checks one message at a time."""
-    if isinstance(messages, Messages):
-        return messages
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise InvalidArgumentError("messages must be a non-empty list of {'role': ..., 'content': ...}",
-                                   param="messages")
-    out = []
-    for i, m in enumerate(messages, first):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise InvalidArgumentError(f"{where} must be an object, got {type(m).__name__}", param=where)
-        role = m.get("role")
-        if not isinstance(role, str) or not role:
-            raise InvalidArgumentError(f"{where}.role must be a non-empty string, got {role!r}"[:200],
-                                       param=f"{where}.role")
-        with about(f"{where}.role"):
-            utf8(f"{where}.role", role)  # (a lone surrogate would fail only at tokenization, naming no message)
-        msg = dict(m)
-        msg["content"] = _content(m.get("content"), f"{where}.content")
-        if msg["content"] is not None:
-            with about(f"{where}.content"):
-                utf8(f"{where}.content", msg["content"])
-        calls = m.get("tool_calls")
-        if calls is not None:
-            if role != "assistant":
-                raise InvalidArgumentError(f"{where}.tool_calls is only for assistant messages (role is {role!r})",
-                                           param=f"{where}.tool_calls")
-            if not isinstance(calls, (list, tuple)):
-                raise InvalidArgumentError(f"{where}.tool_calls must be a list, got {type(calls).__name__}",
-                                           param=f"{where}.tool_calls")
-            new_calls = []
-            for j, call in enumerate(calls):
-                cw = f"{where}.tool_calls[{j}]"
-                fn = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise InvalidArgumentError(f"{cw} must be {{'id': ..., 'type': 'function', 'function': "
-                                               f"{{'name': ..., 'arguments': ...}}}}", param=cw)
-                if "id" in call and call["id"] is not None and not isinstance(call["id"], str):
-                    raise InvalidArgumentError(f"{cw}.id must be a string", param=f"{cw}.id")
-                new_fn = dict(fn)
-                new_fn["arguments"] = _arguments(fn.get("arguments", {}), f"{cw}.function.arguments")
-                new_calls.append({**call, "type": call.get("type", "function"), "function": new_fn})
-            msg["tool_calls"] = new_calls
-            if msg["content"] is None:
-                msg["content"] = ""  # most templates concatenate content; None would fail there
-        elif msg["content"] is None:
-            raise InvalidArgumentError(f"{where}.content is missing (only an assistant message with tool_calls "
-                                       "may leave it out)", param=f"{where}.content")
-        if role == "tool":
-            for key in ("tool_call_id", "name"):
-                if key in m and m[key] is not None and not isinstance(m[key], str):
-                    raise InvalidArgumentError(f"{where}.{key} must be a string", param=f"{where}.{key}")
-        out.append(msg)
-    return Messages(out)
-
-
-def _as_text_history(messages: Sequence[dict[str, Any]], fmt: ToolCallFormat,
-                     tool_role: bool) -> list[dict[str, Any]]:
+def _as_text_history(messages: Sequence[ChatMessage], fmt: ToolCallFormat, tool_role: bool) -> list[ChatMessage]:
     """For a template that does not render tool_calls (or tool messages): the calls written into the
     assistant's content in `fmt`'s syntax, and tool results as user messages in <tool_response> tags (or kept
     as tool messages when the template knows that role). Consecutive tool results share one message."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
+    results = False  # out[-1] is a user message of tool results
     for m in messages:
-        if m.get("tool_calls"):
-            calls = fmt.call_text([(c["function"]["name"], getattr(c["function"]["arguments"], "json",
-                                                                    c["function"]["arguments"]))
-                                   for c in m["tool_calls"]])
-            text = (m["content"] + "\n" if m["content"] else "") + calls
-            out.append({k: v for k, v in m.items() if k != "tool_calls"} | {"content": text})
-        elif m["role"] == "tool" and not tool_role:
-            block = f"<tool_response>\n{m['content']}\n</tool_response>"
-            if out and out[-1].get("_tool_results"):
-                out[-1]["content"] += "\n" + block
+        if m.role == "tool" and not tool_role:
+            block = f"<tool_response>\n{m.content}\n</tool_response>"
+            if results:
+                out[-1] = replace(out[-1], content=out[-1].content + "\n" + block)
             else:
-                out.append({"role": "user", "content": block, "_tool_results": True})
-        else:
-            out.append(m)
-    for m in out:
-        m.pop("_tool_results", None)
+                out.append(ChatMessage("user", block))
+            results = True
+            continue
+        results = False
+        if m.tool_calls:
+            calls = fmt.call_text([(c.name, c.arguments_text) for c in m.tool_calls])
+            m = replace(m, content=(m.content + "\n" if m.content else "") + calls, tool_calls=())
+        out.append(m)
     return out
 
 
-def _with_system_text(messages: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    if messages and messages[0]["role"] == "system":
-        first = dict(messages[0])
-        first["content"] = (first["content"] + "\n\n" if first["content"] else "") + text
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": text}, *messages]
+def _with_system_text(messages: Sequence[ChatMessage], text: str) -> list[ChatMessage]:
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        return [replace(first, content=(first.content + "\n\n" if first.content else "") + text), *messages[1:]]
+    return [ChatMessage("system", text), *messages]
 
 
-
-def text_only_history(messages: Sequence[dict[str, Any]],
-                      tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-    """Normalized `messages` as plain {"role", "content": str} pairs, for a template that knows nothing of
-    tools (llama.cpp's built-in ones): earlier calls and results as text in the generic (Hermes) syntax, and
-    `tools`, if any, described in a system message."""
+def text_only_history(messages: Messages, tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
+    """`messages` as plain {"role", "content": str} pairs, for a template that knows nothing of tools (llama.cpp's
+    built-in ones): earlier calls and results as text in the generic (Hermes) syntax, and `tools`, if any,
+    described in a system message."""
     msgs = _as_text_history(messages, GENERIC, tool_role=False)
     if tools:
         msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC))
-    return [{"role": m["role"], "content": m["content"] or ""} for m in msgs]
+    return [{"role": m.role, "content": m.content} for m in msgs]
+
 
 # -- the template ----------------------------------------------------------------------------------------
 
 # llama.cpp's check of a template's parallel tool calls (its caps.cpp), which llama-server takes the default of
 # parallel_tool_calls from: an assistant message with two calls, rendered; the second call's arguments must show
 _SECOND_CALL = "second-call-value"
-_PARALLEL_PROBE: list[dict[str, Any]] = [
+_PARALLEL_PROBE = normalize_messages([
     {"role": "user", "content": "User message"},
     {"role": "assistant", "content": "", "tool_calls": [
         {"id": f"call0000{i}", "type": "function", "function": {"name": "tool1", "arguments": {"arg": value}}}
@@ -256,7 +140,7 @@ _PARALLEL_PROBE: list[dict[str, Any]] = [
     {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
     {"role": "assistant", "content": "The tool response was 'tool response'"},
     {"role": "user", "content": "User message"},
-]
+])
 _PROBE_TOOLS = [{"type": "function", "function": {
     "name": "tool1", "description": "Tool description",
     "parameters": {"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
@@ -361,15 +245,19 @@ class ChatTemplate:
             return False
         return _SECOND_CALL in text
 
-    def render(self, messages: Sequence[dict[str, Any]], /, *, tools: Sequence[dict[str, Any]] | None = None,
+    def render(self, messages: Messages, /, *, tools: Sequence[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
-        """The prompt text for `messages` (OpenAI shape) and `tools` (OpenAI tool list, given to the template
-        as is). `kwargs` become template variables too (e.g. enable_thinking, date_string).
+        """The prompt text for `messages` (checked by normalize_messages where they entered) and `tools` (OpenAI
+        tool list, given to the template as is). `kwargs` become template variables too (e.g. enable_thinking,
+        date_string).
 
         Tools and tool history reach the template natively when it renders them in a syntax we parse; else
         (the generic format) the tools are described in a system message with the Hermes call syntax, and
         earlier calls and results are written into the messages as text."""
-        msgs: Sequence[dict[str, Any]] = normalize_messages(messages)
+        if not isinstance(messages, Messages):  # (a Python caller's dicts: the typed form is made at the entry)
+            raise InvalidArgumentError(f"render() takes the Messages of normalize_messages(), got "
+                                       f"{type(messages).__name__}", param="messages")
+        msgs: Sequence[ChatMessage] = messages
         tools = check_tools(tools)
         if not isinstance(add_generation_prompt, bool):
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
@@ -382,7 +270,7 @@ class ChatTemplate:
             msgs = _as_text_history(msgs, fmt if not fmt.system_prompt else GENERIC, tool_role)
         if tools and not native_tools:
             msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC if fmt.system_prompt else fmt))
-        variables = dict(kwargs, messages=list(msgs), add_generation_prompt=add_generation_prompt,
+        variables = dict(kwargs, messages=template_messages(msgs), add_generation_prompt=add_generation_prompt,
                          bos_token=self.bos_token, eos_token=self.eos_token)
         if native_tools:
             variables["tools"] = list(tools)

@@ -37,6 +37,7 @@ from ...errors import (
     positive_int,
 )
 from ...native import Batch
+from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat
 from ..constrained import Constraint
 from ..generation.outputs import Usage
@@ -130,10 +131,10 @@ class BatchEngine:
         """Text (tokenized with BOS as the model wants) or a list of token ids (checked) to a prompt's tokens."""
         return self.model.prompt_tokens(prompt)
 
-    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+    def chat_prompt(self, messages: Sequence[dict[str, Any]] | Messages) -> list[int]:
         """The tokens of `messages` rendered with the model's chat template, ready for the assistant's turn.
         (For tools and their constraint, pyllama90a.core.chat.prepare.prepare_chat(engine.model, ...).)"""
-        return prepare_chat(self.model, messages).tokens
+        return prepare_chat(self.model, normalize_messages(messages)).tokens
 
     def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
                stop: str | Sequence[str] | None = (), logprobs: int | None = None, ignore_eos: bool = False,

@@ -27,6 +27,7 @@ from ...errors import (
 )
 from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
+from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat, render_chat
 from ..chat.template import ChatTemplate
 from ..chat.tool_output import ToolCallOutput, completion_of
@@ -358,7 +359,7 @@ class Model:
             raise InvalidArgumentError("prompt is empty")
         return self.tokenize(prompt, add_special=True, parse_special=False)
 
-    def chat(self, messages: Sequence[dict[str, Any]], *, max_tokens: int = 256, temperature: float = 0.8,
+    def chat(self, messages: Sequence[dict[str, Any]] | Messages, *, max_tokens: int = 256, temperature: float = 0.8,
              top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
              frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
              stop: str | Sequence[str] | None = (), stream: bool = False,
@@ -384,7 +385,7 @@ class Model:
             max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
-        prepared = prepare_chat(self, messages, tools=tools, tool_choice=tool_choice,
+        prepared = prepare_chat(self, normalize_messages(messages), tools=tools, tool_choice=tool_choice,
                                 parallel_tool_calls=parallel_tool_calls, constraint=constraint,
                                 template_kwargs=chat_template_kwargs)
         return self._start(prepared.tokens, replace(request, constraint=prepared.constraint), stream, prepared.output)
@@ -400,11 +401,11 @@ class Model:
                 self._chat_template_read = True
             return self._chat_template
 
-    def apply_chat_template(self, messages: Sequence[dict[str, Any]], /, *,
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]] | Messages, /, *,
                             tools: Sequence[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
                             **template_kwargs: Any) -> str:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
-        return render_chat(self, messages, tools or (), add_generation_prompt, template_kwargs)
+        return render_chat(self, normalize_messages(messages), tools or (), add_generation_prompt, template_kwargs)
 
     def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,
                output: ToolCallOutput | None) -> Completion | Iterator[Piece]:

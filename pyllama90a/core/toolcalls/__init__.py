@@ -29,11 +29,11 @@ from .format import (
 from .pattern import CallPattern, ToolCallConstraint
 from .results import ParsedToolCall, ParseResult, reassemble
 from .stream import ToolCallStream
-from .tools import ToolChoice, Tools, check_tool_choice, check_tools, new_call_id, tool_names
+from .tools import NAME_PATTERN, ToolChoice, Tools, check_tool_choice, check_tools, new_call_id, tool_names
 
 __all__ = [
-    "FORMATS", "GENERIC", "HERMES", "LLAMA3_JSON", "MISTRAL", "CallPattern", "ParseResult", "ParsedToolCall",
-    "ToolCallConstraint", "ToolCallFormat", "ToolCallStream", "ToolChoice", "Tools", "check_tool_choice",
-    "check_tools", "detect_format", "get_format", "new_call_id", "parameters_schema", "reassemble", "tool_names",
-    "tools_system_prompt",
+    "FORMATS", "GENERIC", "HERMES", "LLAMA3_JSON", "MISTRAL", "NAME_PATTERN", "CallPattern", "ParseResult",
+    "ParsedToolCall", "ToolCallConstraint", "ToolCallFormat", "ToolCallStream", "ToolChoice", "Tools",
+    "check_tool_choice", "check_tools", "detect_format", "get_format", "new_call_id", "parameters_schema",
+    "reassemble", "tool_names", "tools_system_prompt",
 ]

@@ -11,7 +11,8 @@ from typing import Any, Literal, cast
 
 from ...errors import InvalidArgumentError, about
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"  # a function's name (OpenAI's rule)
+_NAME_RE = re.compile(NAME_PATTERN)
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 

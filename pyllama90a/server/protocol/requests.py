@@ -2,10 +2,10 @@
 llama-server's native ones (/completion, /infill, /tokenize, /detokenize, /apply-template) as strict pydantic
 models, each field declared once: its type and range here are what is checked and what /openapi.json shows
 (openapi.py). Each model converts once into what the routes take (a `Generation` around the core
-GenerationRequest, Messages, Tools), through the library's own checkers (normalize_messages, check_tools,
-constraint_from), whose errors name their field. Fields that would change the output but are not implemented
-are refused (refused_fields.py); llama.cpp extensions implemented: top_k, min_p, repeat_penalty, ignore_eos,
-grammar, json_schema.
+GenerationRequest; a chat's typed Messages, Tools and ToolChoice: chat.py), through the library's own checkers
+(normalize_messages, check_tools, check_tool_choice, constraint_from), whose errors name their field. Fields that
+would change the output but are not implemented are refused (refused_fields.py); llama.cpp extensions
+implemented: top_k, min_p, repeat_penalty, ignore_eos, grammar, json_schema.
 """
 from __future__ import annotations
 
@@ -15,18 +15,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 
-from ...core.chat.template import Messages, normalize_messages
+from ...core.chat.messages import Messages
 from ...core.constrained import Constraint, constraint_from
 from ...core.generation.lora_request import MAX_SCALE, RequestedLora
 from ...core.generation.request import MAX_TOP_LOGPROBS, GenerationRequest
 from ...core.generation.sampling import SamplingParams
 from ...core.model.fim import CHUNK_FILENAME, infill_prompt
-from ...core.toolcalls import Tools, check_tool_choice, check_tools
+from ...core.toolcalls import ToolChoice, Tools
 from ...errors import about
 from ...native.sampler import RANDOM_SEED
 from ..errors import APIError
 from .base import LIMIT, Between, Limits, ProtocolModel, bad
-from .refused_fields import CHAT_ONLY_FIELDS, EMBEDDING_FIELDS, MESSAGE_FIELDS, REQUEST_FIELDS
+from .chat import ChatFields
+from .refused_fields import CHAT_ONLY_FIELDS, EMBEDDING_FIELDS, REQUEST_FIELDS
 
 COMPLETIONS_MAX_TOKENS_DEFAULT = 16  # OpenAI's, for /v1/completions
 MAX_N = 128  # OpenAI's limit on choices per request
@@ -109,7 +110,7 @@ class Generation:
     prompt: Any = None            # a string or token ids (completions)
     messages: Messages | None = None       # (chat)
     tools: Tools | None = None
-    tool_choice: Any = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None  # None: the chat template's capability (chat.prepare_chat)
     template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
     return_tokens: bool = False   # /completion: the token ids in a whole answer's `tokens` (a stream has them)
@@ -214,51 +215,6 @@ class CompletionRequest(GenerationBody):
                                 prompt=self.prompt)
 
 
-class Message(ProtocolModel):
-    """One chat message; normalize_messages checks its content and tool calls."""
-    refused = MESSAGE_FIELDS
-    role: str = Field(min_length=1)
-    content: Any = None
-    name: Any = None
-    tool_call_id: Any = None
-    tool_calls: Any = None
-    refusal: Any = None      # (what an assistant message of a response carries when a client sends it back
-    annotations: Any = None  # in the history: the openai SDK's model_dump() does; the answer is the same)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _role(cls, message: Any) -> Any:
-        if isinstance(message, dict) and not (isinstance(message.get("role"), str) and message["role"]):
-            raise bad("each message must be an object with a string 'role'")
-        return message
-
-    @model_validator(mode="after")
-    def _name(self) -> Message:
-        if self.name is not None and self.role != "tool":  # (a tool result's name is the function's)
-            raise bad("'name' is supported on tool messages only (a chat template drops the names of other "
-                      "messages)", "name")
-        return self
-
-
-class ChatFields(ProtocolModel):
-    """A chat's messages, and the tools the template shows (/v1/chat/completions, /apply-template)."""
-    messages: list[Message] = Field(min_length=1)
-    tools: Any = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
-    chat_template_kwargs: dict[str, Any] = Field({}, description="extra variables of the Jinja chat template")
-
-    def _chat(self) -> tuple[Messages, Tools | None, Any]:
-        """The messages, tools and tool_choice, checked by the library's checkers."""
-        messages = normalize_messages([m.model_dump(exclude_unset=True) for m in self.messages])
-        tools = check_tools(self.tools) or None
-        if not tools and self.tool_choice not in (None, "none"):  # (OpenAI's answer too: nothing to choose from)
-            raise APIError(400, "'tool_choice' needs a non-empty 'tools' list (only 'none' is allowed without)",
-                           param="tool_choice")
-        choice = check_tool_choice(self.tool_choice, tools or [])
-        return messages, tools, {"type": "function", "function": {"name": choice.name}} if choice.name else choice.mode
-
-
 class ChatRequest(GenerationBody, ChatFields):
     """POST /v1/chat/completions."""
     logprobs: bool = False
@@ -271,7 +227,7 @@ class ChatRequest(GenerationBody, ChatFields):
         return self
 
     def convert(self, limits: Limits) -> Generation:
-        messages, tools, tool_choice = self._chat()
+        messages, tools, tool_choice = self.chat()
         return self._generation(self._max_tokens(limits, limits.max_tokens_default),
                                 (self.top_logprobs or 0) if self.logprobs else None, messages=messages, tools=tools,
                                 tool_choice=tool_choice, parallel_tool_calls=self.parallel_tool_calls,
@@ -373,6 +329,6 @@ class ApplyTemplateRequest(Harmless, ChatFields):
     converts to apply_chat_template's arguments (the tools it is shown: none with tool_choice "none")."""
     model: str | None = None
 
-    def convert(self, limits: Limits) -> tuple[list[dict[str, Any]], Tools | None, dict[str, Any]]:
-        messages, tools, tool_choice = self._chat()
-        return list(messages), tools if tool_choice != "none" else None, self.chat_template_kwargs
+    def convert(self, limits: Limits) -> tuple[Messages, Tools | None, dict[str, Any]]:
+        messages, tools, tool_choice = self.chat()
+        return messages, tools if tool_choice.mode != "none" else None, self.chat_template_kwargs
