@@ -1,5 +1,5 @@
-"""A BatchEngine slot's KV cells saved to a file, erased and restored (core/engine/slot_files.py): the restored cells serve
-the next request with the same prompt (only its last token is decoded again) and the same greedy text; wrong
+"""A BatchEngine slot's KV cells saved to a file, erased and restored (core/engine/slot_files.py): the restored cells
+serve the next request with the same prompt (only its last token is decoded again) and the same greedy text; wrong
 files, busy slots and bad slot numbers are refused."""
 from __future__ import annotations
 
