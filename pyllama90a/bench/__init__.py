@@ -7,6 +7,8 @@ quality targets.
     server: the OpenAI server under N concurrent streaming clients
     constrained: constrained decoding against free decoding in one BatchEngine
     quality: what a quantized KV cache costs in quality (KL, top-1, perplexity) against an f16 cache
+    calibrate: `python -m pyllama90a calibrate`: speed, memory and quality on this device, as a calibration file
+    calibration_report: a calibration's markdown and PNG
     modes: the attention modes a bench compares (fa-on/off/auto, hybrid; ctk/ctv)
     report: the machine's name and the result files
     roofline: the bytes one decode step reads, against a copy bandwidth

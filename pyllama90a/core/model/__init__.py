@@ -7,6 +7,8 @@
     cache_control: Model's calls for manual control of sequence 0's KV cache (eval, rewind, copy)
     attention_paths: which of pyllama90a's attention kernels a context may use
     attention_policy: what flash_attn="auto" means per backend and KV types, from measured results
+    calibration: a device's measured speed, memory and KV quality on file, and what "auto" takes from it
+    shape: a model's attention shape (layers, KV heads, head dims) from its GGUF header
     memory_plan: how much memory a Model of given settings takes, before loading it
     kv_budget: KV cache sizes from the GGUF header alone
     lora: LoRA adapter files checked, loaded beside the weights, and the scales a context applies
