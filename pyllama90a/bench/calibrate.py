@@ -93,16 +93,17 @@ class _ProgressBar(io.TextIOBase):
 
 def calibrate(path: str | os.PathLike[str] | None = None, *, quick: bool = False, n_ctx: int = 4096,
               n_threads: int | None = None, n_gpu_layers: int = -1, out: str | os.PathLike[str] | None = None,
-              progress: bool = True) -> Path:
+              progress: bool = True, preset: Preset | None = None) -> Path:
     """Measure this device for the model at `path` (default: the default model) and write its calibration file;
-    returns the file's path. `out`: also a folder for the report (calibration.md, .json, .png)."""
+    returns the file's path. `out`: also a folder for the report (calibration.md, .json, .png). `preset`: what
+    to measure, instead of QUICK or FULL."""
     positive_int("n_ctx", n_ctx)
     from ..core.gguf.default_model import default_model
 
     model_path = Path(os.fsdecode(path)) if path is not None else default_model()
     if not model_path.is_file():
         raise InvalidArgumentError(f"no model file at {model_path}", param="path")
-    preset = QUICK if quick else FULL
+    preset = preset or (QUICK if quick else FULL)
     chosen_depths = sorted({d for d in preset.depths if d + max(preset.pp, preset.tg) + 2 <= n_ctx} | {0})
     kind, label = attention_device(n_gpu_layers)
     key = calibration_key(label, attention_shape(read_header(model_path), model_path))
@@ -164,4 +165,4 @@ def run_command(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
     return 0
 
 
-__all__ = ["FULL", "QUICK", "CalibrationKey", "calibrate"]
+__all__ = ["FULL", "QUICK", "CalibrationKey", "Preset", "calibrate"]
