@@ -11,6 +11,7 @@
     shape: a model's attention shape (layers, KV heads, head dims) from its GGUF header
     memory_plan: how much memory a Model of given settings takes, before loading it
     kv_budget: KV cache sizes from the GGUF header alone
+    kv_auto: ctk="auto", ctv="auto": the smallest calibrated cache type within kv_quality and kv_budget
     lora: LoRA adapter files checked, loaded beside the weights, and the scales a context applies
     state_file: a Model's KV cache and tokens on disk, with a header that says whose they are
     state_bounds: how large llama.cpp's state of a context or sequence can be
