@@ -108,8 +108,6 @@ def measure_quality(model_path: Path, cache_types: Sequence[tuple[str, str]], pa
                     n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[QualityRow]:
     """Each (ctk, ctv) in `cache_types` on each path and phase, against f16/f16 on the same path and phase. One
     load of the weights; one context per cache type and path, made and closed in turn."""
-    from ..core.model.kv_budget import kv_bytes
-
     report = progress or (lambda _: None)
     rows = []
     with Model(model_path, n_ctx=n_ctx, n_threads=n_threads, flash_attn="off") as base:
@@ -119,22 +117,23 @@ def measure_quality(model_path: Path, cache_types: Sequence[tuple[str, str]], pa
         targets = np.concatenate([chunk[len(chunk) // 2:] for chunk in chunks])
         for flash_attn in paths:
             for phase in phases:
-                reference = _measure(base, REFERENCE, flash_attn, phase, chunks, n_ctx, n_threads)
+                reference, f16_cell = _measure(base, REFERENCE, flash_attn, phase, chunks, n_ctx, n_threads)
                 for ctk, ctv in cache_types:
                     report(f"{flash_attn} {phase} {ctk}/{ctv}")
-                    measured = reference if (ctk, ctv) == REFERENCE else \
+                    measured, cell = (reference, f16_cell) if (ctk, ctv) == REFERENCE else \
                         _measure(base, (ctk, ctv), flash_attn, phase, chunks, n_ctx, n_threads)
                     kl, top1, ppl, ppl_f16 = compare(reference, measured, targets)
-                    cell = kv_bytes(model_path, 256, ctk, ctv).total_bytes // 256
                     rows.append(QualityRow(flash_attn, phase, ctk, ctv, kl, top1, ppl, ppl_f16, len(targets), cell))
     return rows
 
 
 def _measure(base: Model, types: tuple[str, str], flash_attn: str, phase: str, chunks: Sequence[list[int]],
-             n_ctx: int, n_threads: int | None) -> np.ndarray:
+             n_ctx: int, n_threads: int | None) -> tuple[np.ndarray, int]:
+    """The scored log-probs with these types, and the K+V bytes of one cell (from the context itself)."""
     with base.with_context(ctk=types[0], ctv=types[1], flash_attn=flash_attn, n_ctx=n_ctx,
                            n_threads=n_threads) as model:
-        return scored_log_probs(model, chunks, phase)
+        cache = model.kv_cache
+        return scored_log_probs(model, chunks, phase), cache.total_bytes // cache.n_ctx
 
 
 def markdown(result: dict[str, Any]) -> str:
