@@ -49,3 +49,14 @@ def test_quality_figures_are_the_same_on_a_rerun(model_path: Path) -> None:
     assert [(r.top1, round(r.perplexity, 4)) for r in first] == [(r.top1, round(r.perplexity, 4)) for r in second]
     q8, q4 = (r for r in first if r.phase == "decode")
     assert 0 < q8.mean_kl < q4.mean_kl  # 4 bits cost more than 8: the measure sees the cache's rounding
+
+
+@pytest.mark.parametrize("args,message", [(["/nonexistent.gguf", "--quick"], "no model file at /nonexistent.gguf"),
+                                          (["--quick", "--n-ctx", "0"], "n_ctx must be a positive integer")])
+def test_calibrate_command_refuses_bad_input_clearly(args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pyllama90a", "calibrate", *args], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and f"error: {message}" in out.stderr, out.stderr[-2000:]
