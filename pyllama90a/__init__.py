@@ -39,6 +39,11 @@ def _use_installed_native_module() -> None:
 
 _use_installed_native_module()
 
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 from .core.engine.engine import BatchEngine, Chunk
 from .core.generation.outputs import Completion, Piece, Timings, Usage
 from .core.gguf.default_model import default_model, pull_default_model
@@ -70,6 +75,17 @@ from .native.kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .native.log import set_native_log_level
 
 __version__ = "0.1.0"
+
+
+def calibrate(path: str | os.PathLike[str] | None = None, **options: Any) -> Path:
+    """Measure speed, memory and KV quality on this device for a model and write the calibration file that
+    flash_attn="auto" follows; returns its path (pyllama90a.bench.calibrate.calibrate: quick=, n_ctx=, ...). The
+    bench is a service above the library: imported by name when called, so the library never imports it."""
+    from importlib import import_module
+
+    measure: Callable[..., Path] = import_module(".bench.calibrate", __name__).calibrate
+    return measure(path, **options)
+
 
 __all__ = [
     "KV_TYPES",
@@ -104,6 +120,7 @@ __all__ = [
     "StateFileError",
     "Timings",
     "Usage",
+    "calibrate",
     "default_model",
     "kv_bytes",
     "max_n_ctx",

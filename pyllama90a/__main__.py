@@ -1,4 +1,5 @@
-"""Command line: `python -m pyllama90a pull` and `python -m pyllama90a run "prompt"`."""
+"""Command line: `python -m pyllama90a pull`, `python -m pyllama90a run "prompt"` and
+`python -m pyllama90a calibrate [MODEL] [--quick]`."""
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     run.set_defaults(func=_run)
+
+    from .bench.calibrate import add_arguments, run_command
+
+    calibrate = sub.add_parser("calibrate", help="measure speed, memory and KV quality on this device for a model; "
+                                                 "flash_attn=\"auto\" follows what it writes")
+    add_arguments(calibrate)
+    calibrate.set_defaults(func=run_command)
 
     args = parser.parse_args(argv)
     from .errors import LlamaError

@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             report += ["(--quick: a toy model and one repetition; proves the table runs, not a measurement)", ""]
         report += [markdown(result)]
+    report += ["## Next: calibrate", "", "Which attention path is fastest on this device, "
+               "and what each KV cache type costs in quality, is measured by `python -m pyllama90a calibrate [MODEL] "
+               "[--quick]`: flash_attn=\"auto\" then follows that calibration instead of the built-in table (a "
+               "guess on a device we never measured).", ""]
     text = "\n".join(report)
     print(text)
     if args.out:

@@ -20,6 +20,7 @@ def test_quick_selftest_passes_and_reports_paths_and_speed() -> None:
         assert f"| `{mode}` |" in report
     assert report.count("| pass |") >= 7  # 7 FA-off paths on the CPU, more with a GPU
     assert "## Speed" in report and "| fa-on:q4_0/q4_0 | 256 | tg8 |" in report
+    assert "`python -m pyllama90a calibrate [MODEL] [--quick]`" in report  # where an owner goes next
 
 
 def test_a_path_outside_its_bound_fails_the_run(tmp_path) -> None:

@@ -7,8 +7,11 @@
     sequence_cache: sequence 0's KV cache on a Model's context: its tokens, a generation's decodes, eval, truncate
     attention_paths: which of pyllama90a's attention kernels a context may use
     attention_policy: what flash_attn="auto" means per backend and KV types, from measured results
+    calibration: a device's measured speed, memory and KV quality on file, and what "auto" takes from it
+    shape: a model's attention shape (layers, KV heads, head dims) from its GGUF header
     memory_plan: how much memory a Model of given settings takes, before loading it
     kv_budget: KV cache sizes from the GGUF header alone
+    kv_auto: ctk="auto", ctv="auto": the smallest calibrated cache type within kv_quality and kv_budget
     lora: LoRA adapter files checked, loaded beside the weights, and the scales a context applies
     state_file: a Model's KV cache and tokens on disk, with a header that says whose they are
     state_bounds: how large llama.cpp's state of a context or sequence can be

@@ -16,12 +16,19 @@
 |                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
 | HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
 | HIP, other         | any                             | llama.cpp decides   | no measurement                                          |
+
+Before this table, "auto" follows a calibration of this device, build and model shape when one exists
+(calibration.py, written by `python -m pyllama90a calibrate`): per phase, the path it measured fastest at the
+depths up to n_ctx. Without one, it logs once per device that the table is a guess there.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .calibration import calibration_key, choose_flash_attn, lookup
+from .shape import AttentionShape
 
 logger = logging.getLogger("pyllama90a")
 
@@ -35,6 +42,7 @@ class AttentionChoice:
     backend: str     # the device attention runs on, e.g. "CPU" or "CUDA0 (NVIDIA H200)"
     reason: str
     fused_decode: bool = False  # "auto" also takes the fused decode kernel (when no attention_paths are given)
+    calibration: str | None = None  # the calibration file "auto" followed; None: the built-in table (or requested)
 
 
 def device_kind(name: str, description: str) -> str:
@@ -57,13 +65,33 @@ def attention_device(n_gpu_layers: int) -> tuple[str, str]:
     return "cpu", "CPU"
 
 
-def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int, workers: Sequence[object] = ()) -> AttentionChoice:
+def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int, workers: Sequence[object] = (),
+           shape: AttentionShape | None = None, n_ctx: int = 0) -> AttentionChoice:
     """The choice for a model with n_gpu_layers offloaded; with RPC `workers` ("host:port") those layers run on a
-    worker, of a kind not known here."""
+    worker, of a kind not known here. With the model's `shape`, "auto" first follows a matching calibration."""
     if workers and n_gpu_layers != 0:
         return decide(requested, ctk, ctv, "gpu", "RPC workers " + ", ".join(map(str, workers)))
     kind, label = attention_device(n_gpu_layers)
+    if requested == "auto" and shape is not None:
+        calibrated = calibrated_choice(ctk, ctv, label, shape, n_ctx)
+        if calibrated is not None:
+            return calibrated
     return decide(requested, ctk, ctv, kind, label)
+
+
+def calibrated_choice(ctk: str, ctv: str, label: str, shape: AttentionShape, n_ctx: int) -> AttentionChoice | None:
+    """What this device's calibration says for this K/V pair and n_ctx, if it has one that measured the pair."""
+    found = lookup(calibration_key(label, shape))
+    if found is None:
+        return None
+    calibration, path = found
+    picked = choose_flash_attn(calibration, ctk, ctv, n_ctx)
+    if picked is None:
+        logger.info("calibration %s did not measure K %s / V %s: flash_attn=auto follows the table", path, ctk, ctv)
+        return None
+    choice = AttentionChoice(picked.flash_attn, label, picked.reason, picked.fused_decode, str(path))
+    logger.info("flash_attn=auto -> %s on %s: %s (%s)", choice.flash_attn, label, choice.reason, path)
+    return choice
 
 
 def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> AttentionChoice:

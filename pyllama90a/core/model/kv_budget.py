@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import InvalidArgumentError, ModelFormatError, positive_int
 from ...native.kv_types import check_kv_type
 from ..gguf.header import read_header
+from .shape import attention_shape
 
 KV_CELL_PADDING = 256  # llama.cpp rounds the number of KV cells up to a multiple of this
 
@@ -35,21 +36,12 @@ def _per_cell_bytes(path: str | os.PathLike[str], ctk: str, ctv: str) -> tuple[i
 
     header = read_header(path)
     arch = header.architecture
-
-    def get(key: str, default: Any = None) -> Any:  # the header's "<arch>.<key>"
-        return header.get(f"{arch}.{key}", default)
-
-    if get("attention.sliding_window") is not None or get("ssm.state_size") is not None:
+    if header.get(f"{arch}.attention.sliding_window") is not None or header.get(f"{arch}.ssm.state_size") is not None:
         raise ModelFormatError(f"{path}: {arch} has sliding-window or recurrent layers; load it and read "
                                f"Model.kv_cache instead")
-    n_layer, n_embd, n_head = get("block_count"), get("embedding_length"), get("attention.head_count")
-    n_head_kv = get("attention.head_count_kv", n_head)
-    if not all(isinstance(x, int) and x > 0 for x in (n_layer, n_embd, n_head, n_head_kv)):
-        raise ModelFormatError(f"{path}: the header lacks the attention shape ({arch}.block_count, ...)")
-    head_k = get("attention.key_length", n_embd // n_head)
-    head_v = get("attention.value_length", n_embd // n_head)
-    k = n_layer * row_size(ctk, head_k * n_head_kv)
-    v = n_layer * row_size(ctv, head_v * n_head_kv)
+    shape = attention_shape(header, path)
+    k = shape.n_layer * row_size(ctk, shape.head_k * shape.n_head_kv)
+    v = shape.n_layer * row_size(ctv, shape.head_v * shape.n_head_kv)
     return k, v
 
 

@@ -40,6 +40,7 @@ from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
 from .embedding import embed_inputs, embedding_inputs
 from .file import ModelFile, check_header
+from .kv_auto import resolve_kv_types
 from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .open import checked_file, context_params, load_weights, model_path, open_context
@@ -76,6 +77,7 @@ class Model:
         self._handle: ModelHandle | None = None  # both None once closed
         self._context: ContextHandle | None = None
         raw_path = model_path(path)
+        context_settings = resolve_kv_types(context_settings, raw_path, n_gpu_layers)  # ctk="auto": a calibration's
         self.path = Path(os.fsdecode(raw_path))
         params = self._settle(context_settings)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
@@ -91,7 +93,7 @@ class Model:
         closed."""
         # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
         # whatever this Model does meanwhile
-        context_settings = ContextSettings(**settings)
+        context_settings = resolve_kv_types(ContextSettings(**settings), self.path, self._file.n_gpu_layers)
         handle = self.handle
         other = Model.__new__(Model)  # (no second load: __init__ is for a file)
         other._handle = other._context = None

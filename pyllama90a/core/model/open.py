@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from ...errors import INT32_MAX, fs_path, int_in_range
+from ...errors import INT32_MAX, ModelFormatError, fs_path, int_in_range
 from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
 from ..gguf.header import read_header
@@ -16,6 +16,7 @@ from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice, choose
 from .file import ModelFile, check_header, pooling_for
 from .settings import ContextSettings
+from .shape import AttentionShape, attention_shape
 from .state_file import model_fingerprint
 
 
@@ -63,11 +64,20 @@ def load_weights(raw_path: bytes, n_gpu_layers: int, placement: Placement, *, si
     return ModelHandle(raw_path, n_gpu_layers=n_gpu_layers, placement=placement, simulate=simulate)
 
 
+def calibrated_shape(file: ModelFile) -> AttentionShape | None:
+    """The model's attention shape, by which "auto" finds a calibration; None when the header has none."""
+    try:
+        return attention_shape(file.header, file.path)
+    except ModelFormatError:
+        return None
+
+
 def open_context(file: ModelFile, handle: ModelHandle, params: ContextParams, embedding: bool,
                  attention_paths: AttentionPaths | None) -> tuple[ContextHandle, AttentionChoice, AttentionPaths]:
     """The context, with flash_attn "auto" resolved by the attention policy, pooling for embeddings and the
     attention paths set before anything is decoded; with the choice and the paths."""
-    attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers, handle.workers)
+    attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers, handle.workers,
+                       calibrated_shape(file), params.n_ctx)
     if attention_paths is None and attention.fused_decode:  # the policy's choice of kernel, unless paths are given
         attention_paths = AttentionPaths(fused_decode=True)
     paths = AttentionPaths.checked(attention_paths, none_ok=True)

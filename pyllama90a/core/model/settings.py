@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...errors import InvalidArgumentError, number_in_range, positive_int
 from .attention_paths import AttentionPaths
 
 
@@ -30,3 +31,22 @@ class ContextSettings:
     n_seq_max: int = 1
     chat_template: str | None = None
     attention_paths: AttentionPaths | None = None
+    kv_quality: float | None = None
+    kv_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        check_kv_auto(self)
+
+
+def check_kv_auto(settings: ContextSettings) -> None:
+    """Refuses a half-automatic K/V pair, and bounds given without "auto" (they would be ignored)."""
+    auto = settings.ctk == "auto"
+    if auto != (settings.ctv == "auto"):
+        raise InvalidArgumentError('ctk="auto" and ctv="auto" go together (the calibration measures K/V pairs)')
+    for name in ("kv_quality", "kv_budget"):
+        if getattr(settings, name) is not None and not auto:
+            raise InvalidArgumentError(f'{name} chooses the cache types: it needs ctk="auto", ctv="auto"', param=name)
+    if settings.kv_quality is not None:
+        number_in_range("kv_quality", settings.kv_quality, 0.0, float("inf"))
+    if settings.kv_budget is not None:
+        positive_int("kv_budget", settings.kv_budget, hi=2**63 - 1)

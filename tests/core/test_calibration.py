@@ -1,0 +1,101 @@
+"""flash_attn="auto" and a calibration file (pyllama90a/core/model/calibration.py), with the real default model on
+the CPU: a hand-made calibration that prefers another path than the built-in table changes the pick; a corrupt or
+foreign file is refused with a logged reason and the table decides; without a file, auto logs once that it guesses."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import pyllama90a as pl
+from pyllama90a.core.gguf.header import read_header
+from pyllama90a.core.model import calibration as cal
+from pyllama90a.core.model.attention_policy import attention_device
+from pyllama90a.core.model.shape import attention_shape
+
+N_CTX = 256
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PYLLAMA90A_HOME", str(tmp_path))
+    cal._guessing_logged.clear()
+    return tmp_path
+
+
+def this_key(model_path: Path) -> cal.CalibrationKey:
+    return cal.calibration_key(attention_device(-1)[1], attention_shape(read_header(model_path), model_path))
+
+
+def preferring(key: cal.CalibrationKey, fastest: str, ctk: str = "q4_0") -> cal.Calibration:
+    """A calibration whose `fastest` flash_attn wins both phases for ctk/ctk at depth 0."""
+    speed = tuple(cal.SpeedPoint(fa, False, ctk, ctk, phase, 0, 100.0 if fa == fastest else 50.0)
+                  for fa in ("on", "off", "hybrid") for phase in cal.PHASES)
+    return cal.Calibration(key, "hand-made", "now", speed, (), ())
+
+
+def auto_choice(model_path: Path, ctk: str = "q4_0") -> pl.AttentionChoice:
+    with pl.Model(model_path, ctk=ctk, ctv=ctk, n_ctx=N_CTX) as m:
+        return m.attention
+
+
+def test_a_calibration_that_prefers_fa_on_changes_the_pick(model_path: Path, home: Path) -> None:
+    assert auto_choice(model_path).flash_attn == "off"  # the table's choice on a CPU with a quantized V
+    path = cal.write(preferring(this_key(model_path), "on"))
+    got = auto_choice(model_path)
+    assert (got.flash_attn, got.calibration) == ("on", str(path))
+    assert "calibrated" in got.reason
+    # a pair the file did not measure stays with the table
+    assert (auto_choice(model_path, "q8_0").flash_attn, auto_choice(model_path, "q8_0").calibration) == ("off", None)
+
+
+def test_phases_that_disagree_join_in_hybrid(model_path: Path, home: Path) -> None:
+    key = this_key(model_path)
+    speed = (cal.SpeedPoint("on", False, "q4_0", "q4_0", "prefill", 0, 100.0),
+             cal.SpeedPoint("off", False, "q4_0", "q4_0", "prefill", 0, 50.0),
+             cal.SpeedPoint("hybrid", False, "q4_0", "q4_0", "prefill", 0, 99.0),
+             cal.SpeedPoint("on", False, "q4_0", "q4_0", "decode", 0, 10.0),
+             cal.SpeedPoint("off", False, "q4_0", "q4_0", "decode", 0, 20.0),
+             cal.SpeedPoint("hybrid", False, "q4_0", "q4_0", "decode", 0, 19.0))
+    cal.write(cal.Calibration(key, "hand-made", "now", speed, (), ()))
+    assert auto_choice(model_path).flash_attn == "hybrid"
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "foreign", "wrong-field"])
+def test_a_corrupt_or_foreign_file_is_refused_and_the_table_decides(model_path: Path, home: Path, damage: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    key = this_key(model_path)
+    path = cal.write(preferring(key, "on"))
+    if damage == "corrupt":
+        path.write_text(path.read_text()[:-40])
+    elif damage == "foreign":  # a file copied from another device, at this key's name
+        path.write_text(preferring(replace(key, device="ROCm0 (AMD Instinct MI210)"), "on").to_json())
+    else:
+        path.write_text(path.read_text().replace('"tok_s": 100.0', '"tok_s": "fast"'))
+    with caplog.at_level(logging.WARNING, logger="pyllama90a"):
+        got = auto_choice(model_path)
+    assert (got.flash_attn, got.calibration) == ("off", None)
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refused and str(path) in refused[0]
+    expected = {"corrupt": "not JSON", "foreign": "made for another device", "wrong-field": "tok_s must be a float"}
+    assert expected[damage] in refused[0]
+
+
+def test_without_a_calibration_auto_logs_once_that_it_guesses(model_path: Path, home: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="pyllama90a"):
+        auto_choice(model_path)
+        auto_choice(model_path)
+    guessing = [r for r in caplog.records if "a guess here" in r.getMessage()]
+    assert len(guessing) == 1 and "calibrate" in guessing[0].getMessage()
+
+
+def test_the_file_round_trips(model_path: Path, home: Path) -> None:
+    calibration = preferring(this_key(model_path), "hybrid")
+    calibration = replace(calibration, memory=(cal.MemoryPoint("off", "q4_0", "q4_0", 256, 1000, 2000),),
+                          quality=(cal.QualityPoint("off", "decode", "q4_0", "q4_0", 0.05, 0.9, 20.5, 20.1),))
+    path = cal.write(calibration)
+    assert path.parent == home / "calibrations"
+    assert cal.parse(path.read_text(), this_key(model_path)) == calibration
