@@ -129,7 +129,7 @@ def calibrate(path: str | os.PathLike[str] | None = None, *, quick: bool = False
         from .calibration_report import markdown, plot
 
         folder = write_results(Path(out), "calibration", {"file": str(written), **speed}, markdown(calibration, speed))
-        plot(calibration, folder / "calibration.png")
+        plot(calibration, speed, folder / "calibration.png")
     return written
 
 

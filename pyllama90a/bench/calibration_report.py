@@ -6,6 +6,8 @@ from typing import Any
 
 from ..core.model.calibration import Calibration
 from . import depths
+from .quality import quality_panel
+from .report import pyplot
 
 
 def markdown(calibration: Calibration, speed: dict[str, Any]) -> str:
@@ -28,47 +30,19 @@ def markdown(calibration: Calibration, speed: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(calibration: Calibration, path: Any) -> bool:
-    """calibration.png; False without matplotlib (the `bench` extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+def plot(calibration: Calibration, speed: dict[str, Any], path: Any) -> bool:
+    """calibration.png: the depth bench's speed panels of `speed` (as markdown takes it) beside the quality
+    bench's panel; False without matplotlib (the `bench` extra)."""
+    plt = pyplot()
+    if plt is None:
         return False
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, phase in zip(axes[:2], ("prefill", "decode"), strict=True):
-        series: dict[str, list[tuple[int, float]]] = {}
-        for p in calibration.speed:
-            if p.phase == phase:
-                name = f"{p.flash_attn}{'+fused' if p.fused_decode else ''} {p.ctk}/{p.ctv}"
-                series.setdefault(name, []).append((p.depth, p.tok_s))
-        for name, points in sorted(series.items()):
-            points.sort()
-            ax.plot([d for d, _ in points], [t for _, t in points], marker="o", label=name)
-        ax.set_title(phase)
-        ax.set_xlabel("depth (tokens in the KV cache)")
-        ax.set_ylabel("tok/s")
-        ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=6, ncol=2)
+    depths.speed_panels(axes[:2], speed)
     kv = {(m.ctk, m.ctv): m.kv_bytes / m.n_ctx for m in calibration.memory}
-    quality: dict[str, list[tuple[float, float, str]]] = {}
-    for q in calibration.quality:
-        if (q.ctk, q.ctv) != ("f16", "f16") and (q.ctk, q.ctv) in kv:
-            quality.setdefault(f"{q.flash_attn} {q.phase}", []).append((kv[q.ctk, q.ctv] / 1024, max(q.mean_kl, 1e-7),
-                                                                        q.ctk))
-    for name, rows in quality.items():
-        rows.sort()
-        axes[2].plot([b for b, _, _ in rows], [k for _, k, _ in rows], marker="o", label=name)
-        for b, k, t in rows:
-            axes[2].annotate(t, (b, k), fontsize=7)
-    axes[2].set_yscale("log")
-    axes[2].set_xlabel("KV KiB per token")
-    axes[2].set_ylabel("mean KL vs f16 (nats)")
+    quality_panel(axes[2], [{"flash_attn": q.flash_attn, "phase": q.phase, "ctk": q.ctk, "ctv": q.ctv,
+                             "kv_bytes_per_token": kv[q.ctk, q.ctv], "mean_kl": q.mean_kl}
+                            for q in calibration.quality if (q.ctk, q.ctv) in kv])
     axes[2].set_title("quality against bytes")
-    axes[2].grid(alpha=0.3)
-    axes[2].legend(fontsize=7)
     fig.suptitle(f"{calibration.model} on {calibration.key.device}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO, cast
+from typing import Any, TextIO, cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from ..native.ggml import devices
 from .modes import VARIANT_ENV as VARIANT_ENV  # (also bench's names: tests and device scripts import them here)
 from .modes import VARIANT_PATHS as VARIANT_PATHS
 from .modes import Mode, add_source_arguments, model_file, parse_modes
-from .report import machine_name, write_results
+from .report import machine_name, pyplot, write_results
 from .roofline import copy_bandwidth, decode_bytes, weight_bytes_per_token
 
 DEFAULT_MODES = ("fa-off:f16/f16", "fa-on:q4_0/q4_0", "fa-off:q4_0/q4_0")
@@ -181,15 +181,9 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+def speed_panels(axes: Any, result: dict) -> None:
+    """Prefill and decode tok/s against depth, one series per mode, on two axes (this bench's PNG and
+    calibrate's)."""
     for ax, kind, title in ((axes[0], "pp", f"prefill (pp{result['pp']})"),
                             (axes[1], "tg", f"decode (tg{result['tg']})")):
         for mode in result["modes"]:
@@ -202,6 +196,14 @@ def plot(result: dict, path: Path) -> bool:
         ax.set_ylabel("tok/s")
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=8)
+
+
+def plot(result: dict, path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    speed_panels(axes, result)
     fig.suptitle(f"{Path(result['model']).name} on {result['machine']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

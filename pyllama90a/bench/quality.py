@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.model.model import Model
 from ..native.kv_types import KV_TYPES, check_kv_type
-from .report import machine_name, write_results
+from .report import machine_name, pyplot, write_results
 
 # the shipped text: the first scenes of Shakespeare's Coriolanus (public domain), after an attribution paragraph
 TEXT = Path(__file__).with_name("coriolanus.txt")
@@ -152,31 +152,33 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, Any], path: Path) -> bool:
-    """Mean KL against bytes per token, one series per path and phase; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def quality_panel(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """Mean KL against KV bytes per token, one series per path and phase, each point named by its K type (this
+    bench's PNG and calibrate's); `rows` need flash_attn, phase, ctk, ctv, kv_bytes_per_token and mean_kl."""
     series: dict[str, list[dict[str, Any]]] = {}
-    for r in result["rows"]:
+    for r in rows:
         if (r["ctk"], r["ctv"]) != REFERENCE:
             series.setdefault(f"{r['flash_attn']} {r['phase']}", []).append(r)
-    for name, rows in series.items():
-        rows.sort(key=lambda r: r["kv_bytes_per_token"])
-        ax.plot([r["kv_bytes_per_token"] / 1024 for r in rows], [max(r["mean_kl"], 1e-7) for r in rows],
+    for name, points in series.items():
+        points.sort(key=lambda r: r["kv_bytes_per_token"])
+        ax.plot([r["kv_bytes_per_token"] / 1024 for r in points], [max(r["mean_kl"], 1e-7) for r in points],
                 marker="o", label=name)
-        for r in rows:
+        for r in points:
             ax.annotate(r["ctk"], (r["kv_bytes_per_token"] / 1024, max(r["mean_kl"], 1e-7)), fontsize=7)
     ax.set_yscale("log")
     ax.set_xlabel("KV KiB per token (K+V, all layers)")
     ax.set_ylabel("mean KL vs f16 (nats)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    """Mean KL against bytes per token, one series per path and phase; False without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    quality_panel(ax, result["rows"])
     ax.set_title(f"{Path(result['model']).name}: KV quality against bytes", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..core.model.attention_policy import attention_device
 
@@ -41,3 +42,16 @@ def write_results(out: Path, stem: str, result: dict, table: str) -> Path:
     (out / f"{stem}.md").write_text(table)
     print(f"wrote {out}/{stem}.json, {stem}.md", file=sys.stderr)
     return out
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files (Agg), or None without matplotlib (the `bench` extra): the one loader
+    of every bench's PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
