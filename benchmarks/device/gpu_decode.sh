@@ -7,6 +7,7 @@
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
 #   server   bench server, 8 and 32 clients, 8b-hd128: FA-on f16 against auto (hybrid + fused) q4_0
+#   calibrate  `python -m pyllama90a calibrate` on 8b-hd128 (the full preset's depths up to 4K): the H200's report
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
 # earlier call of the same native source: no build then). DEADLINE_S: the call's budget (each stage's timeout
 # is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log).
@@ -21,7 +22,7 @@ left() { echo $(( DEADLINE_S - ($(date +%s) - START) - ${1:-20} )); }
 cap() { local l; l=$(left 25); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
 if ls .pkg/pkg.tgz.part-* >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    cat .pkg/pkg.tgz.part-* | tar xzf - -C /tmp/site && cp pyllama90a/*.py /tmp/site/pyllama90a/
+    cat .pkg/pkg.tgz.part-* | tar xzf - -C /tmp/site && cp -r pyllama90a/. /tmp/site/pyllama90a/  # this checkout's Python
     if (cd /tmp && PYTHONPATH=/tmp/site python3 -c "import pyllama90a.native._ffi"); then
         echo "carried package"; export SKIP_BUILD=1
     else
@@ -44,8 +45,8 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     case $stage in
     tests)
         timeout "$(cap 150)" python3 -m pytest -q -p no:cacheprovider \
-            $(printf "$REPO/tests/%s " test_hybrid_attention.py test_attention_paths.py test_vquant_cuda.py \
-              test_quantized_v_backend.py test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
+            $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
+              native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
         echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10 ;;
     bench8b)
         timeout "$(cap 280)" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 \
@@ -88,6 +89,11 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
                 --out "$R/h200-8b-hd128-server-$1-$2" > "$R/server-$1.log" 2>&1
             echo "server $cfg rc=$?"; cat "$R/h200-8b-hd128-server-$1-$2/server.md"
         done ;;
+    calibrate)  # random weights: the speed and memory parts mean something, the quality part does not
+        model=$(python3 -c "from pyllama90a.tools.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
+        timeout "$(cap 300)" python3 -m pyllama90a calibrate "$model" --n-ctx 4400 --no-progress \
+            --out "$R/h200-8b-hd128-calibrate" > "$R/calibrate.log" 2>&1
+        echo "calibrate rc=$?"; head -40 "$R/h200-8b-hd128-calibrate/calibration.md" ;;
     bench1b)
         timeout "$(cap 160)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
