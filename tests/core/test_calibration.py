@@ -12,7 +12,7 @@ import pytest
 import pyllama90a as pl
 from pyllama90a.core.gguf.header import read_header
 from pyllama90a.core.model import calibration as cal
-from pyllama90a.core.model.attention_policy import attention_device
+from pyllama90a.core.model.attention_policy import attention_device, calibrated_choice
 from pyllama90a.core.model.shape import attention_shape
 
 N_CTX = 256
@@ -85,11 +85,22 @@ def test_a_corrupt_or_foreign_file_is_refused_and_the_table_decides(model_path: 
 
 def test_without_a_calibration_auto_logs_once_that_it_guesses(model_path: Path, home: Path,
                                                               caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="pyllama90a"):
+    with caplog.at_level(logging.INFO, logger="pyllama90a"):
         auto_choice(model_path)
         auto_choice(model_path)
     guessing = [r for r in caplog.records if "a guess here" in r.getMessage()]
     assert len(guessing) == 1 and "calibrate" in guessing[0].getMessage()
+    # the table was measured on CPUs: a guess on another CPU is worth an INFO line, not a warning at every start
+    assert guessing[0].levelno == logging.INFO
+
+
+def test_a_guess_on_a_device_kind_the_table_never_measured_is_a_warning(model_path: Path, home: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    shape = attention_shape(read_header(model_path), model_path)
+    with caplog.at_level(logging.INFO, logger="pyllama90a"):
+        assert calibrated_choice("q4_0", "q4_0", "gfx90a", "ROCm0 (AMD Instinct MI210)", shape, N_CTX) is None
+    guessing = [r for r in caplog.records if "a guess here" in r.getMessage()]
+    assert len(guessing) == 1 and guessing[0].levelno == logging.WARNING
 
 
 def test_the_file_round_trips(model_path: Path, home: Path) -> None:

@@ -34,6 +34,8 @@ logger = logging.getLogger("pyllama90a")
 
 CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")}
 CUDA_HYBRID_PAIRS = {("q4_0", "q4_0")}  # of CUDA_FA_PAIRS, those measured faster with hybrid
+# the device kinds the table above was measured on: elsewhere (ROCm, Vulkan, ...) it is a guess worth a warning
+MEASURED_KINDS = frozenset({"cpu", "cuda"})
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,16 @@ def choose(requested: str, ctk: str, ctv: str, n_gpu_layers: int, workers: Seque
         return decide(requested, ctk, ctv, "gpu", "RPC workers " + ", ".join(map(str, workers)))
     kind, label = attention_device(n_gpu_layers)
     if requested == "auto" and shape is not None:
-        calibrated = calibrated_choice(ctk, ctv, label, shape, n_ctx)
+        calibrated = calibrated_choice(ctk, ctv, kind, label, shape, n_ctx)
         if calibrated is not None:
             return calibrated
     return decide(requested, ctk, ctv, kind, label)
 
 
-def calibrated_choice(ctk: str, ctv: str, label: str, shape: AttentionShape, n_ctx: int) -> AttentionChoice | None:
+def calibrated_choice(ctk: str, ctv: str, kind: str, label: str, shape: AttentionShape,
+                      n_ctx: int) -> AttentionChoice | None:
     """What this device's calibration says for this K/V pair and n_ctx, if it has one that measured the pair."""
-    found = lookup(calibration_key(label, shape))
+    found = lookup(calibration_key(label, shape), table_measured=kind in MEASURED_KINDS)
     if found is None:
         return None
     calibration, path = found

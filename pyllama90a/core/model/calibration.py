@@ -161,17 +161,19 @@ def write(calibration: Calibration, folder: Path | None = None) -> Path:
 _guessing_logged: set[str] = set()
 
 
-def lookup(key: CalibrationKey) -> tuple[Calibration, Path] | None:
+def lookup(key: CalibrationKey, *, table_measured: bool = False) -> tuple[Calibration, Path] | None:
     """This key's calibration, if a valid one exists; a refused file is logged (each time: it may be fixed), a
-    missing one once per device ("auto" then follows the built-in table, a guess for this device)."""
+    missing one once per device ("auto" then follows the built-in table, a guess for this device): at INFO where
+    the table was measured on this kind of device (`table_measured`: CPUs, CUDA), else as a WARNING."""
     path = calibrations_dir() / key.file_name
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         if key.device not in _guessing_logged:
             _guessing_logged.add(key.device)
-            logger.warning("no calibration for %s with this build and model shape: flash_attn=auto follows the "
-                           "built-in table, a guess here; `python -m pyllama90a calibrate` measures it", key.device)
+            logger.log(logging.INFO if table_measured else logging.WARNING,
+                       "no calibration for %s with this build and model shape: flash_attn=auto follows the built-in "
+                       "table, a guess here; `python -m pyllama90a calibrate` measures it", key.device)
         return None
     except (OSError, UnicodeDecodeError) as e:
         logger.warning("calibration %s refused: %s; flash_attn=auto follows the built-in table", path, e)
