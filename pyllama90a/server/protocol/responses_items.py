@@ -20,7 +20,8 @@ Item = dict[str, Any]
 
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}  # part type -> its text's key
-# each item type's keys: checked, and (the rest of an item an answer or a client library carries) accepted
+# each item type's keys: checked, and (the rest of an item an answer or a client library carries) accepted; any
+# other key with a value is unknown (null is the same as absent, as in a request's other objects)
 KNOWN_KEYS = {"message": {"type", "role", "content", "id", "status"},
               "function_call": {"type", "call_id", "name", "arguments", "id", "status"},
               "function_call_output": {"type", "call_id", "output", "id", "status"}}
@@ -55,7 +56,7 @@ def _content(value: Any, where: str, unknown: list[str]) -> str:
         if kind not in TEXT_PARTS:
             raise _error(f"'{at}': a '{kind[:40]}' part is not served: {TEXT_ONLY}", f"{at}.type")
         texts.append(_text(part.get(TEXT_PARTS[kind]), f"{at}.{TEXT_PARTS[kind]}"))
-        unknown += [f"{at}.{k}" for k in part if k not in PART_KEYS]
+        unknown += [f"{at}.{k}" for k, v in part.items() if k not in PART_KEYS and v is not None]
     return "\n".join(texts)
 
 
@@ -69,7 +70,7 @@ def _item(item: Any, where: str, unknown: list[str]) -> Item:
         shown = kind[:40] if isinstance(kind, str) else kind
         raise _error(f"'{where}': items of type {shown!r} are not served (messages, function_call and "
                      "function_call_output are; no built-in tools)", f"{where}.type")
-    unknown += [f"{where}.{k}" for k in item if k not in KNOWN_KEYS[kind]]
+    unknown += [f"{where}.{k}" for k, v in item.items() if k not in KNOWN_KEYS[kind] and v is not None]
     if kind == "message":
         role = item.get("role")
         if role not in ROLES:
