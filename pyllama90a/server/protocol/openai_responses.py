@@ -171,7 +171,7 @@ class ResponsesRequest(Harmless):
         choice = check_tool_choice(self._chat_tool_choice(tools is not None), tools or [])
         response_format = self.text.response_format() if self.text is not None else None
         with about("text.format"):
-            constraint = constraint_from(response_format=response_format) if response_format else None
+            constraint = constraint_from(response_format=response_format) if response_format is not None else None
         max_tokens = self.max_output_tokens or min(limits.max_tokens_default, limits.max_tokens_limit)
         request = GenerationRequest(max_tokens, sampling=SamplingParams(temperature=self.temperature, top_p=self.top_p),
                                     constraint=constraint)
