@@ -185,3 +185,28 @@ def test_unserved_fields_are_400s_naming_them(client, fields, param, named) -> N
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(**{"input": "hi", **GREEDY, **fields})
     assert refused.value.body["param"] == param and named in refused.value.body["message"]
+
+
+def test_langchain_use_responses_api(server) -> None:
+    """LangChain's ChatOpenAI with use_responses_api (what its agents send): text, a forced call, a schema."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+
+    def chat(max_tokens: int):
+        return langchain_openai.ChatOpenAI(base_url=server.base_url + "/v1", api_key="unused", model="m",
+                                           temperature=0, max_tokens=max_tokens, use_responses_api=True, max_retries=0)
+
+    reply = chat(12).invoke("Count from 1 to 10.")
+    assert reply.text.strip() and reply.usage_metadata["output_tokens"] > 0
+
+    def get_weather(city: str, unit: str) -> str:
+        """The current weather of a city"""
+        return "sunny"
+
+    (call,) = chat(64).bind_tools([get_weather], tool_choice="get_weather").invoke(QUESTION).tool_calls
+    assert call["name"] == "get_weather" and set(call["args"]) == {"city", "unit"}
+
+    class Weather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=20)
+        unit: str = pydantic.Field(pattern="^[CF]$")
+
+    assert isinstance(chat(64).with_structured_output(Weather).invoke(QUESTION), Weather)
