@@ -100,12 +100,15 @@ def test_forced_function_call_and_its_output_round_trip(client) -> None:
     _valid_call(call)
     assert first.status == "completed"
 
-    # streamed: the same call, its arguments' deltas joined
-    events = list(client.responses.create(input=ask, stream=True, **forced))
+    # streamed: the same call, its arguments' deltas joined; the SDK's stream helper accumulates the events
+    with client.responses.stream(input=ask, **forced) as stream:
+        events = list(stream)
+        accumulated = stream.get_final_response()
     arguments = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
     (streamed,) = events[-1].response.output
     assert arguments == done.arguments == streamed.arguments == call.arguments and streamed.name == call.name
+    assert [item.model_dump() for item in accumulated.output] == [streamed.model_dump()]
 
     answer = client.responses.create(input=[*ask, call.model_dump(exclude_none=True), {
         "type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"}],
