@@ -10,6 +10,7 @@ Needs the `server` extra (FastAPI, uvicorn).
     generation: the generation routes' work: a request's generations queued, their chunks streamed
     embeddings: the embeddings routes' work, on a pool of its own
     state: what the routes share: the engine, the settings, the counts
+    response_store: the Responses API's stored responses, a bounded LRU for previous_response_id
     errors: the one funnel from exceptions to HTTP answers in OpenAI's error shape
     executors: one bounded thread pool per kind of work
     metrics: /metrics in Prometheus' text format

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..native.kv_types import FLASH_ATTN_MODES, KV_TYPES
 from .executors import DEFAULT_QUEUE, Executors
 from .protocol.base import UNKNOWN_FIELDS_MODES, Limits
+from .response_store import DEFAULT_STORED_RESPONSES, ResponseStore
 from .slot_policy import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, byte_size, slot_folder_of
 
 ENV = "PYLLAMA90A_"
@@ -140,6 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "'reject' answers 400 naming them (default warn). Fields that would change the answer but "
                         "are not implemented get a 400 either way; ones that change nothing (user, metadata, ...) "
                         "are accepted")
+    p.add_argument("--responses-store", type=int, default=_env("responses-store", DEFAULT_STORED_RESPONSES),
+                   help="responses /v1/responses keeps in memory for previous_response_id, the least recently "
+                        f"used forgotten first (default {DEFAULT_STORED_RESPONSES}; 0: none)")
     p.add_argument("--shutdown-grace", type=float, default=_env("shutdown-grace", 10.0),
                    help="seconds running requests get to finish after SIGTERM/SIGINT; then each remaining one "
                         "ends with an error (streams: an error event and [DONE]) (default 10)")
@@ -173,6 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 f"({args.max_tokens_limit})")
     if args.pool_queue_size < 0:
         p.error(f"--pool-queue-size must be at least 0, got {args.pool_queue_size}")
+    if args.responses_store < 0:
+        p.error(f"--responses-store must be at least 0, got {args.responses_store}")
     if not 0 < args.header_timeout <= 3600:  # also refuses nan
         p.error(f"--header-timeout must be above 0 and at most 3600 seconds, got {args.header_timeout}")
     if not 0 <= args.shutdown_grace <= 3600:  # also refuses nan
@@ -263,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
                                       args.unknown_fields), reopen=make_engine if args.rpc else None,
                         slot_folder=slot_folder_of(args), executors=Executors(args.pool_queue_size),
-                        metrics_public=args.metrics_public)
+                        metrics_public=args.metrics_public, response_store=ResponseStore(args.responses_store))
     kv, att = state.kv_cache, engine.model.attention  # (the KV cache's facts as ServerState read them)
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "

@@ -18,7 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from ..errors import ClosedError, LlamaError
 from .errors import INPUTS_KEY, APIError, answer, route_inputs
 from .protocol.base import IGNORED_HEADER, Limits
-from .routes import llama_server, lora, openai, slots, status
+from .routes import llama_server, lora, openai, openai_responses, slots, status
 from .routes.family import Access, Declared, RouteTable
 from .state import ServerState
 
@@ -28,7 +28,8 @@ TITLE, OPENAPI_PATH = "pyllama90a", "/openapi.json"
 DOCUMENT_VERSION = "0.1.0"  # (FastAPI's default, which the document has always said)
 # the families, in the order of the document; FastAPI serves the OpenAPI document itself, answered without the
 # API key (a client reads it before it has one)
-ROUTES = RouteTable((status.router, openai.router, llama_server.router, slots.router, lora.router),
+ROUTES = RouteTable((status.router, openai.router, openai_responses.router, llama_server.router, slots.router,
+                     lora.router),
                     builtin=[Declared("GET", OPENAPI_PATH, None, access=Access.PUBLIC)])
 
 
@@ -84,7 +85,7 @@ def cors_settings(origins: tuple[str, ...]) -> dict[str, Any]:
     sends itself."""
     return {"allow_origins": [o for o in origins if o != "localhost"],
             "allow_origin_regex": LOCALHOST_ORIGINS if "localhost" in origins else None,
-            "allow_methods": ["GET", "POST", "OPTIONS"], "allow_headers": ["*"],
+            "allow_methods": ["GET", "POST", "DELETE", "OPTIONS"], "allow_headers": ["*"],
             "expose_headers": [IGNORED_HEADER, "Retry-After"], "max_age": 600}
 
 

@@ -80,7 +80,8 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
     return handles, prepared, prompt
 
 
-# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes) -> Shape
+# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes; a chat's with its
+# ToolCallOutput as `output`) -> Shape
 ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
 
 
@@ -98,7 +99,8 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     common = {"fingerprint": state.fingerprint, "timer": timer}
-    shape = (shape_for(ident, prompt, common) if shape_for is not None
+    shape = (shape_for(ident, prompt, common if prepared is None else {**common, "output": prepared.output})
+             if shape_for is not None
              else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
                             **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))
@@ -138,16 +140,17 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():
-            yield _event(event)
+            yield _event(event, shape.named_events)
         while not shape.finished:
             choice, chunk = await chunks.get()
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
-                yield _event(answer(chunk.error, inputs).body())
+                for event in shape.error_events(answer(chunk.error, inputs).body()):
+                    yield _event(event, shape.named_events)
                 break
             events = (await state.executors.submit.finish(shape.events, choice, chunk)  # (as generate's whole())
                       if shape.ends_in_model and chunk.finish_reason is not None else shape.events(choice, chunk))
             for event in events:
-                yield _event(event)
+                yield _event(event, shape.named_events)
         else:
             state.note_timings(shape)
             if include_usage:
@@ -159,6 +162,7 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
             handle.cancel()
 
 
-def _event(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+def _event(payload: dict[str, Any], named: bool = False) -> str:
+    data = f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+    return f"event: {payload['type']}\n{data}" if named else data
 

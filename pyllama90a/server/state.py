@@ -17,6 +17,7 @@ from ..core.model.model import Model
 from ..errors import LlamaError
 from .executors import Executors
 from .protocol.base import Limits
+from .response_store import ResponseStore
 from .responses.openai import Shape
 from .slot_policy import SlotFolder
 from .worker_recovery import WorkerRecovery
@@ -35,6 +36,7 @@ class ServerState:
     slot_folder: SlotFolder | None = None  # --slot-save-path and its secret and quota (None: the slot actions are 501)
     executors: Executors = field(default_factory=Executors)  # the worker threads, one bounded pool per kind of work
     metrics_public: bool = False  # --metrics-public: /metrics answered without the API key
+    response_store: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses' (--responses-store)
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503
 

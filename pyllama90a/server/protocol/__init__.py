@@ -4,6 +4,8 @@
     base: `ProtocolModel`, whose one hook sorts a body's fields into known, refused and unknown
     requests: the request bodies of every route, each field declared once
     chat: a chat's messages, tools and tool_choice: their types for the document, checked by the library
+    openai_responses: the Responses API's request, converted onto the chat path
+    responses_items: the Responses API's conversation items, checked into one form and read as chat messages
     refused_fields: fields not implemented here, with the value each may take because it changes nothing
     openapi: the OpenAPI description served at /openapi.json
 """

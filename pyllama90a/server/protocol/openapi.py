@@ -83,6 +83,17 @@ CHAT_COMPLETION = _answer("chat.completion", _obj(
 EMBEDDINGS = _obj("object data model usage", object={"const": "list"}, model=STR, usage=OBJ, data={
     "type": "array", "items": _obj("object index embedding", object={"const": "embedding"}, index=INT, embedding={
         "anyOf": [{"type": "array", "items": {"type": "number"}}, STR]})})
+_OUTPUT_ITEM = {"anyOf": [
+    _obj("id type status role content", id=STR, type={"const": "message"}, status=STR, role={"const": "assistant"},
+         content={"type": "array", "items": _obj("type text", type={"const": "output_text"}, text=STR)}),
+    _obj("id type status call_id name arguments", id=STR, type={"const": "function_call"}, status=STR, call_id=STR,
+         name=STR, arguments=STR)]}
+RESPONSE = _obj("id object created_at status model output", id=STR, object={"const": "response"}, created_at=INT,
+                status={"enum": ["completed", "incomplete", "in_progress"]}, model=STR,
+                output={"type": "array", "items": _OUTPUT_ITEM}, incomplete_details={"type": ["object", "null"]},
+                usage=_obj("input_tokens output_tokens total_tokens", input_tokens=INT, output_tokens=INT,
+                           total_tokens=INT))
+DELETED_RESPONSE = _obj("id object deleted", id=STR, object={"const": "response.deleted"}, deleted=BOOL)
 MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR)
 MODELS = {"type": "object", "required": ["object", "data"],
           "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": MODEL}}}
@@ -133,10 +144,11 @@ def errors(*statuses: int) -> dict[int, dict[str, Any]]:
     return {s: json_body(why[s], ERROR) for s in statuses}
 
 
-def generation(summary: str, request: type[ProtocolModel], answer: Schema) -> Doc:
-    """A generation route's entry: its answer whole or as server-sent events."""
+def generation(summary: str, request: type[ProtocolModel], answer: Schema,
+               events: str = "server-sent events ending in `data: [DONE]`") -> Doc:
+    """A generation route's entry: its answer whole or as server-sent `events`."""
     def doc(limits: Limits) -> dict[str, Any]:
-        ok = json_body("the whole answer, or with stream=true server-sent events ending in `data: [DONE]`", answer)
+        ok = json_body(f"the whole answer, or with stream=true {events}", answer)
         ok.update(_ok_headers(limits))
         # (OpenAPI 3.1: the schema of an event stream describes one event; data is a JSON chunk, or [DONE] last)
         ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],

@@ -55,6 +55,7 @@ class Shape:
     done_marker = True  # a stream ends with `data: [DONE]` (OpenAI's; llama-server's /completion sends none)
     # its last event or whole answer calls the model (detokenize: under the model's lock): made in a worker thread
     ends_in_model = False
+    named_events = False  # each stream event goes with an `event:` line naming its `type` (the Responses API's)
 
     def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
                  timer: RequestTimer | None = None) -> None:
@@ -106,6 +107,10 @@ class Shape:
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`."""
         raise NotImplementedError
+
+    def error_events(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The stream events of an error after the status was sent (`body`: its {"error": ...} answer)."""
+        return [body]
 
     def whole(self) -> dict[str, Any]:
         """The whole answer, once every choice finished."""

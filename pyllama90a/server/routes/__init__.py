@@ -3,6 +3,7 @@
     family: Family (an APIRouter whose routes carry their declarations) and the tables derived from them
     status: the server's own /health and /metrics
     openai: OpenAI's /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings
+    openai_responses: OpenAI's Responses API, /v1/responses and its stored responses
     llama_server: llama-server's native routes (/completion, /infill, /tokenize, /props, ...)
     slots: llama-server's GET /slots and POST /slots/{id}?action=save|restore|erase
     lora: llama-server's /lora-adapters

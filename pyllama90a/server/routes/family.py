@@ -73,7 +73,7 @@ class Family(APIRouter):
         super().__init__()
         self.declared: list[Declared] = []
 
-    def serve(self, method: Literal["GET", "POST"], path: str, *, doc: Doc, also_at: tuple[str, ...] = (),
+    def serve(self, method: Literal["GET", "POST", "DELETE"], path: str, *, doc: Doc, also_at: tuple[str, ...] = (),
               inputs: RouteInputs = NO_INPUTS, access: Access = Access.KEY,
               response_class: type[Response] | DefaultPlaceholder = JSON) -> Callable[[Endpoint], Endpoint]:
         """Add the decorated endpoint at `path` and `also_at` for `method`, with its declaration."""
