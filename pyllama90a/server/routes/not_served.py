@@ -1,0 +1,53 @@
+"""llama-server's routes of features this server does not have, each answered 501 (not_supported_error) naming the
+feature, rather than a bare 404 a client reads as a wrong URL: MCP servers and built-in tools (/tools), the
+multi-model router (/models/load, /models/unload) and Vertex AI's prediction route (/predict). Images are no route:
+their request fields are refused where they are sent (image_url and input_image content parts, image_data,
+multimodal_data: a 400 naming the field)."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+from fastapi.responses import Response
+
+from ..errors import APIError
+from ..protocol import openapi as doc
+from .family import Family
+
+router = Family()
+
+
+def _not_served(feature: str) -> NoReturn:
+    raise APIError(501, f"{feature} is not served by this server (docs/server.md, 'Not served')",
+                   type="not_supported_error", code="not_supported")
+
+
+def _doc(summary: str) -> doc.Doc:
+    return doc.fixed(f"{summary}: not served (501)", doc.errors(401, 501, 503))
+
+
+TOOLS, ROUTER = "llama-server's tools (MCP servers and built-in tools)", "the multi-model router"
+
+
+@router.serve("GET", "/tools", doc=_doc("MCP servers and built-in tools"))
+async def tools_list() -> Response:
+    _not_served(TOOLS)
+
+
+@router.serve("POST", "/tools", doc=_doc("Call an MCP or built-in tool"))
+async def tools_call() -> Response:
+    _not_served(TOOLS)
+
+
+@router.serve("POST", "/models/load", doc=_doc("Load a model (router)"))
+async def models_load() -> Response:
+    _not_served(ROUTER + " (one model is served: the one /v1/models names)")
+
+
+@router.serve("POST", "/models/unload", doc=_doc("Unload a model (router)"))
+async def models_unload() -> Response:
+    _not_served(ROUTER + " (one model is served: the one /v1/models names)")
+
+
+@router.serve("POST", "/predict", doc=_doc("Vertex AI prediction"))
+async def vertex_predict() -> Response:
+    _not_served("Vertex AI's prediction route (/predict, instances)")
