@@ -3,8 +3,8 @@
 A real server on a random-weight reranker (pyllama90a.tools.synthetic_reranker): the answer's shape at every
 alias, the documents best first, top_n, return_text (and Jina's return_documents), TEI's form, usage in prompt
 tokens, and the scores equal to Model.rerank's in this process. The weights are noise: consistency is checked,
-never relevance. A real server on the default model (not a reranker): /v1/rerank is a 501 that says so, and
-what is not served (images, MCP and built-in tools, the router, Vertex AI) is a 400 naming the field or a 501
+never relevance. A real server on the default model (not a reranker): /v1/rerank is a 400 that says so, and
+what is not served (images, MCP and built-in tools, the router, Vertex AI) is a 400 naming the field or a 404
 naming the feature, never a text-only answer."""
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def test_a_reranker_has_no_embeddings(http: httpx.Client) -> None:
 
 
 def test_rerank_on_a_model_that_is_not_a_reranker(plain_http: httpx.Client) -> None:
-    error = _error(plain_http.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS}), 501)
-    assert error["type"] == "not_supported_error" and "not a reranker" in error["message"]
+    error = _error(plain_http.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS}), 400, "model")
+    assert error["code"] == "not_a_reranker" and "not a reranker" in error["message"]
 
 
 def test_reranking_flag_refuses_a_model_that_is_not_a_reranker(model_path) -> None:
@@ -157,5 +157,5 @@ def test_fields_not_served_are_refused(plain_http: httpx.Client, path: str, body
     ("POST", "/models/unload", "router"), ("POST", "/predict", "Vertex AI"),
 ])
 def test_routes_not_served_say_so(plain_http: httpx.Client, method: str, path: str, feature: str) -> None:
-    error = _error(plain_http.request(method, path, json={}), 501)
-    assert error["type"] == "not_supported_error" and feature in error["message"]
+    error = _error(plain_http.request(method, path, json={}), 404)
+    assert error["code"] == "not_supported" and feature in error["message"]

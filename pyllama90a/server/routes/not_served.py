@@ -1,5 +1,6 @@
-"""llama-server's routes of features this server does not have, each answered 501 (not_supported_error) naming the
-feature, rather than a bare 404 a client reads as a wrong URL: MCP servers and built-in tools (/tools), the
+"""llama-server's routes of features this server does not have, each answered 404 (code not_supported) naming the
+feature, rather than a bare "Not Found" a client reads as a wrong URL (a 4xx: the project's answers to what a
+client asks are never 5xx): MCP servers and built-in tools (/tools), the
 multi-model router (/models/load, /models/unload) and Vertex AI's prediction route (/predict). Images are no route:
 their request fields are refused where they are sent (image_url and input_image content parts, image_data,
 multimodal_data: a 400 naming the field)."""
@@ -17,12 +18,12 @@ router = Family()
 
 
 def _not_served(feature: str) -> NoReturn:
-    raise APIError(501, f"{feature} is not served by this server (docs/server.md, 'Not served')",
-                   type="not_supported_error", code="not_supported")
+    raise APIError(404, f"{feature} is not served by this server (docs/server.md, 'Not served')",
+                   code="not_supported")
 
 
 def _doc(summary: str) -> doc.Doc:
-    return doc.fixed(f"{summary}: not served (501)", doc.errors(401, 501, 503))
+    return doc.fixed(f"{summary}: not served (404 naming the feature)", doc.errors(401, 404, 503))
 
 
 TOOLS, ROUTER = "llama-server's tools (MCP servers and built-in tools)", "the multi-model router"

@@ -1,11 +1,10 @@
 """llama-server's rerank route, /v1/rerank (also at /rerank, /v1/reranking and /reranking): documents scored for
 a query by a reranker GGUF (rank pooling) on the embedder, best first. On a model that is not a reranker it is a
-501 that says so: an embedding or chat model has no classifier head, and whatever its pooled state said would
-be no relevance score."""
+400 naming `model` (llama-server answers 501; this server answers a client's request with a 4xx, never a 5xx): an
+embedding or chat model has no classifier head, and whatever its pooled state said would be no relevance score."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 from fastapi import Request
@@ -17,7 +16,6 @@ from ..embeddings import in_chunks, on_embedder
 from ..errors import APIError, RouteInputs
 from ..generation import ignored_fields
 from ..protocol import openapi as doc
-from ..protocol.base import Limits
 from ..protocol.body import read_request
 from ..protocol.rerank import RerankRequest
 from .family import Family, State
@@ -35,20 +33,15 @@ RERANKED_TEI = {"type": "array", "items": {"type": "object", "required": ["index
                                            "properties": {"index": doc.INT, "score": _NUMBER, "text": doc.STR}}}
 
 
-def _doc(limits: Limits) -> dict[str, Any]:
-    entry = doc.reading("Rerank documents for a query", RerankRequest, {"anyOf": [RERANKED, RERANKED_TEI]},
-                        "the documents best first, each with its index and score (TEI's list for `texts`)")(limits)
-    entry["responses"].update(doc.errors(501))  # (the model is not a reranker)
-    return entry
-
-
 @router.serve("POST", "/v1/rerank", also_at=("/rerank", "/v1/reranking", "/reranking"), inputs=RERANK_INPUTS,
-              doc=_doc)
+              doc=doc.reading("Rerank documents for a query (400 on a model that is not a reranker)", RerankRequest,
+                              {"anyOf": [RERANKED, RERANKED_TEI]},
+                              "the documents best first, each with its index and score (TEI's list for `texts`)"))
 async def rerank(request: Request, state: State) -> Response:
     if not is_reranker(state.engine.model.handle):
-        raise APIError(501, f"'{state.model_name}' is not a reranker: reranking needs a reranker GGUF (rank pooling, "
+        raise APIError(400, f"'{state.model_name}' is not a reranker: reranking needs a reranker GGUF (rank pooling, "
                             "a classifier head), such as bge-reranker-v2-m3 or Qwen3-Reranker",
-                       type="not_supported_error", code="rerank_not_supported")
+                       param="model", code="not_a_reranker")
     req, ignored = await read_request(request, state.limits, RerankRequest, pool=state.executors.embeddings)
     query, documents = req.query, req.document_list
 
