@@ -145,6 +145,9 @@ class ContextHandle:
         self._model: ModelHandle | None = model
         self._simulated = model.simulated
         self._n_vocab, self._n_embd = model.n_vocab, model.n_embd
+        # rank pooling (a reranker's): a sequence's pooled output is its classifier head's n_cls_out scores
+        self.rank_pooling: bool = lib.llama_pooling_type(ptr) == lib.LLAMA_POOLING_TYPE_RANK
+        self._n_pooled = model.n_cls_out if self.rank_pooling else model.n_embd
         self._memory = lib.llama_get_memory(ptr)
         self.n_ctx: int = lib.llama_n_ctx(ptr)  # after llama.cpp's padding
         self.n_batch: int = lib.llama_n_batch(ptr)
@@ -272,13 +275,14 @@ class ContextHandle:
         lib.llama_set_embeddings(self._live(), flag("on", on))
 
     def pooled_embedding(self, seq: int = 0) -> npt.NDArray[np.float32]:
-        """A copy of sequence `seq`'s pooled embedding after the last decode, shape (n_embd,)."""
+        """A copy of sequence `seq`'s pooled embedding after the last decode, shape (n_embd,); with rank pooling
+        the classifier head's scores, shape (n_cls_out,)."""
         ctx = self._live()
         self._check_sequence(seq)
         with NativeCall() as call:
             vec = lib.llama_get_embeddings_seq(ctx, seq)
         call.check(vec != ffi.NULL, LlamaError, "llama.cpp returned no pooled embedding")
-        return np.copy(np.frombuffer(memoryview(ffi.buffer(vec, 4 * self._n_embd)), dtype=np.float32))
+        return np.copy(np.frombuffer(memoryview(ffi.buffer(vec, 4 * self._n_pooled)), dtype=np.float32))
 
     # -- sequences ---------------------------------------------------------------------------------------------
 

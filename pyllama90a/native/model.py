@@ -83,6 +83,12 @@ class ModelHandle:
         self.bos: int | None = bos if 0 <= bos < self.n_vocab else None  # None: the vocabulary has none
         self.eos: int | None = eos if 0 <= eos < self.n_vocab else None
         self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(self._vocab))  # whether tokenize(add_special) adds BOS
+        # a reranker's prompt without a rerank template: [BOS] query [EOS] [SEP] document [EOS], as these say
+        sep = lib.llama_vocab_sep(self._vocab)
+        self.sep: int | None = sep if 0 <= sep < self.n_vocab else None
+        self.add_eos: bool = bool(lib.llama_vocab_get_add_eos(self._vocab))
+        self.add_sep: bool = bool(lib.llama_vocab_get_add_sep(self._vocab))
+        self.n_cls_out: int = lib.llama_model_n_cls_out(ptr)  # a classifier head's outputs (a reranker's scores)
         fim = {kind: getattr(lib, f"llama_vocab_fim_{kind}")(self._vocab) for kind in FIM_KINDS}
         # kind -> token id, None where the vocabulary has none (pyllama90a.core.model.fim builds infill prompts of them)
         self.fim: dict[str, int | None] = {k: t if 0 <= t < self.n_vocab else None for k, t in fim.items()}

@@ -101,6 +101,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="requests of one kind of work (parsing, generation submit, embeddings, tokenizer and "
                         "template, slot files) that may wait for that kind's worker threads; more get 429 with "
                         f"Retry-After, and /health names the saturated kinds (default {DEFAULT_QUEUE})")
+    p.add_argument("--reranking", "--rerank", action="store_true",
+                   default=str(_env("reranking", "")).lower() in ("1", "true", "yes"),
+                   help="llama-server's flag: refuse to start unless the model is a reranker (a GGUF with rank "
+                        "pooling). /v1/rerank is served on a reranker with or without it")
     p.add_argument("--chat-template-file", default=_env("chat-template-file", None),
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
     p.add_argument("--slot-save-path", default=_env("slot-save-path", None),
@@ -240,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.chat.template import ChatTemplate
     from ..core.constrained import isolation
     from ..core.engine.engine import BatchEngine
+    from ..core.model.rerank import is_reranker
     from ..errors import LlamaError
     from .app import ServerState, create_app
     from .header_timeout import protocol_with_header_timeout
@@ -265,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     name = args.model_name or Path(engine.model.path).name
+    if args.reranking and not is_reranker(engine.model.handle):
+        engine.close()
+        print(f"error: --reranking: {name} is not a reranker (its GGUF's pooling type is not rank); use a reranker "
+              "GGUF such as bge-reranker-v2-m3 or Qwen3-Reranker", file=sys.stderr)
+        return 1
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
                                       args.unknown_fields), reopen=make_engine if args.rpc else None,

@@ -1,68 +1,89 @@
 """The embeddings routes' work: /v1/embeddings and llama-server's list-shaped /embeddings, on a second
-context of the engine's weights, stopped early when the client goes away."""
+context of the engine's weights (the embedder, which the rerank routes use too), stopped early when the client
+goes away."""
 from __future__ import annotations
 
 import asyncio
 import base64
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from ..core.model.model import Model
 from .generation import DISCONNECT_POLL_S, ignored_fields
 from .protocol.body import read_request
 from .protocol.requests import EmbeddingRequest
 from .state import ServerState
 
 
-class _Cancelled(Exception):
-    """The client of an embeddings request went away: the inputs left are not embedded."""
+class Cancelled(Exception):
+    """The client of an embeddings (or rerank) request went away: the inputs left are not done."""
 
 
-EMBED_CHUNK = 8  # inputs embedded between two looks at whether the client is still there
+EMBED_CHUNK = 8  # inputs embedded (documents reranked) between two looks at whether the client is still there
+T = TypeVar("T")
 
 
-def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threading.Event) -> tuple[np.ndarray, int]:
-    """Embeddings come from a second context on the engine's loaded weights, made on first use (pooled, no KV
-    reuse); it runs beside the engine's context, and the weights stay loaded until both are closed. Inputs are
-    embedded a few at a time, so a request whose client left (`cancelled`) stops within one chunk instead of
-    holding the embedder (and every request behind it) for all of its inputs."""
+def _on_embedder(state: ServerState, work: Callable[[Model, threading.Event], T], cancelled: threading.Event) -> T:
+    """Embeddings and reranks come from a second context on the engine's loaded weights, made on first use (pooled
+    as the GGUF says, no KV reuse); it runs beside the engine's context, and the weights stay loaded until both
+    are closed. `work` runs holding it."""
     with state.embed_lock:
         if cancelled.is_set():  # (its client left while it waited for the embedder)
-            raise _Cancelled
+            raise Cancelled
         if state.embedder is None:
             engine = state.engine
             state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
                                                        n_threads=engine.n_threads)
-        n_tokens = sum(len(state.embedder.tokenize(t)) if isinstance(t, str) else len(t) for t in texts)
-        parts = []
-        for start in range(0, len(texts), EMBED_CHUNK):
-            if cancelled.is_set():
-                raise _Cancelled
-            parts.append(state.embedder.embed(texts[start:start + EMBED_CHUNK]))
-        return np.concatenate(parts), n_tokens
+        return work(state.embedder, cancelled)
 
+
+def in_chunks(inputs: list[Any], cancelled: threading.Event, do: Callable[[list[Any]], np.ndarray]) -> np.ndarray:
+    """do(inputs) a few at a time, so that a request whose client left (`cancelled`) stops within one chunk
+    instead of holding the embedder (and every request behind it) for all of its inputs."""
+    parts = []
+    for start in range(0, len(inputs), EMBED_CHUNK):
+        if cancelled.is_set():
+            raise Cancelled
+        parts.append(do(inputs[start:start + EMBED_CHUNK]))
+    return np.concatenate(parts)
+
+
+async def on_embedder(state: ServerState, request: Request, work: Callable[[Model, threading.Event], T]) -> T | None:
+    """work(embedder, cancelled) on the embeddings pool; None when the client went away first (answer 499)."""
+    cancelled = threading.Event()
+    job = asyncio.ensure_future(state.executors.embeddings.run(_on_embedder, state, work, cancelled))
+    while not (await asyncio.wait({job}, timeout=DISCONNECT_POLL_S))[0]:
+        if await request.is_disconnected():  # nobody will read the answer
+            # a job still queued leaves the embeddings queue (and its place there) now; a running one stops at its
+            # next chunk of inputs and leaves the pool then
+            cancelled.set()
+            job.cancel()
+            await asyncio.wait({job})
+            if not job.cancelled():
+                job.exception()  # (retrieved: Cancelled, or an answer nobody reads)
+            return None
+    done: T = await job
+    return done
 
 
 async def embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
     """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
-    pool = state.executors.embeddings
-    req, ignored = await read_request(request, state.limits, EmbeddingRequest, pool=pool)
-    cancelled = threading.Event()
-    work = asyncio.ensure_future(pool.run(_embed, state, req.input or req.content, cancelled))
-    while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
-        if await request.is_disconnected():  # nobody will read the vectors
-            # a job still queued leaves the embeddings queue (and its place there) now; a running one stops at its
-            # next chunk of inputs and leaves the pool then
-            cancelled.set()
-            work.cancel()
-            await asyncio.wait({work})
-            if not work.cancelled():
-                work.exception()  # (retrieved: _Cancelled, or vectors nobody reads)
-            return Response(status_code=499)
-    vectors, n_tokens = await work
+    req, ignored = await read_request(request, state.limits, EmbeddingRequest, pool=state.executors.embeddings)
+    texts: list[str | list[int]] = req.input or req.content
+
+    def embed(embedder: Model, cancelled: threading.Event) -> tuple[np.ndarray, int]:
+        n_tokens = sum(len(embedder.tokenize(t)) if isinstance(t, str) else len(t) for t in texts)
+        return in_chunks(texts, cancelled, embedder.embed), n_tokens
+
+    done = await on_embedder(state, request, embed)
+    if done is None:
+        return Response(status_code=499)
+    vectors, n_tokens = done
     headers = ignored_fields(request, ignored)
     values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.encoding_format == "base64"
                          else vec.astype(float).tolist() for vec in vectors]

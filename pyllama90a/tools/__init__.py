@@ -8,4 +8,5 @@ Modules:
     malformed_requests: malformed and hostile HTTP requests against a running server, counted by answer
     pool_saturation: pool saturation, a class of hostile load
     synthetic: random-weight GGUF models of realistic llama shapes, for benchmarks and tests
+    synthetic_reranker: a random-weight reranker GGUF (Qwen3-Reranker's kind, rank pooling), for tests
 """

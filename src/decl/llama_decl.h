@@ -106,6 +106,7 @@ int32_t  llama_model_desc(const struct llama_model * model, char * buf, size_t b
 int32_t  llama_model_meta_val_str(const struct llama_model * model, const char * key, char * buf, size_t buf_size);
 const char * llama_model_chat_template(const struct llama_model * model, const char * name);
 bool llama_model_has_encoder(const struct llama_model * model);
+uint32_t llama_model_n_cls_out(const struct llama_model * model);  /* a classifier's (reranker's) outputs */
 
 /* context */
 struct llama_context * llama_init_from_model(struct llama_model * model, struct llama_context_params params);
@@ -161,6 +162,10 @@ bool    llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);
 llama_token llama_vocab_bos(const struct llama_vocab * vocab);
 llama_token llama_vocab_eos(const struct llama_vocab * vocab);
 bool    llama_vocab_get_add_bos(const struct llama_vocab * vocab);
+/* what a reranker's fallback prompt is made of (llama-server's format_prompt_rerank): [BOS]query[EOS][SEP]doc[EOS] */
+llama_token llama_vocab_sep(const struct llama_vocab * vocab);
+bool    llama_vocab_get_add_eos(const struct llama_vocab * vocab);
+bool    llama_vocab_get_add_sep(const struct llama_vocab * vocab);
 /* fill-in-the-middle tokens (LLAMA_TOKEN_NULL, -1, where the vocabulary has none): prefix, suffix, middle, pad,
    repository, file separator */
 llama_token llama_vocab_fim_pre(const struct llama_vocab * vocab);

@@ -87,14 +87,17 @@ def test_the_derived_tables_are_the_servers() -> None:
     assert ROUTES.metric_labels == {
         "/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/models",
         "/chat/completions", "/completion", "/completions", "/infill", "/embeddings", "/embedding", "/tokenize",
-        "/detokenize", "/apply-template", "/props", "/slots", "/lora-adapters", "/v1/responses", "/responses"}
+        "/detokenize", "/apply-template", "/props", "/slots", "/lora-adapters", "/v1/responses", "/responses",
+        "/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/tools", "/models/load", "/models/unload", "/predict"}
     inputs = {p: d.inputs for p, d in ROUTES.by_path.items() if d.inputs != NO_INPUTS}
     assert inputs == {
         "/v1/chat/completions": CHAT_INPUTS, "/chat/completions": CHAT_INPUTS, "/apply-template": CHAT_INPUTS,
         "/v1/completions": COMPLETION_INPUTS, "/completion": COMPLETION_INPUTS, "/completions": COMPLETION_INPUTS,
         "/v1/embeddings": EMBEDDING_INPUTS, "/embeddings": EMBEDDING_INPUTS, "/embedding": EMBEDDING_INPUTS,
         "/tokenize": RouteInputs("content", "content"), "/detokenize": RouteInputs("tokens", "tokens"),
-        "/v1/responses": RouteInputs("input", "input"), "/responses": RouteInputs("input", "input")}
+        "/v1/responses": RouteInputs("input", "input"), "/responses": RouteInputs("input", "input"),
+        **dict.fromkeys(("/v1/rerank", "/rerank", "/v1/reranking", "/reranking"),
+                        RouteInputs("documents", "documents"))}
 
 
 def test_access_follows_the_declarations(app: FastAPI) -> None:

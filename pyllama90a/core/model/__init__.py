@@ -16,5 +16,6 @@
     state_file: a Model's KV cache and tokens on disk, with a header that says whose they are
     state_bounds: how large llama.cpp's state of a context or sequence can be
     embedding: embeddings on a context made with embedding=True
+    rerank: a reranker's relevance scores of documents for a query (rank pooling), prompts made as llama-server's
     fim: fill-in-the-middle prompts from a coder model's FIM tokens
 """

@@ -31,6 +31,9 @@ def embedding_inputs(text: str | Sequence[str | Sequence[int]], vocabulary: Mode
 def embed_inputs(context: ContextHandle, inputs: list[str | list[int]],
                  tokenize: Callable[[str], list[int]]) -> np.ndarray:
     """(len(inputs), n_embd) L2-normalised vectors; the cache is empty afterwards."""
+    if context.rank_pooling:  # (its pooled output is a classifier's scores, not a vector of the text)
+        raise InvalidArgumentError("this model is a reranker (rank pooling): it scores query-document pairs with "
+                                   "rerank(), it has no embeddings")
     out = np.empty((len(inputs), context.model.n_embd), dtype=np.float32)
     # one micro-batch: llama.cpp pools each micro-batch on its own and keeps the last (a text over n_ubatch was
     # the mean of its tail alone), and one sequence's cells

@@ -44,6 +44,7 @@ from .kv_auto import resolve_kv_types
 from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .open import checked_file, context_params, load_weights, model_path, open_context
+from .rerank import rerank_inputs, rerank_prompt, score_prompts
 from .sequence_cache import SequenceCache
 from .settings import ContextSettings
 from .state_file import StateIdentity, check_key, context_limits
@@ -59,7 +60,7 @@ class Model:
     Threads: a Model runs one thing on its context at a time. While a generation runs (a non-streaming call, or
     a stream from its first piece until it ends or its iterator is closed), every method that uses the context
     raises BusyError, from any thread, the stream's own thread included: generate, chat, eval, logits,
-    last_logits, truncate, embed, save_state, load_state, compute_buffer_bytes and close. Methods that only read
+    last_logits, truncate, embed, rerank, save_state, load_state, compute_buffer_bytes and close. Methods that only read
     the model (tokenize, detokenize, prompt_tokens, apply_chat_template, metadata, kv_cache, n_ctx, n_ctx_seq,
     n_ctx_train, n_cached, attention) are always allowed. A lock serializes the calls, so close() never frees the
     context under another thread's call.
@@ -443,6 +444,17 @@ class Model:
             self._cache.forget()  # (whatever happens: each input starts from an empty cache, and none stays)
             out = embed_inputs(context, inputs, self.tokenize)
         return out[0] if isinstance(text, str) else out
+
+    def rerank(self, query: str, documents: Sequence[str]) -> np.ndarray:
+        """One relevance score per document for `query` (float32, in the documents' order; higher is more
+        relevant), from a reranker GGUF (rank pooling) on Model(..., embedding=True); see core/model/rerank.py."""
+        if not self.embedding:
+            raise InvalidArgumentError("rerank() needs Model(..., embedding=True) of a reranker GGUF")
+        query, documents = rerank_inputs(query, documents)
+        prompts = [rerank_prompt(self.handle, query, document) for document in documents]
+        with self._using_context("rerank") as context:
+            self._cache.forget()  # (each document starts from an empty cache, and none stays)
+            return score_prompts(context, prompts)
 
     # -- state -----------------------------------------------------------------------------------------
 

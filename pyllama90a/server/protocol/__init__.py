@@ -3,6 +3,7 @@
     body: a request body read within limits of size and nesting, strict JSON
     base: `ProtocolModel`, whose one hook sorts a body's fields into known, refused and unknown
     requests: the request bodies of every route, each field declared once
+    rerank: the rerank request, in Jina's and TEI's forms
     chat: a chat's messages, tools and tool_choice: their types for the document, checked by the library
     openai_responses: the Responses API's request, converted onto the chat path
     responses_items: the Responses API's conversation items, checked into one form and read as chat messages

@@ -7,4 +7,6 @@
     llama_server: llama-server's native routes (/completion, /infill, /tokenize, /props, ...)
     slots: llama-server's GET /slots and POST /slots/{id}?action=save|restore|erase
     lora: llama-server's /lora-adapters
+    rerank: llama-server's /v1/rerank (/rerank, /v1/reranking), on a reranker GGUF
+    not_served: llama-server's routes of features not built here (tools, router, Vertex AI): 404 naming them
 """
