@@ -7,10 +7,10 @@ reasoning, with the template's markers or `<think>`/`</think>` when it declares 
 "deepseek" for a template that declares markers and "none" for one that does not.
 
 A block is read at the start of the answer only: the prompt opened it (a template whose generation prompt ends
-in `<think>\\n`), or the answer opens it (whitespace aside). Whitespace around the reasoning and before the
-content after it is dropped. `ReasoningSplitter` reads a stream as it arrives, holding back text that may be
-the start of a marker, so a marker cut across two tokens never shows; a whole answer is the same splitter fed
-once, so a stream and a whole answer agree.
+in `<think>\\n`, a continued assistant message that opened it), or the answer opens it (whitespace aside).
+Whitespace around the reasoning and before the content after it is dropped. `ReasoningSplitter` reads a stream
+as it arrives, holding back text that may be the start of a marker, so a marker cut across two tokens never
+shows; a whole answer is the same splitter fed once, so a stream and a whole answer agree.
 
 The generation side (core.generation.thinking) forces the end marker when a reasoning budget is spent, and makes
 a constraint (JSON schema, grammar, tool call) wait for the block's end.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from ..generation.outputs import Completion, Piece
+from ..generation.outputs import Piece
 from ..generation.thinking import Thinking
 
 __all__ = ["DEFAULT_MARKERS", "REASONING_FORMATS", "ReasoningDefaults", "ReasoningOutput", "ReasoningSplitter",
@@ -137,7 +137,7 @@ def plan_reasoning(source: str | None, prompt: str, reasoning_format: str | None
     if markers is None:
         return None, None
     start, end = markers
-    inside = prompt.rstrip().endswith(start)
+    inside = prompt.rfind(start) > prompt.rfind(end)  # a block the prompt opened (a prefill, a continued message)
     budget = defaults.budget if budget is None else budget
     message = defaults.budget_message if budget_message is None else budget_message
     thinking = Thinking(start, end, inside, budget, message) if inside or budget is not None else None

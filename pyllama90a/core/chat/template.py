@@ -23,9 +23,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from datetime import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ChatTemplateError, InvalidArgumentError, fs_path
@@ -289,7 +289,8 @@ class ChatTemplate:
         if tools and not native_tools:
             msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC if fmt.system_prompt else fmt))
         variables = dict(default_variables(), **kwargs, messages=template_messages(msgs),
-                         add_generation_prompt=add_generation_prompt, bos_token=self.bos_token, eos_token=self.eos_token)
+                         add_generation_prompt=add_generation_prompt, bos_token=self.bos_token,
+                         eos_token=self.eos_token)
         if native_tools:
             variables["tools"] = list(tools)
         return self.render_raw(source, variables)

@@ -42,8 +42,9 @@ class Thinking:
         for name in ("start", "end", "budget_message"):
             value = getattr(self, name)
             if not isinstance(value, str) or (not value and name != "budget_message"):
-                raise InvalidArgumentError(f"thinking {name} must be a{' non-empty' if name != 'budget_message' else ''}"
-                                           f" str, got {value!r}"[:200], param="reasoning_budget")
+                what = "a str" if name == "budget_message" else "a non-empty str"
+                raise InvalidArgumentError(f"thinking {name} must be {what}, got {value!r}"[:200],
+                                           param="reasoning_budget_message" if name == "budget_message" else None)
             utf8(f"the thinking {name}", value)
         if not isinstance(self.inside, bool):
             raise InvalidArgumentError("thinking inside must be True or False")

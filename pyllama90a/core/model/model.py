@@ -29,8 +29,8 @@ from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
 from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat, render_chat
-from ..chat.template import ChatTemplate
 from ..chat.reasoning import ReasoningOutput
+from ..chat.template import ChatTemplate
 from ..chat.tool_output import ToolCallOutput, completion_of
 from ..constrained import constraint_from
 from ..generation.outputs import Completion, Piece
