@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import pyllama90a as pl
+from pyllama90a.core.chat import reasoning
 from pyllama90a.core.chat.messages import normalize_messages
 from pyllama90a.core.chat.prepare import prepare_chat
 from pyllama90a.core.chat.reasoning import ReasoningSplitter, markers_of, plan_reasoning
@@ -84,6 +85,13 @@ def test_llama_server_template_variables():
     assert qwen3.render(messages, enable_thinking=False).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     with pytest.raises(InvalidArgumentError, match="enable_thinking"):
         qwen3.render(messages, enable_thinking="false")  # (llama-server refuses the string too)
+    before = reasoning.get_defaults()
+    try:  # the server's --reasoning off
+        reasoning.set_defaults(enable_thinking=False)
+        assert qwen3.render(messages).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert qwen3.render(messages, enable_thinking=True).endswith("<|im_start|>assistant\n")
+    finally:
+        reasoning.set_defaults(**before.__dict__)
 
 
 # -- over the model ----------------------------------------------------------------------------------------------
