@@ -82,6 +82,12 @@ def test_bad_reasoning_fields_are_400s(client):
         assert response.status_code == 400, (field, response.text)
     response = client.post(CHAT, json={**ASK, "continue_final_message": True})  # add_generation_prompt is true
     assert response.status_code == 400 and response.json()["error"]["param"] == "continue_final_message"
+    bare = {"messages": ASK["messages"], "chat_template_kwargs": {"add_generation_prompt": False}}
+    response = client.post("/apply-template", json=bare)  # (the field's name, not a template variable)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "chat_template_kwargs"
+    for field, value in (("add_generation_prompt", False), ("reasoning_format", "deepseek")):
+        response = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2, field: value})
+        assert response.status_code == 400 and response.json()["error"]["param"] == field
 
 
 def test_template_requests(client):

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 
 from ...core.chat.messages import Messages
+from ...core.chat.template import check_template_variables
 from ...core.constrained import Constraint, constraint_from
 from ...core.generation.lora_request import MAX_SCALE, RequestedLora
 from ...core.generation.request import MAX_TOP_LOGPROBS, GenerationRequest
@@ -355,6 +356,8 @@ class ApplyTemplateRequest(Harmless, ChatFields):
 
     def convert(self, limits: Limits) -> tuple[Messages, Tools | None, dict[str, Any]]:
         messages, tools, tool_choice = self.chat()
-        # (add_generation_prompt is apply_chat_template's own argument, which the route passes these to)
+        # (add_generation_prompt is apply_chat_template's own argument, which the route passes these to: a template
+        # variable of that name is refused, not merged)
+        check_template_variables(self.chat_template_kwargs)
         return messages, tools if tool_choice.mode != "none" else None, {
             **self.chat_template_kwargs, "add_generation_prompt": self.add_generation_prompt}
