@@ -20,6 +20,7 @@ from pyllama90a.core.chat.prepare import prepare_chat
 from pyllama90a.core.chat.reasoning import ReasoningSplitter, markers_of, plan_reasoning
 from pyllama90a.core.chat.template import ChatTemplate
 from pyllama90a.errors import InvalidArgumentError
+from support.weather_tools import WEATHER
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 QWQ = (DATA / "qwq-32b.jinja").read_text()
@@ -137,6 +138,17 @@ def test_a_schema_applies_after_the_thinking_not_inside_it(qwq):
     # the model ends its thinking with an end of generation: the marker replaces it, so the answer is written
     short = qwq.chat(ASK, temperature=0, max_tokens=60, json_schema=SCHEMA)
     assert set(json.loads(short.text)) == {"answer"}
+
+
+def test_a_forced_tool_call_comes_after_the_thinking(qwq):
+    whole = qwq.chat(ASK, temperature=0, max_tokens=80, reasoning_budget=6, tools=[WEATHER], tool_choice="required")
+    assert whole.reasoning and "<tool_call>" not in whole.reasoning and whole.finish_reason == "tool_calls"
+    assert [c.name for c in whole.tool_calls] == ["get_weather"]
+    pieces = list(qwq.chat(ASK, temperature=0, max_tokens=80, reasoning_budget=6, tools=[WEATHER],
+                           tool_choice="required", stream=True))
+    assert "".join(p.reasoning for p in pieces) == whole.reasoning
+    calls = [(c.name, c.arguments) for c in pieces[-1].completion.tool_calls]
+    assert calls == [(c.name, c.arguments) for c in whole.tool_calls]
 
 
 def test_continue_final_message(qwq):
