@@ -17,7 +17,7 @@ import pyllama90a as pl
 from pyllama90a.core.chat import reasoning
 from pyllama90a.core.chat.messages import normalize_messages
 from pyllama90a.core.chat.prepare import prepare_chat
-from pyllama90a.core.chat.reasoning import ReasoningSplitter, markers_of, plan_reasoning
+from pyllama90a.core.chat.reasoning import ReasoningSplitter, closed_when_off, markers_of, plan_reasoning
 from pyllama90a.core.chat.template import ChatTemplate
 from pyllama90a.errors import InvalidArgumentError
 from support.weather_tools import WEATHER
@@ -95,6 +95,18 @@ def test_llama_server_template_variables():
         reasoning.set_defaults(**before.__dict__)
 
 
+def test_thinking_off_closes_the_block_as_llama_server_does():
+    messages = normalize_messages(ASK)
+    qwen3 = ChatTemplate(QWEN3).render(messages, enable_thinking=False)
+    assert closed_when_off(qwen3, QWEN3, False) == qwen3  # (the template closed it itself)
+    opened = ChatTemplate(QWQ).render(messages, enable_thinking=False)
+    assert closed_when_off(opened, QWQ, False) == opened + "</think>"
+    assert closed_when_off(opened, QWQ, True) == opened
+    cohere = "{{ '<|START_THINKING|>' + '<|END_THINKING|>' if false }}<|CHATBOT_TOKEN|>"
+    assert closed_when_off("<|CHATBOT_TOKEN|>", cohere, False) == "<|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>"
+    assert closed_when_off("x", "{{ messages }}", False) == "x"  # no markers: nothing to close
+
+
 # -- over the model ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -116,6 +128,14 @@ def test_prefill_starts_inside_the_block(qwq):
     assert whole.reasoning == raw.text.strip() and whole.text == ""  # all of it thinking: no </think> written
     reasoning, content, done = _streamed(qwq, max_tokens=12)
     assert (reasoning, content) == (whole.reasoning, whole.text) == (done.reasoning, done.text)
+
+
+def test_thinking_off_answers_after_a_closed_block(qwq):
+    off = {"enable_thinking": False}
+    assert qwq.apply_chat_template(ASK, **off).endswith("<|im_start|>assistant\n<think>\n</think>")
+    whole = qwq.chat(ASK, temperature=0, max_tokens=12, chat_template_kwargs=off)
+    raw = qwq.chat(ASK, temperature=0, max_tokens=12, chat_template_kwargs=off, reasoning_format="none")
+    assert whole.reasoning in (None, "") and whole.text == raw.text and raw.text.strip()
 
 
 def test_budget_forces_the_end_marker_and_the_answer_goes_on(qwq):

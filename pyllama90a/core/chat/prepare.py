@@ -25,7 +25,7 @@ from ..constrained import tool_calls as tool_call_constraint
 from ..generation.thinking import Thinking
 from ..toolcalls import GENERIC, check_tool_choice, check_tools
 from .messages import Messages
-from .reasoning import ReasoningOutput, plan_reasoning
+from .reasoning import ReasoningOutput, closed_when_off, get_defaults, plan_reasoning
 from .template import ChatTemplate, check_template_variables, text_only_history
 from .tool_output import ToolCallOutput, finish_reason
 
@@ -74,7 +74,8 @@ def render_chat(model: ChatModel, messages: Messages, tools: Sequence[dict[str, 
     """The prompt text of `messages` (and `tools`): the model's Jinja template, or llama.cpp's built-in
     FALLBACK_TEMPLATE for a file without one (which takes no template variables and always ends ready for the
     assistant's turn). continue_final_message (vLLM's, transformers'): the last message, the assistant's, is
-    continued: the prompt ends with its content, no new turn opened."""
+    continued: the prompt ends with its content, no new turn opened. With thinking off (enable_thinking false)
+    the assistant's thinking block is closed (reasoning.closed_when_off), as llama-server closes it."""
     template = model.chat_template
     flag("continue_final_message", continue_final_message)
     if continue_final_message and add_generation_prompt:
@@ -82,9 +83,15 @@ def render_chat(model: ChatModel, messages: Messages, tools: Sequence[dict[str, 
                                    "(the final message is continued: no new turn is opened)",
                                    param="continue_final_message")
     if template is not None:
+        variables = dict(template_kwargs or {})
         text = template.render(messages, tools=list(tools) or None, add_generation_prompt=add_generation_prompt,
-                               **dict(template_kwargs or {}))
-        return _continued(text, messages) if continue_final_message else text
+                               **variables)
+        if continue_final_message:
+            return _continued(text, messages)
+        if not add_generation_prompt:
+            return text
+        thinking = variables.get("enable_thinking", get_defaults().enable_thinking)
+        return closed_when_off(text, template.source_for(tools), thinking)
     if template_kwargs or not add_generation_prompt:
         raise InvalidArgumentError(f"{model.path.name} has no Jinja chat template: llama.cpp's built-in "
                                    f"{FALLBACK_TEMPLATE} takes no template variables (chat_template_kwargs) and no "

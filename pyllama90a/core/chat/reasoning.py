@@ -26,7 +26,7 @@ from ..generation.outputs import Piece
 from ..generation.thinking import Thinking
 
 __all__ = ["DEFAULT_MARKERS", "REASONING_FORMATS", "ReasoningDefaults", "ReasoningOutput", "ReasoningSplitter",
-           "get_defaults", "markers_of", "plan_reasoning", "set_defaults"]
+           "closed_when_off", "get_defaults", "markers_of", "plan_reasoning", "set_defaults"]
 
 REASONING_FORMATS = ("none", "deepseek", "auto")
 DEFAULT_MARKERS = ("<think>", "</think>")
@@ -77,6 +77,19 @@ def set_defaults(**changes: Any) -> ReasoningDefaults:
 def markers_of(source: str) -> tuple[str, str] | None:
     """The thinking markers a template's text declares (both of a known pair appear in it), or None."""
     return next(((s, e) for s, e in KNOWN_MARKERS if s in source and e in source), None)
+
+
+def closed_when_off(prompt: str, source: str, enable_thinking: object) -> str:
+    """The prompt of a chat whose thinking is off (enable_thinking false) with its block closed, as llama-server
+    closes it: a block the generation prompt opened gets its end marker (QwQ, DeepSeek-R1: `<think>\\n</think>`),
+    a template with markers that opened none an empty block; a prompt already ending in one (Qwen3's) is kept."""
+    markers = markers_of(source)
+    if enable_thinking is not False or markers is None:
+        return prompt
+    start, end = markers
+    if prompt.rfind(start) > prompt.rfind(end):
+        return prompt + end
+    return prompt if prompt.rstrip().endswith(end) else prompt + start + end
 
 
 @dataclass(frozen=True)
