@@ -142,9 +142,9 @@ def plan_reasoning(source: str | None, prompt: str, reasoning_format: str | None
     defaults = _defaults
     fmt = check_format(defaults.format if reasoning_format is None else reasoning_format)
     markers = markers_of(source) if source is not None else None
-    if markers is None and budget is not None:
-        raise InvalidArgumentError("a reasoning budget needs a chat template with thinking markers (<think> ... "
-                                   "</think>); this model's has none", param="reasoning_budget")
+    if markers is None and (budget is not None or budget_message):
+        raise InvalidArgumentError("a reasoning budget (or its message) needs a chat template with thinking markers "
+                                   "(<think> ... </think>); this model's has none", param="reasoning_budget")
     if markers is None and fmt == "deepseek":
         markers = DEFAULT_MARKERS
     if markers is None:
