@@ -107,6 +107,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "pooling). /v1/rerank is served on a reranker with or without it")
     p.add_argument("--chat-template-file", default=_env("chat-template-file", None),
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
+    p.add_argument("--reasoning-format", choices=("none", "deepseek", "auto"),
+                   default=_env("reasoning-format", "auto"),
+                   help="where a reasoning model's thinking block goes: none (left in the content), deepseek "
+                        "(message.reasoning_content), auto (deepseek where the template declares thinking markers; "
+                        "default auto); a request's reasoning_format wins")
+    p.add_argument("--reasoning-budget", type=int, default=_env("reasoning-budget", -1),
+                   help="tokens of thinking before its end marker is forced: -1 no limit (default), 0 at once")
+    p.add_argument("--reasoning-budget-message", default=_env("reasoning-budget-message", ""),
+                   help="text forced before the end of thinking when the budget is spent (default: none)")
+    p.add_argument("--reasoning", choices=("on", "off", "auto"), default=_env("reasoning", "auto"),
+                   help="the template variable enable_thinking: off sets it false, on and auto true (default "
+                        "auto); a request's chat_template_kwargs wins")
     p.add_argument("--slot-save-path", default=_env("slot-save-path", None),
                    help="a folder for slot files (POST /slots/{id}?action=save|restore|erase); none: those are 501")
     p.add_argument("--slot-secret-file", default=_env("slot-secret-file", None),
@@ -241,11 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("the server needs FastAPI and uvicorn: pip install 'pyllama90a[server]'", file=sys.stderr)
         return 2
+    from ..core.chat import reasoning
     from ..core.chat.template import ChatTemplate
     from ..core.constrained import isolation
     from ..core.engine.engine import BatchEngine
     from ..core.model.rerank import is_reranker
-    from ..errors import LlamaError
+    from ..errors import InvalidArgumentError, LlamaError
     from .app import ServerState, create_app
     from .header_timeout import protocol_with_header_timeout
     from .shutdown import GracefulServer
@@ -255,6 +268,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pyllama90a server: --n-ctx {args.n_ctx} gives {args.parallel} slots fewer than 256 cells each, "
               f"llama.cpp's smallest: using n_ctx {n_ctx} ({args.parallel} slots x 256)", flush=True)
         args.n_ctx = n_ctx
+    try:
+        if args.reasoning_budget < -1:
+            raise ValueError(f"--reasoning-budget must be -1 (no limit) or a number of tokens, got "
+                             f"{args.reasoning_budget}")
+        reasoning.set_defaults(format=args.reasoning_format, budget_message=args.reasoning_budget_message,
+                               budget=None if args.reasoning_budget == -1 else args.reasoning_budget,
+                               enable_thinking=args.reasoning != "off")
+    except (ValueError, InvalidArgumentError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
 

@@ -60,8 +60,11 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
         assert gen.messages is not None  # (ChatRequest.convert sets them)
         prepared = prepare_chat(engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
                                 parallel_tool_calls=gen.parallel_tool_calls, constraint=request.constraint,
-                                template_kwargs=gen.template_kwargs)
-        request = replace(request, constraint=prepared.constraint)
+                                template_kwargs=gen.template_kwargs, add_generation_prompt=gen.add_generation_prompt,
+                                continue_final_message=gen.continue_final_message,
+                                reasoning_format=gen.reasoning_format, reasoning_budget=gen.reasoning_budget,
+                                reasoning_budget_message=gen.reasoning_budget_message)
+        request = replace(request, constraint=prepared.constraint, thinking=prepared.thinking)
         prompt = prepared.tokens
     else:
         prompt = engine.tokenize_prompt(gen.prompt)
@@ -102,7 +105,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     shape = (shape_for(ident, prompt, common if prepared is None else {**common, "output": prepared.output})
              if shape_for is not None
              else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
-                            **common) if chat
+                            reasoning=prepared.reasoning if prepared is not None else None, **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))
     if gen.stream:
         return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, route_inputs(request.scope)),

@@ -5,4 +5,5 @@
     render: templates compiled and rendered in a worker process, within time, memory and output limits
     prepare: a chat request made ready to generate (messages, tools, constraint) and its output read back
     tool_output: `ToolCallOutput`, a chat's generated text read for the tool calls it offered
+    reasoning: a thinking block read into reasoning_content (reasoning_format), and its budget's defaults
 """

@@ -12,7 +12,8 @@ Defaults (TemplateLimits; the server's --template-* flags, `set_limits()` in Pyt
 max_output_chars 16 Mi (16,777,216 characters, the server's largest request body).
 
 The environment is jinja2's ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and the loopcontrols
-extension, the globals `raise_exception(message)` and `strftime_now(format)`, a `tojson` filter that keeps
+extension, the globals `raise_exception(message)` and `strftime_now(format)`, the variable `now` (the render's
+datetime, unless the caller gives one), a `tojson` filter that keeps
 non-ASCII text and takes indent/separators/sort_keys, and a `{% generation %}` block that renders its body.
 """
 from __future__ import annotations
@@ -187,6 +188,7 @@ def render_in_worker(payload: tuple[str, dict[str, Any], int]) -> str:
     template, _ = _compile(source)
     parts, size = [], 0
     try:
+        variables = {"now": datetime.now(), **variables}  # (a datetime: sent as plain data it would be a str)
         for part in template.generate(variables):  # (a dict: a variable named "self" is no keyword clash)
             size += len(part)
             if size > max_chars:

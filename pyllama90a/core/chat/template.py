@@ -9,6 +9,9 @@ The template compiles and renders in a worker process with a time, memory and ou
 is a file's data: reaching for Python internals (attributes starting with "_", the
 sandbox's unsafe attributes) fails at once, and so do mutating methods (list.append, dict.update).
 
+Every render gets llama-server's variables (default_variables: enable_thinking, date_string, datetime) unless the
+caller sets them.
+
 `render` takes the messages in their typed form, checked where they entered (messages.py: normalize_messages):
 the template sees them as OpenAI-shaped dicts (messages.template_messages), each tool call's arguments a dict
 whose `.json` attribute is the JSON text as sent.
@@ -22,11 +25,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ChatTemplateError, InvalidArgumentError, fs_path
 from ..toolcalls import GENERIC, ToolCallFormat, check_tools, detect_format, get_format, tools_system_prompt
-from . import render
+from . import reasoning, render
 from .messages import ChatMessage, Messages, normalize_messages, template_messages
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +42,7 @@ __all__ = [
     "ChatTemplate",
     "TemplateModel",
     "check_template_variables",
+    "default_variables",
     "special_tokens",
     "text_only_history",
 ]
@@ -56,10 +61,22 @@ def check_template_variables(variables: Mapping[str, Any]) -> None:
     if "self" in variables:  # jinja2's own name in every template (the template's blocks): a value is never seen
         raise InvalidArgumentError("template variable 'self' is reserved by Jinja (it names the template itself)",
                                    param="chat_template_kwargs")
+    if "enable_thinking" in variables and not isinstance(variables["enable_thinking"], bool):
+        raise InvalidArgumentError(f"enable_thinking must be true or false, got {variables['enable_thinking']!r}"[:200],
+                                   param="chat_template_kwargs")
     clash = _RESERVED.intersection(variables)
     if clash:
         raise InvalidArgumentError(f"template variable(s) {sorted(clash)} are set by render(); "
                                    "pass them as its arguments", param="chat_template_kwargs")
+
+
+def default_variables() -> dict[str, Any]:
+    """The variables llama-server gives every template (a request's chat_template_kwargs win): enable_thinking
+    (reasoning.py's default: the server's --reasoning), and today's date as date_string ("05 Dec 2026") and
+    datetime ("Dec 05 2026"). strftime_now(format) and `now` (a datetime) are the render's (render.py)."""
+    today = datetime.now()
+    return {"enable_thinking": reasoning.get_defaults().enable_thinking,
+            "date_string": today.strftime("%d %b %Y"), "datetime": today.strftime("%b %d %Y")}
 
 
 def compile_template(source: str) -> frozenset[str]:
@@ -219,7 +236,8 @@ class ChatTemplate:
 
     # -- what the template does --------------------------------------------------------------------------
 
-    def _source_for(self, tools: Sequence[dict[str, Any]]) -> str:
+    def source_for(self, tools: Sequence[dict[str, Any]]) -> str:
+        """The template text that renders a request offering `tools`."""
         return self.tool_use_source if tools and self.tool_use_source else self.source
 
     def renders_tools(self) -> bool:
@@ -237,7 +255,7 @@ class ChatTemplate:
         """Whether the template writes back more than one call of an assistant message (llama.cpp's check):
         the default of parallel_tool_calls, as in llama-server. A template that does not render tool_calls
         itself (the generic format, SmolLM2's) does not; one that fails on the check's history does not."""
-        if not self.renders_tool_calls(self._source_for(_PROBE_TOOLS)):
+        if not self.renders_tool_calls(self.source_for(_PROBE_TOOLS)):
             return False
         try:
             text = self.render(_PARALLEL_PROBE, tools=_PROBE_TOOLS, add_generation_prompt=False)
@@ -262,7 +280,7 @@ class ChatTemplate:
         if not isinstance(add_generation_prompt, bool):
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
         check_template_variables(kwargs)
-        source = self._source_for(tools)
+        source = self.source_for(tools)
         fmt = self.tool_call_format
         native_tools = bool(tools) and self.renders_tools()
         if not self.renders_tool_calls(source):
@@ -270,8 +288,9 @@ class ChatTemplate:
             msgs = _as_text_history(msgs, fmt if not fmt.system_prompt else GENERIC, tool_role)
         if tools and not native_tools:
             msgs = _with_system_text(msgs, tools_system_prompt(tools, GENERIC if fmt.system_prompt else fmt))
-        variables = dict(kwargs, messages=template_messages(msgs), add_generation_prompt=add_generation_prompt,
-                         bos_token=self.bos_token, eos_token=self.eos_token)
+        variables = dict(default_variables(), **kwargs, messages=template_messages(msgs),
+                         add_generation_prompt=add_generation_prompt, bos_token=self.bos_token,
+                         eos_token=self.eos_token)
         if native_tools:
             variables["tools"] = list(tools)
         return self.render_raw(source, variables)

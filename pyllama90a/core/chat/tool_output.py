@@ -39,20 +39,21 @@ class ToolCallOutput:
         deltas = self.stream()
         tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
         try:
-            for piece in pieces:
+            for piece in pieces:  # (a thinking chat's reasoning, read out before, passes as it is)
                 done = piece.completion
                 found = deltas.feed(piece.text, last=done is not None)
                 tokens += piece.tokens
                 if done is None:
-                    if found:
-                        yield _piece_of(found, tokens)
+                    if found or piece.reasoning:
+                        yield replace(_piece_of(found, tokens), reasoning=piece.reasoning)
                         tokens = []
                     continue
                 result = deltas.result()
                 reason = deltas.finish_reason(done.finish_reason)
                 completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,
-                                        tuple(result.tool_calls))
-                yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion)
+                                        tuple(result.tool_calls), done.reasoning)
+                yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion,
+                              reasoning=piece.reasoning)
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:
@@ -69,7 +70,8 @@ def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Com
     if output is None:
         return done
     parsed, reason = output.whole(done.text, done.finish_reason)
-    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings, tuple(parsed.tool_calls))
+    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings, tuple(parsed.tool_calls),
+                      done.reasoning)
 
 
 class ToolCallDeltas:

@@ -31,12 +31,13 @@ class OutputRules:
         matcher = Matcher(constraint, vocab_for(vocab)) if constraint is not None else None
         return cls(matcher, bias) if matcher is not None or bias is not None else None
 
-    def apply(self, row: np.ndarray) -> None:
-        """Bias, then mask, the logits row in place (a constraint's -inf wins over any bias). Raises
-        ConstraintError if the grammar engine fails."""
+    def apply(self, row: np.ndarray, constrain: bool = True) -> None:
+        """Bias, then mask, the logits row in place (a constraint's -inf wins over any bias); constrain=False:
+        the bias only (a thinking block the constraint waits out). Raises ConstraintError if the grammar engine
+        fails."""
         if self.bias is not None:
             self.bias.apply(row)
-        if self.matcher is not None:
+        if self.matcher is not None and constrain:
             self.matcher.apply(row)
 
     def accept(self, token: int) -> None:

@@ -44,6 +44,7 @@ class Completion:
     usage: Usage
     timings: Timings
     tool_calls: tuple[ParsedToolCall, ...] = ()  # chat with tools: the calls (`text` is then the content)
+    reasoning: str | None = None  # a thinking chat: the text of its thinking block (`text` is then the content)
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,11 @@ class Piece:
 
     A chat with tools streams its content in `text` and its calls in `tool_calls`, as OpenAI's deltas:
     {"index", "id", "type", "function": {"name", "arguments": ""}} when a call starts, then
-    {"index", "function": {"arguments": <fragment>}} as its arguments arrive."""
+    {"index", "function": {"arguments": <fragment>}} as its arguments arrive. A thinking chat streams its
+    thinking block's text in `reasoning` (see core.chat.reasoning)."""
     text: str
     tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     completion: Completion | None = None  # on the last piece: the whole result
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: str = ""  # a thinking chat: the piece's reasoning text (`text` is its content)

@@ -15,6 +15,7 @@ from ...errors import InvalidArgumentError, flag, positive_int, utf8
 from ..constrained import Constraint
 from .lora_request import RequestedLora, requested_lora
 from .sampling import SamplingOptions, SamplingParams
+from .thinking import Thinking
 
 if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
     from typing_extensions import Unpack
@@ -40,8 +41,9 @@ class GenerationRequest:
     dataclasses.replace checks again): the sampling, the stop strings, max_tokens, logprobs (None, or how many
     alternatives to report per token), ignore_eos (generate max_tokens past end-of-generation tokens, for
     benchmarks), the output constraint and the logit_bias (token id -> bias; checked against a vocabulary when
-    GenerationSequence compiles it), and the LoRA adapters it runs with ((id, scale) pairs, or {id: scale} made
-    into them; None: the defaults; see lora.py)."""
+    GenerationSequence compiles it), the LoRA adapters it runs with ((id, scale) pairs, or {id: scale} made
+    into them; None: the defaults; see lora.py), and a chat's thinking block (thinking.py: its markers, budget,
+    and the constraint waiting for its end)."""
 
     max_tokens: int = 256
     stops: tuple[str, ...] = ()
@@ -51,6 +53,7 @@ class GenerationRequest:
     logprobs: int | None = None
     ignore_eos: bool = False
     lora: RequestedLora | None = None
+    thinking: Thinking | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lora", requested_lora(self.lora))
@@ -68,6 +71,8 @@ class GenerationRequest:
             raise InvalidArgumentError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}",
                                        param="logprobs")
         flag("ignore_eos", self.ignore_eos)
+        if self.thinking is not None and not isinstance(self.thinking, Thinking):
+            raise InvalidArgumentError(f"thinking must be a Thinking, got {type(self.thinking).__name__}")
         if self.constraint is not None and self.ignore_eos:
             raise InvalidArgumentError("ignore_eos cannot be combined with a constraint, which ends at the end of "
                                        "its match", param="ignore_eos")

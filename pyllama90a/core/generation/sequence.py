@@ -14,6 +14,7 @@ from ..constrained import OutputRules
 from .output_checks import refuse_total_ban, require_choice, require_finite
 from .request import GenerationRequest
 from .text_stream import TextStream
+from .thinking import ThinkingTracker
 
 
 @dataclass(frozen=True)
@@ -49,21 +50,32 @@ class GenerationSequence:
         self.sampler = SamplerChain(request.sampling, vocab.n_vocab)
         self.text = TextStream(request.stops)
         self.generated: list[int] = []
+        self.thinking = ThinkingTracker(request.thinking, vocab) if request.thinking is not None else None
 
     def step(self, context: ContextHandle, index: int, n_cached: int) -> Step:
         """Sample the next token from the logits at batch `index`, the sequence holding `n_cached` tokens.
         Raises NonFiniteOutputError (broken weights, seen at the first step) or ConstraintError."""
-        request, rules = self.request, self.rules
+        request, rules, thinking = self.request, self.rules, self.thinking
+        forced = thinking.forced() if thinking is not None else None
+        constrained = rules is not None and (thinking is None or not thinking.defers_constraint)
         row = None
-        if rules is not None or request.logprobs is not None or not self.generated:
+        if rules is not None or forced is not None or request.logprobs is not None or not self.generated:
             row = context.logits_row(index)  # llama.cpp's own row, which the chain reads next
             if not self.generated:  # broken weights give NaN logits, not text
                 require_finite(row, "the logits of the prompt's last token")
-            if rules is not None:  # bias and mask the row in place
-                rules.apply(row)
+            if forced is not None:  # the thinking block's end: the chain can pick nothing else
+                row.fill(-np.inf)
+                row[forced] = 0.0
+            elif rules is not None:  # bias and mask the row in place (in a thinking block: the bias only)
+                rules.apply(row, constrain=constrained)
                 require_choice(row)
         token = self.sampler.sample(context, index)
-        if rules is not None:
+        if thinking is not None:
+            if forced is None and rules is not None and rules.matcher is not None:  # (a constraint waits)
+                token = thinking.replacement(token, self.vocab.token_piece(token), self.vocab.is_eog(token))
+            thinking.accept(self.vocab.token_piece(token), forced is not None)
+        if constrained:
+            assert rules is not None
             rules.accept(token)
         if not request.ignore_eos and self.vocab.is_eog(token):
             return Step(None, self.text.flush(), "stop")

@@ -29,6 +29,7 @@ from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
 from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat, render_chat
+from ..chat.reasoning import ReasoningOutput
 from ..chat.template import ChatTemplate
 from ..chat.tool_output import ToolCallOutput, completion_of
 from ..constrained import constraint_from
@@ -369,7 +370,9 @@ class Model:
              tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
              parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
-             chat_template_kwargs: Mapping[str, Any] | None = None) -> Completion | Iterator[Piece]:
+             chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str | None = None,
+             reasoning_budget: int | None = None, continue_final_message: bool = False,
+             ) -> Completion | Iterator[Piece]:
         """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
         tool_calls, tool results) with the model's chat template (see chat_template). The sampling and
         constraint arguments are generate()'s.
@@ -381,6 +384,10 @@ class Model:
         names, arguments as JSON text), `text` the content, and finish_reason is "tool_calls".
         parallel_tool_calls: None (the default) takes what the chat template can write back, as llama-server.
         chat_template_kwargs: extra template variables (e.g. {"enable_thinking": False}).
+        reasoning_format ("none", "deepseek", "auto"; None: the default, "auto") and reasoning_budget (tokens of
+        thinking before its end marker is forced; None: no limit): a reasoning model's thinking block goes to the
+        result's `reasoning` (Piece.reasoning when streamed), and a constraint applies after it (core.chat.reasoning).
+        continue_final_message: the last (assistant) message is continued, no new turn opened.
         """
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
                                      grammar=grammar)
@@ -390,8 +397,12 @@ class Model:
             presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
         prepared = prepare_chat(self, normalize_messages(messages), tools=tools, tool_choice=tool_choice,
                                 parallel_tool_calls=parallel_tool_calls, constraint=constraint,
-                                template_kwargs=chat_template_kwargs)
-        return self._start(prepared.tokens, replace(request, constraint=prepared.constraint), stream, prepared.output)
+                                template_kwargs=chat_template_kwargs, add_generation_prompt=not continue_final_message,
+                                continue_final_message=continue_final_message, reasoning_format=reasoning_format,
+                                reasoning_budget=reasoning_budget)
+        return self._start(prepared.tokens, replace(request, constraint=prepared.constraint,
+                                                    thinking=prepared.thinking), stream, prepared.output,
+                           prepared.reasoning)
 
     @property
     def chat_template(self) -> ChatTemplate | None:
@@ -410,8 +421,8 @@ class Model:
         """The prompt text chat() would tokenize for `messages` (and `tools`)."""
         return render_chat(self, normalize_messages(messages), tools or (), add_generation_prompt, template_kwargs)
 
-    def _start(self, tokens: list[int], request: GenerationRequest, stream: bool,
-               output: ToolCallOutput | None) -> Completion | Iterator[Piece]:
+    def _start(self, tokens: list[int], request: GenerationRequest, stream: bool, output: ToolCallOutput | None,
+               reasoning: ReasoningOutput | None = None) -> Completion | Iterator[Piece]:
         flag("stream", stream)
         n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
@@ -420,9 +431,11 @@ class Model:
             sequence = GenerationSequence(request, handle, n_ctx)
         pieces = self._run(tokens, sequence)
         self._stream = weakref.ref(pieces)
+        # a thinking block is read out first: tool calls are read from the content
+        read: Iterator[Piece] = pieces if reasoning is None else reasoning.split(pieces)
         if stream:
-            return pieces if output is None else output.split(pieces)
-        return completion_of(pieces, output)
+            return read if output is None else output.split(read)
+        return completion_of(read, output)
 
     def _run(self, prompt: list[int], sequence: GenerationSequence) -> Generator[Piece, None, None]:
         with self._using_context("start a generation"):

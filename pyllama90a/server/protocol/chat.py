@@ -101,6 +101,7 @@ class ChatFields(ProtocolModel):
         None, description="auto (the default with tools), none, required, or one function")
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] = Field({}, description="extra variables of the Jinja chat template")
+    add_generation_prompt: bool = Field(True, description="open the assistant's turn after the messages")
 
     def chat(self) -> tuple[Messages, Tools | None, ToolChoice]:
         """The messages, tools and tool_choice, checked and converted by the library's checkers."""

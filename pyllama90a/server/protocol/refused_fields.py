@@ -79,8 +79,6 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "use_beam_search": (_is(False), "beam search is not supported"),
     "length_penalty": (_is(1), "length_penalty is not supported"),
     "chat_template": (_is(""), "a request's own chat template is not supported"),
-    "add_generation_prompt": (_is(True), "the assistant's turn is always opened"),
-    "continue_final_message": (_is(False), "continue_final_message is not supported"),
 }
 
 # chat fields that /v1/completions cannot honour (a prompt has no tools): their no-op values only
@@ -88,6 +86,9 @@ CHAT_ONLY_FIELDS: dict[str, tuple[NoOp, str]] = {
     "tools": (_is([]), "tools are a /v1/chat/completions field"),
     "tool_choice": (_is("none"), "tool_choice is a /v1/chat/completions field; only 'none' here"),
     "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), "parallel_tool_calls must be a boolean"),
+    "add_generation_prompt": (_is(True), "add_generation_prompt is a /v1/chat/completions field"),
+    "continue_final_message": (_is(False), "continue_final_message is a /v1/chat/completions field"),
+    "reasoning_format": (_is("none"), "reasoning_format is a /v1/chat/completions field"),
 }
 
 # fields of one chat message that the chat template would drop

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 
 from ...core.chat.messages import Messages
+from ...core.chat.template import check_template_variables
 from ...core.constrained import Constraint, constraint_from
 from ...core.generation.lora_request import MAX_SCALE, RequestedLora
 from ...core.generation.request import MAX_TOP_LOGPROBS, GenerationRequest
@@ -113,6 +114,11 @@ class Generation:
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None  # None: the chat template's capability (chat.prepare_chat)
     template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
+    add_generation_prompt: bool = True     # (chat) prepare_chat's, as the request gives them
+    continue_final_message: bool = False
+    reasoning_format: str | None = None    # (chat) None: the server's --reasoning-format
+    reasoning_budget: int | None = None    # (chat) None: the server's --reasoning-budget
+    reasoning_budget_message: str | None = None
     return_tokens: bool = False   # /completion: the token ids in a whole answer's `tokens` (a stream has them)
     n_probs: int = 0              # /completion: top logprobs per token in completion_probabilities
 
@@ -219,6 +225,16 @@ class ChatRequest(GenerationBody, ChatFields):
     """POST /v1/chat/completions."""
     logprobs: bool = False
     top_logprobs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] | None = None
+    continue_final_message: bool = Field(False, description="vLLM's: continue the last (assistant) message, no "
+                                         "new turn (with add_generation_prompt false)")
+    reasoning_format: Literal["none", "deepseek", "auto"] | None = Field(
+        None, description="llama-server's: where a thinking block goes (absent: the server's --reasoning-format)")
+    reasoning_budget_tokens: Annotated[int, Between(-1, 1 << 30)] | None = Field(
+        None, description="llama-server's: tokens of thinking before its end is forced (-1: the server's)")
+    thinking_budget_tokens: Annotated[int, Between(-1, 1 << 30)] | None = Field(
+        None, description="llama-server's other name for reasoning_budget_tokens")
+    reasoning_budget_message: str | None = Field(None, description="text forced before the end of thinking when "
+                                                 "the budget is spent")
 
     @model_validator(mode="after")
     def _top_logprobs(self) -> ChatRequest:
@@ -231,7 +247,16 @@ class ChatRequest(GenerationBody, ChatFields):
         return self._generation(self._max_tokens(limits, limits.max_tokens_default),
                                 (self.top_logprobs or 0) if self.logprobs else None, messages=messages, tools=tools,
                                 tool_choice=tool_choice, parallel_tool_calls=self.parallel_tool_calls,
-                                template_kwargs=self.chat_template_kwargs or None)
+                                template_kwargs=self.chat_template_kwargs or None,
+                                add_generation_prompt=self.add_generation_prompt,
+                                continue_final_message=self.continue_final_message,
+                                reasoning_format=self.reasoning_format, reasoning_budget=self._reasoning_budget(),
+                                reasoning_budget_message=self.reasoning_budget_message)
+
+    def _reasoning_budget(self) -> int | None:
+        """llama-server's reading: reasoning_budget_tokens, else thinking_budget_tokens; -1 or absent: the server's."""
+        given = [b for b in (self.reasoning_budget_tokens, self.thinking_budget_tokens) if b is not None and b != -1]
+        return given[0] if given else None
 
 
 class NativeCompletionRequest(CompletionRequest):
@@ -331,4 +356,8 @@ class ApplyTemplateRequest(Harmless, ChatFields):
 
     def convert(self, limits: Limits) -> tuple[Messages, Tools | None, dict[str, Any]]:
         messages, tools, tool_choice = self.chat()
-        return messages, tools if tool_choice.mode != "none" else None, self.chat_template_kwargs
+        # (add_generation_prompt is apply_chat_template's own argument, which the route passes these to: a template
+        # variable of that name is refused, not merged)
+        check_template_variables(self.chat_template_kwargs)
+        return messages, tools if tool_choice.mode != "none" else None, {
+            **self.chat_template_kwargs, "add_generation_prompt": self.add_generation_prompt}

@@ -3,7 +3,8 @@ chat.completion(.chunk), with n choices, logprobs, and (chat with tools) tool ca
 
 A request's n generations each have a `choice` (its index). A chat with tools reads each choice's text with
 core.ToolCallOutput, as Model.chat does: whole answers parsed once (a malformed call stays content), streams
-split as they arrive into OpenAI's content and tool-call deltas, which the openai SDK reassembles.
+split as they arrive into OpenAI's content and tool-call deltas, which the openai SDK reassembles. A thinking chat's
+block goes to `reasoning_content` (llama-server's field), in whole answers and deltas, read out first.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import codecs
 import time
 from typing import Any
 
+from ...core.chat.reasoning import ReasoningOutput, ReasoningSplitter
 from ...core.chat.tool_output import ToolCallDeltas, ToolCallOutput
 from ...core.engine.engine import Chunk
 from ...core.generation.sequence import TokenLogprob
@@ -162,11 +164,14 @@ class ChatShape(Shape):
     chunk_object = "chat.completion.chunk"
 
     def __init__(self, ident: str, model: str, n: int, output: ToolCallOutput | None = None,
-                 **settings: Any) -> None:
+                 reasoning: ReasoningOutput | None = None, **settings: Any) -> None:
         super().__init__(ident, model, n, **settings)
-        self.output = output
+        self.output, self.reasoning = output, reasoning
         self._parsers: list[ToolCallDeltas | None] = [output.stream() if output is not None else None
                                                       for _ in range(n)]
+        # a thinking chat: each choice's text split into reasoning_content and content, before the tool calls
+        self._thoughts: list[ReasoningSplitter | None] = [reasoning.splitter() if reasoning is not None else None
+                                                          for _ in range(n)]
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -190,10 +195,13 @@ class ChatShape(Shape):
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
         with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
         self._seen(choice, chunk)
-        parser = self._parsers[choice]
+        parser, thoughts = self._parsers[choice], self._thoughts[choice]
         last = chunk.finish_reason is not None
-        deltas: list[dict[str, Any]] = (([{"content": chunk.text}] if chunk.text else []) if parser is None
-                                        else parser.feed(chunk.text, last))
+        reasoning, text = thoughts.feed(chunk.text, last) if thoughts is not None else ("", chunk.text)
+        deltas: list[dict[str, Any]] = (([{"content": text}] if text else []) if parser is None
+                                        else parser.feed(text, last))
+        if reasoning:
+            deltas.insert(0, {"reasoning_content": reasoning})
         logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
         if logprobs is not None and not deltas:
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
@@ -208,11 +216,16 @@ class ChatShape(Shape):
         for i, parts in enumerate(self.parts):
             items = [item for c in parts for item in c.logprobs]
             text = "".join(c.text for c in parts)
+            reasoning = ""
+            if self.reasoning is not None:
+                reasoning, text = self.reasoning.whole(text)
             reason = parts[-1].finish_reason or "stop"
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if self.output is not None:
                 parsed, reason = self.output.whole(text, reason)
                 message = parsed.message()
+            if reasoning:
+                message["reasoning_content"] = reasoning
             choices.append({"index": i, "message": message, "finish_reason": reason,
                             "logprobs": self._logprobs(items) if items else None})
         return {**self._base("chat.completion"), "choices": choices, "usage": self.usage(), "timings": self.timings()}
