@@ -45,7 +45,7 @@ from .kv_auto import resolve_kv_types
 from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .open import checked_file, context_params, load_weights, model_path, open_context
-from .rerank import rerank_inputs, rerank_prompt, score_prompts
+from .rerank import rerank_prompts, score_prompts
 from .sequence_cache import SequenceCache
 from .settings import ContextSettings
 from .state_file import StateIdentity, check_key, context_limits
@@ -371,8 +371,7 @@ class Model:
              parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str | None = None,
-             reasoning_budget: int | None = None, continue_final_message: bool = False,
-             ) -> Completion | Iterator[Piece]:
+             reasoning_budget: int | None = None, continue_final_message: bool = False) -> Completion | Iterator[Piece]:
         """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
         tool_calls, tool results) with the model's chat template (see chat_template). The sampling and
         constraint arguments are generate()'s.
@@ -400,9 +399,8 @@ class Model:
                                 template_kwargs=chat_template_kwargs, add_generation_prompt=not continue_final_message,
                                 continue_final_message=continue_final_message, reasoning_format=reasoning_format,
                                 reasoning_budget=reasoning_budget)
-        return self._start(prepared.tokens, replace(request, constraint=prepared.constraint,
-                                                    thinking=prepared.thinking), stream, prepared.output,
-                           prepared.reasoning)
+        request = replace(request, constraint=prepared.constraint, thinking=prepared.thinking)
+        return self._start(prepared.tokens, request, stream, prepared.output, prepared.reasoning)
 
     @property
     def chat_template(self) -> ChatTemplate | None:
@@ -459,12 +457,10 @@ class Model:
         return out[0] if isinstance(text, str) else out
 
     def rerank(self, query: str, documents: Sequence[str]) -> np.ndarray:
-        """One relevance score per document for `query` (float32, in the documents' order; higher is more
-        relevant), from a reranker GGUF (rank pooling) on Model(..., embedding=True); see core/model/rerank.py."""
+        """A relevance score per document (float32, in order; higher: more relevant): core/model/rerank.py."""
         if not self.embedding:
             raise InvalidArgumentError("rerank() needs Model(..., embedding=True) of a reranker GGUF")
-        query, documents = rerank_inputs(query, documents)
-        prompts = [rerank_prompt(self.handle, query, document) for document in documents]
+        prompts = rerank_prompts(self.handle, query, documents)
         with self._using_context("rerank") as context:
             self._cache.forget()  # (each document starts from an empty cache, and none stays)
             return score_prompts(context, prompts)

@@ -56,6 +56,12 @@ def rerank_prompt(vocabulary: ModelHandle, query: str, document: str) -> list[in
     return [*bos, *q, *eos, *sep, *d, *eos]
 
 
+def rerank_prompts(vocabulary: ModelHandle, query: object, documents: object) -> list[list[int]]:
+    """The checked inputs' prompts, one per document."""
+    query, documents = rerank_inputs(query, documents)
+    return [rerank_prompt(vocabulary, query, document) for document in documents]
+
+
 def score_prompts(context: ContextHandle, prompts: Sequence[list[int]]) -> np.ndarray:
     """One score per prompt (float32), each decoded alone from an empty cache; the cache is empty afterwards."""
     if not context.rank_pooling:
