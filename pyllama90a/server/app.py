@@ -18,11 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from ..errors import ClosedError, LlamaError
 from .errors import INPUTS_KEY, APIError, answer, route_inputs
 from .protocol.base import IGNORED_HEADER, Limits
-<<<<<<< HEAD
-from .routes import llama_server, lora, openai, openai_responses, slots, status
-=======
-from .routes import llama_server, lora, not_served, openai, rerank, slots, status
->>>>>>> rerank36
+from .routes import llama_server, lora, not_served, openai, openai_responses, rerank, slots, status
 from .routes.family import Access, Declared, RouteTable
 from .state import ServerState
 
@@ -32,13 +28,8 @@ TITLE, OPENAPI_PATH = "pyllama90a", "/openapi.json"
 DOCUMENT_VERSION = "0.1.0"  # (FastAPI's default, which the document has always said)
 # the families, in the order of the document; FastAPI serves the OpenAPI document itself, answered without the
 # API key (a client reads it before it has one)
-<<<<<<< HEAD
 ROUTES = RouteTable((status.router, openai.router, openai_responses.router, llama_server.router, slots.router,
-                     lora.router),
-=======
-ROUTES = RouteTable((status.router, openai.router, llama_server.router, slots.router, lora.router, rerank.router,
-                     not_served.router),
->>>>>>> rerank36
+                     lora.router, rerank.router, not_served.router),
                     builtin=[Declared("GET", OPENAPI_PATH, None, access=Access.PUBLIC)])
 
 
