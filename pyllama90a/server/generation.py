@@ -80,14 +80,15 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
     return handles, prepared, prompt
 
 
-# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes) -> Shape
+# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes, and a chat's "output",
+# the reader of its tool calls) -> Shape
 ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
 
 
 async def generate(state: ServerState, request: Request, gen: Generation, ignored: list[str], *, chat: bool,
                     shape_for: ShapeFor | None = None) -> Response:
     """Queue a checked request and answer it whole or as server-sent events, in OpenAI's chat or completion
-    shape, or in `shape_for`'s (llama-server's /completion)."""
+    shape, or in `shape_for`'s (llama-server's /completion, Anthropic's /v1/messages)."""
     chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
     mailbox = state.mailbox(asyncio.get_running_loop())
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
@@ -97,10 +98,11 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
 
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    common = {"fingerprint": state.fingerprint, "timer": timer}
+    common: dict[str, Any] = {"fingerprint": state.fingerprint, "timer": timer}
+    if prepared is not None:
+        common["output"] = prepared.output  # (a chat's: the reader of its tool calls)
     shape = (shape_for(ident, prompt, common) if shape_for is not None
-             else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
-                            **common) if chat
+             else ChatShape(ident, state.model_name, gen.n, **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))
     if gen.stream:
         return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, route_inputs(request.scope)),
@@ -138,16 +140,16 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
     """Server-sent events; if the client goes away Starlette cancels this generator and the slots are freed."""
     try:
         for event in shape.opening():
-            yield _event(event)
+            yield _event(event, shape.named_events)
         while not shape.finished:
             choice, chunk = await chunks.get()
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
-                yield _event(answer(chunk.error, inputs).body())
+                yield _event(answer(chunk.error, inputs).body(inputs.errors), shape.named_events)
                 break
             events = (await state.executors.submit.finish(shape.events, choice, chunk)  # (as generate's whole())
                       if shape.ends_in_model and chunk.finish_reason is not None else shape.events(choice, chunk))
             for event in events:
-                yield _event(event)
+                yield _event(event, shape.named_events)
         else:
             state.note_timings(shape)
             if include_usage:
@@ -159,6 +161,7 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
             handle.cancel()
 
 
-def _event(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+def _event(payload: dict[str, Any], named: bool = False) -> str:
+    data = f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+    return f"event: {payload['type']}\n{data}" if named else data
 

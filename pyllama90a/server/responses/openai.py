@@ -53,6 +53,7 @@ class Shape:
     """The response objects of one request (n choices): the fields all of them carry, the usage of all."""
     chunk_object = ""  # the "object" of streamed chunks
     done_marker = True  # a stream ends with `data: [DONE]` (OpenAI's; llama-server's /completion sends none)
+    named_events = False  # each event also has an `event: <its type>` line (Anthropic's)
     # its last event or whole answer calls the model (detokenize: under the model's lock): made in a worker thread
     ends_in_model = False
 
