@@ -4,6 +4,7 @@
     base: `ProtocolModel`, whose one hook sorts a body's fields into known, refused and unknown
     requests: the request bodies of every route, each field declared once
     chat: a chat's messages, tools and tool_choice: their types for the document, checked by the library
+    anthropic: Anthropic's Messages requests, read into the chat route's messages, tools and tool_choice
     refused_fields: fields not implemented here, with the value each may take because it changes nothing
     openapi: the OpenAPI description served at /openapi.json
 """

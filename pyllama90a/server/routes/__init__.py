@@ -3,6 +3,7 @@
     family: Family (an APIRouter whose routes carry their declarations) and the tables derived from them
     status: the server's own /health and /metrics
     openai: OpenAI's /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings
+    anthropic: Anthropic's Messages API, /v1/messages and /v1/messages/count_tokens
     llama_server: llama-server's native routes (/completion, /infill, /tokenize, /props, ...)
     slots: llama-server's GET /slots and POST /slots/{id}?action=save|restore|erase
     lora: llama-server's /lora-adapters
