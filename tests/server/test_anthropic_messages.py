@@ -118,6 +118,9 @@ def test_an_image_block_is_refused_naming_it(client) -> None:
     ({"model": "m", "max_tokens": 8, "thinking": {"type": "enabled", "budget_tokens": 64}, "messages": HELLO},
      "thinking"),
     ({"model": "m", "max_tokens": 8, "messages": HELLO, "temprature": 0}, "temprature"),  # (--unknown-fields reject)
+    # (a block type that is no string: once a 500, found by schemathesis)
+    ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [{"type": {}}]}]},
+     "messages[0].content[0].type"),
 ])
 def test_a_bad_body_gets_anthropics_error_shape(server, body, named) -> None:
     for path in ("/v1/messages", "/v1/messages/count_tokens"):

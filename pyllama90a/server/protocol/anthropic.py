@@ -66,7 +66,7 @@ def _blocks(value: Any, allowed: tuple[str, ...]) -> Any:
     if isinstance(value, list):
         for j, block in enumerate(value):
             kind = block.get("type") if isinstance(block, dict) else None
-            if kind in REFUSED_BLOCKS:
+            if isinstance(kind, str) and kind in REFUSED_BLOCKS:  # (a type that is no string: the error below)
                 raise bad(f"'{kind}' content blocks are not supported: {REFUSED_BLOCKS[kind]}", j, "type")
             if not isinstance(kind, str) or kind not in allowed:
                 raise bad(f"a content block here has a 'type' of {' or '.join(allowed)}, got {kind!r}"[:200], j,
