@@ -11,7 +11,7 @@ Needs the `server` extra (FastAPI, uvicorn).
     embeddings: the embeddings routes' work, on a pool of its own
     state: what the routes share: the engine, the settings, the counts
     response_store: the Responses API's stored responses, a bounded LRU for previous_response_id
-    errors: the one funnel from exceptions to HTTP answers in OpenAI's error shape
+    errors: the one funnel from exceptions to HTTP answers in OpenAI's error shape (or Anthropic's)
     executors: one bounded thread pool per kind of work
     metrics: /metrics in Prometheus' text format
     slot_policy: the slot folder's settings: where, its secret, its quota

@@ -18,7 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from ..errors import ClosedError, LlamaError
 from .errors import INPUTS_KEY, APIError, answer, route_inputs
 from .protocol.base import IGNORED_HEADER, Limits
-from .routes import llama_server, lora, not_served, openai, openai_responses, rerank, slots, status
+from .routes import anthropic, llama_server, lora, not_served, openai, openai_responses, rerank, slots, status
 from .routes.family import Access, Declared, RouteTable
 from .state import ServerState
 
@@ -28,8 +28,8 @@ TITLE, OPENAPI_PATH = "pyllama90a", "/openapi.json"
 DOCUMENT_VERSION = "0.1.0"  # (FastAPI's default, which the document has always said)
 # the families, in the order of the document; FastAPI serves the OpenAPI document itself, answered without the
 # API key (a client reads it before it has one)
-ROUTES = RouteTable((status.router, openai.router, openai_responses.router, llama_server.router, slots.router,
-                     lora.router, rerank.router, not_served.router),
+ROUTES = RouteTable((status.router, openai.router, openai_responses.router, anthropic.router, llama_server.router,
+                     slots.router, lora.router, rerank.router, not_served.router),
                     builtin=[Declared("GET", OPENAPI_PATH, None, access=Access.PUBLIC)])
 
 
@@ -55,18 +55,21 @@ def create_app(state: ServerState) -> FastAPI:
     @app.exception_handler(LlamaError)
     async def _answer(request: Request, exc: Exception) -> JSONResponse:
         error = answer(exc, route_inputs(request.scope))
-        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        return JSONResponse(error.body(route_inputs(request.scope).errors), status_code=error.status,
+                            headers=error.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else None
-        return JSONResponse(APIError(exc.status_code, str(exc.detail), code=code).body(), status_code=exc.status_code)
+        error = APIError(exc.status_code, str(exc.detail), code=code)
+        return JSONResponse(error.body(route_inputs(request.scope).errors), status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def _server_bug(request: Request, exc: Exception) -> JSONResponse:
         # only a bug of this server gets here (request input is answered with 4xx before): Starlette re-raises
         # the exception after this response, and uvicorn logs its traceback
-        return JSONResponse(APIError(500, "internal server error", type="server_error").body(), status_code=500)
+        return JSONResponse(APIError(500, "internal server error", type="server_error").body(
+            route_inputs(request.scope).errors), status_code=500)
 
     app.add_middleware(_AuthAndCount, state=state)
     if state.cors_origins:  # added last, so outermost: a preflight is answered before the API key check
@@ -109,13 +112,13 @@ class _AuthAndCount:
         public = path in (ROUTES.public_with_metrics if self.state.metrics_public else ROUTES.public)
         if key is not None and not public and not _authorized(Headers(scope=scope), key):
             response = JSONResponse(APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>' "
-                                                  "or 'X-Api-Key: <key>')", code="invalid_api_key").body(),
+                                                  "or 'X-Api-Key: <key>')", code="invalid_api_key").body(inputs.errors),
                                     status_code=401)
             await response(scope, receive, send)
             self.state.responses[(route, 401)] += 1
             return
         if self.state.draining and path not in ROUTES.served_while_draining:  # a request on a kept-alive connection
-            response = JSONResponse(answer(ClosedError("shutting down"), inputs).body(), status_code=503,
+            response = JSONResponse(answer(ClosedError("shutting down"), inputs).body(inputs.errors), status_code=503,
                                     headers={"Connection": "close", "Retry-After": "5"})
             await response(scope, receive, send)
             self.state.responses[(route, 503)] += 1

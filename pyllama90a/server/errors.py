@@ -1,13 +1,14 @@
 """The one funnel from exceptions to HTTP answers in OpenAI's error shape, {"error": {"message", "type", "param",
-"code"}}: `ANSWERS` maps a library exception class to its status, type and code, resolved along the class
-hierarchy (the most specific entry wins), and `answer` makes the APIError for an exception raised in a route
+"code"}}, or on the routes that declare it Anthropic's, {"type": "error", "error": {"type", "message"}}:
+`ANSWERS` maps a library exception class to its status, type and code, resolved along the class hierarchy (the
+most specific entry wins), and `answer` makes the APIError for an exception raised in a route
 or handed back by the engine in the middle of a generation. Which request input an answer's `param` names,
 when the raiser named none, is the serving route's declared `RouteInputs` (routes/family.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import (
     BusyError,
@@ -24,9 +25,15 @@ from ..errors import (
     UnsupportedChatTemplateError,
 )
 
+# how a route's errors are answered (its RouteInputs say): OpenAI's shape, or Anthropic's (/v1/messages)
+ErrorShape = Literal["openai", "anthropic"]
+# Anthropic's error type of each status the server answers (others: invalid_request_error, or api_error for 5xx)
+ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                   413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
 
 class APIError(Exception):
-    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+    """An error answered in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, or Anthropic's."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
                  param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None) -> None:
@@ -34,7 +41,14 @@ class APIError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = dict(headers or {})
 
-    def body(self) -> dict[str, Any]:
+    def body(self, shape: ErrorShape = "openai") -> dict[str, Any]:
+        """The answer's body in OpenAI's shape, or Anthropic's (its type from the status; the message names the
+        field where it does not say it already)."""
+        if shape == "anthropic":
+            message = self.message if self.param is None or self.param in self.message else (
+                f"{self.message} ({self.param})")
+            kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+            return {"type": "error", "error": {"type": kind, "message": message}}
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
@@ -44,11 +58,13 @@ class RouteInputs:
     context) and what the template and tokenizer were given (a completion's may be any field: none)."""
     prompt: str | None = None
     rendered: str | None = None
+    errors: ErrorShape = "openai"  # the shape its errors are answered in (APIError.body)
 
 
 NO_INPUTS = RouteInputs()
 CHAT_INPUTS, COMPLETION_INPUTS = RouteInputs("messages", "messages"), RouteInputs("prompt", None)
 EMBEDDING_INPUTS = RouteInputs("input", "input")
+ANTHROPIC_INPUTS = RouteInputs("messages", "messages", errors="anthropic")
 
 # the ASGI scope's entry that carries the serving route's inputs (app.py's middleware sets it from the route's
 # declaration), for the answers made below the app: a stream's error event (generation.py)

@@ -83,15 +83,15 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
     return handles, prepared, prompt
 
 
-# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes; a chat's with its
-# ToolCallOutput as `output`) -> Shape
+# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes, and a chat's "output",
+# the reader of its tool calls) -> Shape
 ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
 
 
 async def generate(state: ServerState, request: Request, gen: Generation, ignored: list[str], *, chat: bool,
                     shape_for: ShapeFor | None = None) -> Response:
     """Queue a checked request and answer it whole or as server-sent events, in OpenAI's chat or completion
-    shape, or in `shape_for`'s (llama-server's /completion)."""
+    shape, or in `shape_for`'s (llama-server's /completion, Anthropic's /v1/messages)."""
     chunks: asyncio.Queue[tuple[int, Chunk]] = asyncio.Queue()
     mailbox = state.mailbox(asyncio.get_running_loop())
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
@@ -101,11 +101,12 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
 
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    common = {"fingerprint": state.fingerprint, "timer": timer}
-    shape = (shape_for(ident, prompt, common if prepared is None else {**common, "output": prepared.output})
-             if shape_for is not None
-             else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
-                            reasoning=prepared.reasoning if prepared is not None else None, **common) if chat
+    common: dict[str, Any] = {"fingerprint": state.fingerprint, "timer": timer}
+    if prepared is not None:
+        common["output"] = prepared.output  # (a chat's: the reader of its tool calls)
+    shape = (shape_for(ident, prompt, common) if shape_for is not None
+             else ChatShape(ident, state.model_name, gen.n, reasoning=prepared.reasoning if prepared else None,
+                            **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))
     if gen.stream:
         return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, route_inputs(request.scope)),
@@ -147,7 +148,7 @@ async def _sse(state: ServerState, chunks: asyncio.Queue[tuple[int, Chunk]], han
         while not shape.finished:
             choice, chunk = await chunks.get()
             if chunk.error is not None:  # the status (200) is sent: the error goes in a last event
-                for event in shape.error_events(answer(chunk.error, inputs).body()):
+                for event in shape.error_events(answer(chunk.error, inputs).body(inputs.errors)):
                     yield _event(event, shape.named_events)
                 break
             events = (await state.executors.submit.finish(shape.events, choice, chunk)  # (as generate's whole())

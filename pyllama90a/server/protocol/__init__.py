@@ -7,6 +7,7 @@
     chat: a chat's messages, tools and tool_choice: their types for the document, checked by the library
     openai_responses: the Responses API's request, converted onto the chat path
     responses_items: the Responses API's conversation items, checked into one form and read as chat messages
+    anthropic: Anthropic's Messages requests, read into the chat route's messages, tools and tool_choice
     refused_fields: fields not implemented here, with the value each may take because it changes nothing
     openapi: the OpenAPI description served at /openapi.json
 """

@@ -174,6 +174,31 @@ def fixed(summary: str, responses: dict[int, Any], openapi_extra: dict[str, Any]
     return lambda limits: {"summary": summary, **extra, "responses": responses}
 
 
+ANTHROPIC_ERROR = _obj("type error", type={"const": "error"}, error=_obj("type message", type=STR, message=STR))
+_ANTHROPIC_USAGE = _obj("input_tokens output_tokens", input_tokens=INT, output_tokens=INT,
+                        cache_creation_input_tokens=INT, cache_read_input_tokens=INT)
+ANTHROPIC_MESSAGE = _obj(
+    "id type role model content stop_reason usage", id=STR, type={"const": "message"}, role={"const": "assistant"},
+    model=STR, content={"type": "array", "items": _obj("type", type={"enum": ["text", "tool_use"]}, text=STR, id=STR,
+                                                          name=STR, input=OBJ)},
+    stop_reason={"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use"]},
+    stop_sequence={"type": ["string", "null"]}, usage=_ANTHROPIC_USAGE)
+INPUT_TOKENS = _obj("input_tokens", input_tokens=INT)
+
+
+def anthropic(summary: str, request: type[ProtocolModel], answer: Schema, *, stream: bool = False) -> Doc:
+    """An Anthropic route's entry: its errors in Anthropic's shape; with `stream`, its answer as events too."""
+    def doc(limits: Limits) -> dict[str, Any]:
+        ok = {**json_body(summary, answer), **_ok_headers(limits)}
+        if stream:  # (`event: <type>` and `data: <JSON with that type>` per event)
+            ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["event", "data"],
+                                                             "properties": {"event": STR, "data": STR}}}
+        fails = {s: json_body(e["description"], ANTHROPIC_ERROR) for s, e in errors(400, 401, 413, 429, 500,
+                                                                                  503).items()}
+        return {"summary": summary, "openapi_extra": _request_body(request, limits), "responses": {200: ok, **fails}}
+    return doc
+
+
 def list_of(summary: str, item: type[ProtocolModel], responses: dict[int, Any]) -> Doc:
     """The entry of a route whose body is a JSON list of `item`s."""
     return lambda limits: {"summary": summary, "openapi_extra": {"requestBody": {

@@ -57,7 +57,7 @@ class Shape:
     done_marker = True  # a stream ends with `data: [DONE]` (OpenAI's; llama-server's /completion sends none)
     # its last event or whole answer calls the model (detokenize: under the model's lock): made in a worker thread
     ends_in_model = False
-    named_events = False  # each stream event goes with an `event:` line naming its `type` (the Responses API's)
+    named_events = False  # each stream event goes with an `event:` line naming its `type` (Responses, Anthropic)
 
     def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
                  timer: RequestTimer | None = None) -> None:

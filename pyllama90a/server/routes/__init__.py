@@ -4,6 +4,7 @@
     status: the server's own /health and /metrics
     openai: OpenAI's /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings
     openai_responses: OpenAI's Responses API, /v1/responses and its stored responses
+    anthropic: Anthropic's Messages API, /v1/messages and /v1/messages/count_tokens
     llama_server: llama-server's native routes (/completion, /infill, /tokenize, /props, ...)
     slots: llama-server's GET /slots and POST /slots/{id}?action=save|restore|erase
     lora: llama-server's /lora-adapters

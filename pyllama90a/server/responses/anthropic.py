@@ -1,0 +1,150 @@
+"""Anthropic's Messages API answers, from the engine's Chunks: a whole `message` (content blocks: text, and
+tool_use for the calls core.ToolCallOutput reads from the text, with ids `toolu_...`) or its server-sent events
+(message_start, ping, content_block_start / content_block_delta (text_delta, input_json_delta) /
+content_block_stop per block, message_delta with the stop_reason and usage, message_stop), each sent as
+`event: <type>` and `data:` lines, as Anthropic sends them.
+
+stop_reason: end_turn, max_tokens, tool_use, or stop_sequence (with the sequence: the first of the request's
+stop strings in the generated tokens' text, which the engine cut from the answer). usage counts every prompt
+token as input (the engine does not report per request what came from a slot's cache): cache reads and writes
+are 0.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ...core.chat.tool_output import ToolCallDeltas, ToolCallOutput
+from ...core.engine.engine import Chunk
+from ...core.toolcalls import ParsedToolCall
+from .openai import Shape
+
+TOOL_USE_ID_PREFIX = "toolu_"
+
+
+def _tool_use_id(call_id: str) -> str:
+    """Anthropic's id of a call the parser named with its format's (OpenAI's "call_..." or a template's own)."""
+    return TOOL_USE_ID_PREFIX + call_id.removeprefix("call_")
+
+
+def _input(call: ParsedToolCall) -> dict[str, Any]:
+    """A call's arguments as tool_use's input object (the parser only reads calls whose arguments are one)."""
+    value = json.loads(call.arguments or "{}")
+    return value if isinstance(value, dict) else {}
+
+
+class MessageShape(Shape):
+    """One message (Anthropic has no n); `stops`: the request's stop_sequences, `detokenize`: the model's, for the
+    stop_sequence that ended a generation."""
+    done_marker = False
+    named_events = True
+
+    def __init__(self, ident: str, model: str, *, prompt_tokens: int, stops: tuple[str, ...],
+                 detokenize: Callable[[list[int]], str], output: ToolCallOutput | None = None,
+                 **common: Any) -> None:
+        super().__init__(ident, model, 1, **common)
+        self.prompt_tokens, self.stops, self.detokenize = prompt_tokens, stops, detokenize
+        self.output = output
+        self.ends_in_model = bool(stops)  # (a stop sequence is found in the generated tokens' text)
+        self._generated: list[int] = []
+        self._parser: ToolCallDeltas | None = output.stream() if output is not None else None
+        self._blocks = 0                          # content blocks started
+        self._open: str | None = None             # the type of the open block, if one is
+        self._calls: dict[int, int] = {}          # the parser's call index -> its block's index
+
+    def _usage(self, output_tokens: int) -> dict[str, int]:
+        return {"input_tokens": self.prompt_tokens, "output_tokens": output_tokens,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+    def _stop(self, reason: str, made_calls: bool) -> tuple[str, str | None]:
+        """stop_reason and stop_sequence of a finish_reason."""
+        if reason == "length":
+            return "max_tokens", None
+        if made_calls:
+            return "tool_use", None
+        if self.stops:
+            raw = self.detokenize(self._generated)
+            found = sorted((raw.find(s), s) for s in self.stops if s in raw)
+            if found:
+                return "stop_sequence", found[0][1]
+        return "end_turn", None
+
+    def _message(self, content: list[dict[str, Any]], stop: tuple[str | None, str | None],
+                 output_tokens: int) -> dict[str, Any]:
+        return {"id": self.ident, "type": "message", "role": "assistant", "model": self.model, "content": content,
+                "stop_reason": stop[0], "stop_sequence": stop[1], "usage": self._usage(output_tokens)}
+
+    def add(self, choice: int, chunk: Chunk) -> None:
+        super().add(choice, chunk)
+        self._generated += chunk.tokens
+
+    def whole(self) -> dict[str, Any]:
+        parts = self.parts[0]
+        text = "".join(c.text for c in parts)
+        calls: list[ParsedToolCall] = []
+        if self.output is not None:
+            parsed, _ = self.output.whole(text, "stop")
+            text, calls = parsed.content, parsed.tool_calls
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content += [{"type": "tool_use", "id": _tool_use_id(c.id), "name": c.name, "input": _input(c)} for c in calls]
+        stop = self._stop(parts[-1].finish_reason or "stop", bool(calls))
+        return self._message(content, stop, self.usage()["completion_tokens"])
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [{"type": "message_start", "message": self._message([], (None, None), 0)}, {"type": "ping"}]
+
+    def _start(self, block: dict[str, Any]) -> list[dict[str, Any]]:
+        """Close the open block, start `block`."""
+        events = self._close()
+        self._open = block["type"]
+        events.append({"type": "content_block_start", "index": self._blocks, "content_block": block})
+        self._blocks += 1
+        return events
+
+    def _close(self) -> list[dict[str, Any]]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [{"type": "content_block_stop", "index": self._blocks - 1}]
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        events = self._start({"type": "text", "text": ""}) if self._open != "text" else []
+        return [*events, {"type": "content_block_delta", "index": self._blocks - 1,
+                          "delta": {"type": "text_delta", "text": text}}]
+
+    def _call(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        """An OpenAI tool-call delta: a new call starts a tool_use block, its arguments are input_json_deltas."""
+        events = []
+        if "id" in delta:
+            events += self._start({"type": "tool_use", "id": _tool_use_id(delta["id"]),
+                                   "name": delta["function"]["name"], "input": {}})
+            self._calls[delta["index"]] = self._blocks - 1
+        fragment = delta.get("function", {}).get("arguments", "")
+        if fragment:
+            events.append({"type": "content_block_delta", "index": self._calls[delta["index"]],
+                           "delta": {"type": "input_json_delta", "partial_json": fragment}})
+        return events
+
+    def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        self._seen(choice, chunk)
+        self._generated += chunk.tokens
+        last = chunk.finish_reason is not None
+        deltas: list[dict[str, Any]] = ([{"content": chunk.text}] if self._parser is None
+                                         else self._parser.feed(chunk.text, last))
+        events = []
+        for delta in deltas:
+            events += self._text(delta.get("content", ""))
+            for call in delta.get("tool_calls", ()):
+                events += self._call(call)
+        if last:
+            made_calls = self._parser is not None and self._parser.finish_reason("stop") == "tool_calls"
+            stop = self._stop(chunk.finish_reason or "stop", made_calls)
+            usage = chunk.usage.completion_tokens if chunk.usage is not None else 0
+            events += [*self._close(),
+                       {"type": "message_delta", "delta": {"stop_reason": stop[0], "stop_sequence": stop[1]},
+                        "usage": {"input_tokens": self.prompt_tokens, "output_tokens": usage}},
+                       {"type": "message_stop"}]
+        return events
