@@ -15,7 +15,14 @@ from starlette.testclient import TestClient
 import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
 from pyllama90a.server.app import OPENAPI_PATH, ROUTES, openapi_document
-from pyllama90a.server.errors import CHAT_INPUTS, COMPLETION_INPUTS, EMBEDDING_INPUTS, NO_INPUTS, RouteInputs
+from pyllama90a.server.errors import (
+    ANTHROPIC_INPUTS,
+    CHAT_INPUTS,
+    COMPLETION_INPUTS,
+    EMBEDDING_INPUTS,
+    NO_INPUTS,
+    RouteInputs,
+)
 from pyllama90a.server.protocol import openapi as doc
 from pyllama90a.server.protocol.base import Limits
 from pyllama90a.server.routes.family import Access, Family, RouteTable
@@ -88,7 +95,8 @@ def test_the_derived_tables_are_the_servers() -> None:
         "/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/models",
         "/chat/completions", "/completion", "/completions", "/infill", "/embeddings", "/embedding", "/tokenize",
         "/detokenize", "/apply-template", "/props", "/slots", "/lora-adapters", "/v1/responses", "/responses",
-        "/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/tools", "/models/load", "/models/unload", "/predict"}
+        "/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/tools", "/models/load", "/models/unload", "/predict",
+        "/v1/messages", "/v1/messages/count_tokens"}
     inputs = {p: d.inputs for p, d in ROUTES.by_path.items() if d.inputs != NO_INPUTS}
     assert inputs == {
         "/v1/chat/completions": CHAT_INPUTS, "/chat/completions": CHAT_INPUTS, "/apply-template": CHAT_INPUTS,
@@ -97,7 +105,8 @@ def test_the_derived_tables_are_the_servers() -> None:
         "/tokenize": RouteInputs("content", "content"), "/detokenize": RouteInputs("tokens", "tokens"),
         "/v1/responses": RouteInputs("input", "input"), "/responses": RouteInputs("input", "input"),
         **dict.fromkeys(("/v1/rerank", "/rerank", "/v1/reranking", "/reranking"),
-                        RouteInputs("documents", "documents"))}
+                        RouteInputs("documents", "documents")),
+        "/v1/messages": ANTHROPIC_INPUTS, "/v1/messages/count_tokens": ANTHROPIC_INPUTS}
 
 
 def test_access_follows_the_declarations(app: FastAPI) -> None:
