@@ -32,9 +32,9 @@ QUESTIONS = ["What is the capital of France?", "Name three red fruits.", "How ma
 
 def system_prompt(engine: BatchEngine, n_tokens: int) -> str:
     """Numbered rules, as many as make about `n_tokens` tokens of system prompt."""
-    rules: list[str] = []
+    rules = ["You are a helpful assistant who follows these rules."]
     while len(engine.tokenize_prompt(" ".join(rules))) < n_tokens:
-        rules.append(f"Rule {len(rules) + 1}: when asked about topic {len(rules) + 1}, answer briefly and kindly.")
+        rules.append(f"Rule {len(rules)}: when asked about topic {len(rules)}, answer briefly and kindly.")
     return " ".join(rules)
 
 
