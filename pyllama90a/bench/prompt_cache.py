@@ -53,10 +53,11 @@ def time_to_first_token(engine: BatchEngine, tokens: list[int], max_tokens: int)
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     engines = {name: BatchEngine(args.model, parallel=slots, n_ctx=slots * args.n_ctx_slot, cache_ram_bytes=ram,
-                                 ctk=args.ctk, ctv=args.ctv, n_threads=args.threads)
+                                 ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_threads=args.threads)
                for name, (slots, ram) in SETTINGS.items()}
     try:
         any_engine = next(iter(engines.values()))
+        attention = any_engine.model.attention.flash_attn  # (what "auto" chose)
         system = system_prompt(any_engine, args.system_tokens)
 
         def chat(system_text: str, question: str) -> list[int]:
@@ -90,14 +91,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "cached_tokens": [c for _, c in got], "speedup": base / median,
                      "ram_entries": ram.entries if ram else None, "ram_bytes": ram.bytes if ram else None})
     return {"machine": machine_name(), "model": Path(any_engine.model.path).name, "ctk": args.ctk, "ctv": args.ctv,
-            "threads": args.threads, "prompt_tokens": len(prompt), "rounds": args.rounds,
+            "flash_attn": f"{args.flash_attn} ({attention})", "threads": args.threads, "prompt_tokens": len(prompt),
+            "rounds": args.rounds,
             "max_tokens": args.max_tokens, "rows": rows,
             "command": "python -m pyllama90a.bench prompt-cache " + " ".join(sys.argv[2:])}
 
 
 def markdown(result: dict[str, Any]) -> str:
     head = (f"Time to first token of a repeated system prompt with a new user turn, {result['machine']}; "
-            f"{result['model']}, K {result['ctk']} / V {result['ctv']}, {result['threads']} threads; prompt "
+            f"{result['model']}, K {result['ctk']} / V {result['ctv']}, flash_attn {result['flash_attn']}, "
+            f"{result['threads']} threads; prompt "
             f"{result['prompt_tokens']} tokens; {result['rounds']} rounds, settings alternated.\n\n")
     lines = ["| setting | slots | RAM cache | TTFT median ms | TTFT each ms | cached tokens | vs no reuse |",
              "|---|---|---|---|---|---|---|"]
@@ -121,6 +124,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--n-ctx-slot", type=int, default=4096, help="KV cells per slot (default 4096)")
     ap.add_argument("--ctk", default="q8_0")
     ap.add_argument("--ctv", default="q8_0")
+    ap.add_argument("--flash-attn", default="auto", choices=["on", "off", "auto"], help="(default auto, the server's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="folder for prompt-cache.json and prompt-cache.md")
     args = ap.parse_args(argv)

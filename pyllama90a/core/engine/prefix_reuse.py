@@ -56,11 +56,14 @@ class PrefixReuse:
         entry, from_ram = self.ram.longest(prompt, job.lora) if self.ram is not None else (None, 0)
         from_ram = min(from_ram, most)
         if max(from_slot, from_ram) - own >= MIN_GAIN:
-            self._store(slot)
             if from_slot >= from_ram and donor is not None:
-                self._load(slot, list(donor.cached), self._context.sequence_state_bytes(donor.seq))
-            elif entry is not None and self.ram is not None and self._load(slot, list(entry.tokens), entry.state):
-                self.ram.used(entry)
+                tokens, state = list(donor.cached), self._context.sequence_state_bytes(donor.seq)
+            else:
+                assert entry is not None and self.ram is not None  # (from_ram > from_slot >= 0)
+                tokens, state = list(entry.tokens), entry.state
+                self.ram.used(entry)  # (first: storing the slot's cells next drops the least recently used)
+            self._store(slot)
+            self._load(slot, tokens, state)
         elif len(slot.cached) - own >= MIN_GAIN:
             self._store(slot)
         return keep_cached_prefix(self._context, slot.seq, slot.cached, prompt)
@@ -74,9 +77,9 @@ class PrefixReuse:
         except LlamaError:  # pragma: no cover - llama.cpp copies a KV cache's sequence; the request goes on
             log.warning("could not copy slot %d's state into the prompt cache", slot.seq, exc_info=True)
 
-    def _load(self, slot: Slot, tokens: list[int], state: memoryview) -> bool:
-        """Give the slot cells holding `tokens` (their sequence state); False, the slot empty, when llama.cpp
-        refuses the state (the prompt is then decoded)."""
+    def _load(self, slot: Slot, tokens: list[int], state: memoryview) -> None:
+        """Give the slot cells holding `tokens` (their sequence state); the slot empty when llama.cpp refuses
+        the state (the prompt is then decoded)."""
         self._context.clear_sequence(slot.seq)
         slot.cached.clear()
         try:
@@ -84,6 +87,5 @@ class PrefixReuse:
         except LlamaError:  # pragma: no cover - a state of this same context
             log.warning("llama.cpp refused a cached prefix for slot %d", slot.seq, exc_info=True)
             self._context.clear_sequence(slot.seq)
-            return False
+            return
         slot.cached[:] = tokens
-        return True
