@@ -82,6 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-ctx", type=int, default=_env("n-ctx", 8192), help="KV cells in all, split among slots")
     p.add_argument("--parallel", type=int, default=_env("parallel", 4), help="slots decoded together (default 4)")
     p.add_argument("--n-batch", type=int, default=_env("n-batch", 512), help="most tokens per decode step")
+    p.add_argument("--cache-ram", type=int, default=_env("cache-ram", 0), metavar="MIB",
+                   help="a host-RAM prompt cache of this many MiB: the KV cells a request drops from its slot are "
+                        "kept there, and a later prompt with their prefix restores them instead of decoding "
+                        "(default 0: none)")
     p.add_argument("--n-gpu-layers", type=int, default=_env("n-gpu-layers", -1), help="-1: all")
     p.add_argument("--split-mode", default=_env("split-mode", "layer"), choices=["none", "layer", "row"],
                    help="how the offloaded layers are spread over the devices (default layer)")
@@ -191,6 +195,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_tokens_default > args.max_tokens_limit:
         p.error(f"--max-tokens-default ({args.max_tokens_default}) is above --max-tokens-limit "
                 f"({args.max_tokens_limit})")
+    if not 0 <= args.cache_ram <= 1 << 30:  # (llama-server's -1, no limit, is refused: the cache is bounded)
+        p.error(f"--cache-ram must be between 0 (no prompt cache) and {1 << 30} MiB, got {args.cache_ram}")
     if args.pool_queue_size < 0:
         p.error(f"--pool-queue-size must be at least 0, got {args.pool_queue_size}")
     if args.responses_store < 0:
@@ -286,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                                parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
                                n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
                                split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
-                               rpc=args.rpc or (), lora=args.lora)
+                               rpc=args.rpc or (), lora=args.lora, cache_ram_bytes=args.cache_ram << 20)
 
         engine = make_engine()
     except (LlamaError, OSError) as e:

@@ -54,8 +54,10 @@ def _events(response: httpx.Response) -> list[str]:
     return [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
 
 
-def _check_timings(timings: dict, prompt_n: int, predicted_n: int) -> None:
-    assert timings["prompt_n"] == prompt_n and timings["predicted_n"] == predicted_n
+def _check_timings(timings: dict, n_prompt: int, predicted_n: int) -> None:
+    """llama-server's timings: prompt_n tokens decoded and cache_n reused, n_prompt in all."""
+    prompt_n = timings["prompt_n"]
+    assert prompt_n + timings["cache_n"] == n_prompt and prompt_n >= 1 and timings["predicted_n"] == predicted_n
     assert timings["prompt_ms"] > 0 and timings["predicted_ms"] >= 0
     if predicted_n and timings["predicted_ms"] > 0:
         assert timings["predicted_per_second"] == pytest.approx(1e3 * predicted_n / timings["predicted_ms"])

@@ -164,3 +164,22 @@ def test_constrained_bench_runs_both_modes(tmp_path, model_path) -> None:
     result = json.loads((tmp_path / "constrained.json").read_text())
     assert len(result["free"]) == 1 and len(result["json_schema"]) == 1
     assert min(result["free"] + result["json_schema"]) > 0
+
+
+def test_prompt_cache_bench_reports_each_setting(tmp_path: Path, model_path) -> None:
+    assert main(["prompt-cache", "--model", str(model_path), "--system-tokens", "150", "--rounds", "1",
+                 "--n-ctx-slot", "512", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "prompt-cache.json").read_text())
+    rows = {r["setting"]: r for r in result["rows"]}
+    assert set(rows) == {"no reuse", "RAM cache", "slot reuse"}
+    assert rows["no reuse"]["cached_tokens"][0] < 16 and rows["no reuse"]["speedup"] == 1.0
+    for name in ("RAM cache", "slot reuse"):  # the system prompt came from a cache: only the question decoded
+        assert 150 <= rows[name]["cached_tokens"][0] < result["prompt_tokens"] - 5
+    assert rows["RAM cache"]["ram_entries"] >= 1 and "| slot reuse | 2 |" in (tmp_path / "prompt-cache.md").read_text()
+
+
+def test_prompt_cache_bench_rejects_bad_arguments() -> None:
+    for bad in (["--rounds", "0"], ["--system-tokens", "4000", "--n-ctx-slot", "4096"]):
+        with pytest.raises(SystemExit) as e:
+            main(["prompt-cache", *bad])
+        assert e.value.code == 2

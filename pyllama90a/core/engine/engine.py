@@ -4,7 +4,8 @@ Each of `parallel` slots owns a sequence id with its own KV stream of n_ctx / pa
 a bounded queue and join free slots between decode steps; one llama_decode call per step carries the next
 token of every generating slot plus prompt chunks of the slots still prefilling (at most n_batch tokens).
 A slot keeps its KV cells after a request ends, so a new request that starts with the same tokens (a system
-prompt, a chat history) decodes only the rest.
+prompt, a chat history) decodes only the rest: from its slot's cells, another slot's, or the host-RAM prompt
+cache (prefix_reuse.py, prompt_cache.py).
 
     with BatchEngine(path, ctk="q4_0", ctv="q4_0", parallel=4) as engine:
         for chunk in engine.stream("Once upon a time", max_tokens=32):
@@ -41,12 +42,13 @@ from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat
 from ..constrained import Constraint
 from ..generation.outputs import Usage
-from ..generation.prefix_cache import keep_cached_prefix
 from ..generation.request import GenerationRequest, RequestOptions
 from ..generation.sequence import GenerationSequence, TokenLogprob
 from ..model.model import Model
 from . import async_api
 from .lora_turns import LoraTurns
+from .prefix_reuse import PrefixReuse
+from .prompt_cache import PromptCache, PromptCacheStats
 from .slot_files import SlotFiles
 from .slots import Chunk, Job, Slot
 
@@ -87,12 +89,15 @@ class BatchEngine:
     """Serves generation requests from `parallel` slots of one context; thread-safe submit()/stream()."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, parallel: int = 4, queue_size: int = 64,
-                 n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, **settings: Any) -> None:
+                 n_ctx: int = 8192, n_batch: int = 512, n_gpu_layers: int = -1, cache_ram_bytes: int = 0,
+                 **settings: Any) -> None:
         """`settings`: the other ContextSettings fields (ctk, ctv, flash_attn, n_threads, chat_template,
         attention_paths) and Model's placement (split_mode, tensor_split, main_gpu, rpc), as keywords. n_ctx is
-        shared by the `parallel` slots; n_ubatch is n_batch."""
+        shared by the `parallel` slots; n_ubatch is n_batch. cache_ram_bytes: a host-RAM prompt cache of that
+        many bytes of sequence states (prompt_cache.py; 0: none)."""
         positive_int("parallel", parallel)
         positive_int("queue_size", queue_size)
+        ram = PromptCache(positive_int("cache_ram_bytes", cache_ram_bytes, 1 << 50)) if cache_ram_bytes else None
         set_here = sorted({"n_seq_max", "n_ubatch", "embedding", "seed"} & settings.keys())
         if set_here:
             raise TypeError(f"BatchEngine() takes no {', '.join(set_here)} (it sets the context's, and each "
@@ -109,6 +114,7 @@ class BatchEngine:
         self._batch = Batch(self._context.n_batch)
         self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
         self._slots: list[Slot] = [Slot(seq) for seq in range(parallel)]
+        self._reuse = PrefixReuse(self._context, self._slots, ram)  # where a prompt's cached prefix comes from
         self._slot_files = SlotFiles(self.model, self._context, self._slots, self.n_ctx_slot, self._between_steps)
         self._waiting: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
@@ -261,6 +267,10 @@ class BatchEngine:
                                self._counts["prompt_decoded"], self._counts["completion_tokens"],
                                len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
 
+    def prompt_cache_stats(self) -> PromptCacheStats | None:
+        """The host-RAM prompt cache's entries, bytes and hits (None without one: cache_ram_bytes=0)."""
+        return self._reuse.ram.stats() if self._reuse.ram is not None else None
+
     def slot_usage(self) -> list[tuple[bool, int]]:
         """(busy, tokens in its cache) of each slot, by sequence id: a snapshot (the server's /slots)."""
         with self._cv:
@@ -394,14 +404,15 @@ class BatchEngine:
         return True
 
     def _admit(self) -> None:
-        """Move waiting requests into free slots, each to the free slot whose cache shares most of its prompt."""
+        """Move waiting requests into free slots (lora_turns.admit), each with its prompt's longest cached prefix
+        (prefix_reuse.py)."""
         free = [s for s in self._slots if s.job is None]
         while self._waiting and free:
             job = self._admitting = self._waiting.popleft()
             slot = self.lora.admit(free, job)
             free.remove(slot)
-            keep = keep_cached_prefix(self._context, slot.seq, slot.cached, job.prompt)
-            job.to_decode = job.prompt[keep:]
+            job.cached = self._reuse.prepare(slot, job)
+            job.to_decode = job.prompt[job.cached:]
             slot.job = job
             self._admitting = None
             self._counts["prompt_tokens"] += len(job.prompt)
@@ -452,7 +463,7 @@ class BatchEngine:
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)
-        usage = Usage(len(job.prompt), len(job.generated))
+        usage = Usage(len(job.prompt), len(job.generated), job.cached)
         self._emit(job, Chunk(text, tokens, logprobs, reason, usage))
 
     def _fail(self, jobs: list[tuple[Slot, Job]], error: Exception) -> None:

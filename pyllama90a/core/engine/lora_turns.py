@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from ...errors import LoraAdapterError, NonFiniteOutputError
 from ...native import ContextHandle
 from ..generation.lora_request import RequestedLora, Scales, requested_lora
-from ..generation.prefix_cache import common_prefix
 from ..model.lora import LoraAdapters
+from .prefix_reuse import slot_preference
 from .slots import Job, Slot
 
 
@@ -71,9 +71,11 @@ class LoraTurns:
 
     @staticmethod
     def admit(free: list[Slot], job: Job) -> Slot:
-        """The free slot for `job`: the one whose cache shares most of its prompt, among those computed with its
-        set; a slot whose cells another set computed forgets them (keep_cached_prefix then drops them)."""
-        slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt) if s.lora == job.lora else -1)
+        """The free slot for `job`: prefix_reuse.slot_preference's, whose shared prefix counts only in cells
+        computed with its set; a slot whose cells another set computed forgets them (keep_cached_prefix then
+        drops them)."""
+        slot = max(free, key=lambda s: slot_preference(s, job.prompt) if s.lora == job.lora
+                   else (0, not s.cached, -s.admitted))
         if slot.lora != job.lora:
             slot.cached.clear()
             slot.lora = job.lora

@@ -33,6 +33,7 @@ class Job:
     cancelled: bool = False
     lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
+    cached: int = 0  # prompt tokens whose cells came from a cache (prefix_reuse.py), not decoded: Usage's
     # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
     # carried them yet, so the next one does
     unsent: list[int] = field(default_factory=list)
@@ -49,3 +50,5 @@ class Slot:
     cached: list[int] = field(default_factory=list)  # tokens whose K and V are in this sequence's cells
     lora: Scales = ()  # the adapter scales those cells were computed with
     job: Job | None = None
+    admitted: int = 0  # when it last took a request (the engine's count of admissions): the least recent is
+                       # the one a request that shares no prefix takes

@@ -14,6 +14,9 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    # of prompt_tokens, those whose K and V came from a cache (a slot's cells, another slot's, the RAM prompt
+    # cache) instead of being decoded: OpenAI's prompt_tokens_details.cached_tokens, llama-server's cache_n
+    cached_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -67,7 +67,7 @@ class SequenceCache:
         generated = sequence.generated
         completion = Completion(
             text=sequence.text.text, tokens=generated, finish_reason=step.finish,
-            usage=Usage(len(prompt), len(generated)),
+            usage=Usage(len(prompt), len(generated), len(prompt) - n_evaluated),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
         yield Piece(step.text, pending, step.finish, completion)
 

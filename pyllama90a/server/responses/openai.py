@@ -46,9 +46,10 @@ class TextOffsets:
         return at
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 class Shape:
@@ -85,15 +86,18 @@ class Shape:
     def finished(self) -> bool:
         return all(c is not None for c in self.last)
 
-    def usage(self) -> dict[str, int]:
-        """The prompt once (every choice continues the same prompt), the completions of all choices."""
+    def usage(self) -> dict[str, Any]:
+        """The prompt once (every choice continues the same prompt; the cached part of the first choice's, as
+        llama-server counts it), the completions of all choices."""
         done = [c.usage for c in self.last if c is not None and c.usage is not None]
-        return usage(done[0].prompt_tokens if done else 0, sum(u.completion_tokens for u in done))
+        return usage(done[0].prompt_tokens if done else 0, sum(u.completion_tokens for u in done),
+                     done[0].cached_tokens if done else 0)
 
     def timings(self) -> dict[str, Any]:
         """llama-server's timings of the whole request (server/timings.py)."""
         counts = self.usage()
-        return self.timer.timings(counts["prompt_tokens"], counts["completion_tokens"])
+        cached = counts["prompt_tokens_details"]["cached_tokens"]
+        return self.timer.timings(counts["prompt_tokens"] - cached, counts["completion_tokens"], cached)
 
     def _timings_if_finished(self) -> dict[str, Any]:
         """{"timings": ...} for the stream event that finishes the request's last choice, else {}."""

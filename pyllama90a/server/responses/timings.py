@@ -2,8 +2,9 @@
 their per-token and per-second rates), measured by the server from when the request is queued.
 
 prompt_ms runs from the request's queueing to its first token (so it includes any wait for a free slot), and
-predicted_ms from there to its last. prompt_n counts every prompt token: the engine does not report per request
-how many came from a slot's cache, so there is no cache_n (/metrics has the totals, decoded and cached).
+predicted_ms from there to its last. prompt_n counts the prompt tokens decoded and cache_n those whose cells
+came from a cache (a slot's, or the RAM prompt cache: Usage.cached_tokens), as llama-server: their sum is the
+prompt's length.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class RequestTimer:
             self.first = now
         self.last = now
 
-    def timings(self, prompt_n: int, predicted_n: int) -> dict[str, Any]:
+    def timings(self, prompt_n: int, predicted_n: int, cache_n: int = 0) -> dict[str, Any]:
         first = self.first if self.first is not None else self.last or self.queued
         last = self.last or first
-        return {**_rates(prompt_n, (first - self.queued) * 1e3, "prompt"),
+        return {"cache_n": cache_n, **_rates(prompt_n, (first - self.queued) * 1e3, "prompt"),
                 **_rates(predicted_n, (last - first) * 1e3, "predicted")}
