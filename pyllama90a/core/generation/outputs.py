@@ -14,6 +14,8 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    draft_tokens: int = 0  # speculative decoding: tokens drafted and decoded for verification
+    draft_accepted: int = 0  # of those, the ones kept (sampled as drafted)
 
     @property
     def total_tokens(self) -> int:
