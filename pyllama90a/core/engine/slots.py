@@ -33,6 +33,7 @@ class Job:
     cancelled: bool = False
     lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
+    draft: list[int] = field(default_factory=list)  # tokens guessed to follow to_decode's sampled one (speculative)
     # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
     # carried them yet, so the next one does
     unsent: list[int] = field(default_factory=list)
