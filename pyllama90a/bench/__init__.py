@@ -1,11 +1,12 @@
-"""`python -m pyllama90a.bench [server|batched|constrained|quality]`: the benchmarks that prove speed, memory and
-quality targets.
+"""`python -m pyllama90a.bench [server|batched|constrained|quality|speculative]`: the benchmarks that prove speed,
+memory and quality targets.
 
     __main__: the command line: a subcommand, or the depth bench without one
     depths: prefill and decode speed per attention mode at chosen depths
     batched: N sequences at depth D decoding together, per attention mode
     server: the OpenAI server under N concurrent streaming clients
     constrained: constrained decoding against free decoding in one BatchEngine
+    speculative: speculative decoding (prompt lookup) against plain decoding on code editing
     quality: what a quantized KV cache costs in quality (KL, top-1, perplexity) against an f16 cache
     calibrate: `python -m pyllama90a calibrate`: speed, memory and quality on this device, as a calibration file
     calibration_report: a calibration's markdown and PNG

@@ -8,6 +8,7 @@ import pytest
 
 import pyllama90a as pl
 from pyllama90a.core.generation.speculative import NgramDrafter
+from pyllama90a.server.metrics import render_metrics
 
 CODE = """def add(a, b):
     return a + b
@@ -73,12 +74,16 @@ def test_batch_engine_greedy_output_and_statistics(model_path) -> None:
                 time.sleep(0.05)
         del handles
         stats = engine.stats()
+        metrics = render_metrics(engine, engine.model.kv_cache, {})
     for chunks in results:
         assert [t for c in chunks for t in c.tokens] == expected.tokens
         usage = chunks[-1].usage
         assert usage is not None and 0 < usage.draft_accepted <= usage.draft_tokens
     assert stats.draft_tokens_total == sum(c[-1].usage.draft_tokens for c in results)  # type: ignore[union-attr]
     assert stats.draft_accepted_total == sum(c[-1].usage.draft_accepted for c in results)  # type: ignore[union-attr]
+    assert f"\nllamacpp:spec_decode_num_draft_tokens_total {stats.draft_tokens_total}\n" in metrics
+    assert f"\nllamacpp:spec_decode_num_accepted_tokens_total {stats.draft_accepted_total}\n" in metrics
+    assert f"\npyllama90a_draft_accepted_total {stats.draft_accepted_total}\n" in metrics
 
 
 def test_drafts_continue_the_last_earlier_occurrence_of_the_newest_ngram() -> None:

@@ -85,7 +85,7 @@ class Model:
         params = self._settle(context_settings)
         if speculative is not None and not isinstance(speculative, Speculation):
             raise InvalidArgumentError(f"speculative must be a Speculation or None, got {type(speculative).__name__}")
-        self.speculative = speculative
+        self.speculative = speculative  # (after _settle, which leaves None)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
         handle = load_weights(raw_path, n_gpu_layers, placement)
         self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
@@ -112,7 +112,7 @@ class Model:
     def _settle(self, settings: ContextSettings) -> ContextParams:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
-        self.speculative: Speculation | None = None  # (Model() sets its own; a with_context Model drafts nothing)
+        self.speculative = None  # (Model() sets its own; a with_context Model drafts nothing)
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._lora = LoraAdapters()
