@@ -95,6 +95,18 @@ def test_drafts_continue_the_last_earlier_occurrence_of_the_newest_ngram() -> No
     assert NgramDrafter(pl.Speculation(ngram_size_n=2, draft_min=4), [1, 2, 3, 1, 2]).draft(10) == []
 
 
+def test_a_rejected_draft_shortens_the_next_and_a_kept_one_lengthens_it() -> None:
+    drafter = NgramDrafter(pl.Speculation(ngram_size_n=1, draft_max=8, draft_min=2), [5, *range(20), 5])
+    assert len(drafter.draft(100)) == 8
+    drafter.feedback(8, 0)  # rejected at once: the next draft is as short as draft_min allows
+    assert len(drafter.draft(100)) == 2
+    drafter.feedback(2, 2)
+    assert len(drafter.draft(100)) == 4
+    drafter.feedback(4, 4)
+    drafter.feedback(8, 8)
+    assert len(drafter.draft(100)) == 8  # (at most draft_max)
+
+
 @pytest.mark.parametrize("kwargs", [{"spec_type": "eagle"}, {"draft_max": 0}, {"draft_min": 17},
                                     {"ngram_size_n": 0}, {"draft_max": True}])
 def test_bad_settings_are_refused(kwargs) -> None:

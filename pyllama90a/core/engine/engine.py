@@ -437,7 +437,8 @@ class BatchEngine:
         return plan
 
     def _sample(self, slot: Slot, job: Job, index: int) -> int:
-        """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
+        """Sample the slot's next token (and verify its draft, if any) and report them. Returns how many tokens were
+        generated."""
         draft, job.draft = job.draft, []
         try:
             steps = job.sequence.verify(self._context, index, len(slot.cached), draft)

@@ -77,8 +77,11 @@ class GenerationSequence:
             if steps[-1].token != token or steps[-1].finish is not None:
                 break
             steps.append(self.step(context, index + i + 1, n_cached + i + 1))
+        accepted = sum(s.token == t for s, t in zip(steps, draft, strict=False))
         self.drafted += len(draft)
-        self.accepted += sum(s.token == t for s, t in zip(steps, draft, strict=False))
+        self.accepted += accepted
+        if draft and self.drafter is not None:
+            self.drafter.feedback(len(draft), accepted)
         return steps
 
     def step(self, context: ContextHandle, index: int, n_cached: int) -> Step:

@@ -53,6 +53,9 @@ class NgramDrafter:
         self.history: list[int] = []
         self._last_end: dict[tuple[int, ...], int] = {}  # n-gram -> where its latest occurrence ended
         self._previous_end = -1  # where the newest n-gram ended before its current occurrence (-1: never)
+        # the longest draft tried next: halved down to what was kept after a rejection, doubled after a draft kept
+        # whole, since on a CPU each rejected token costs a good part of a decode step
+        self.limit = settings.draft_max
         for token in prompt:
             self.add(token)
 
@@ -66,11 +69,16 @@ class NgramDrafter:
         self._previous_end = self._last_end.get(key, -1)
         self._last_end[key] = len(history)
 
+    def feedback(self, drafted: int, accepted: int) -> None:
+        """How the last draft fared: the next one is as long as the run kept, plus one, or twice as long."""
+        longer = 2 * self.limit if accepted == drafted else accepted + 1
+        self.limit = min(self.settings.draft_max, max(self.settings.draft_min, longer))
+
     def draft(self, limit: int) -> list[int]:
         """Up to `limit` tokens guessed to follow the history (none when the newest n-gram never occurred before,
         or fewer than draft_min would be guessed)."""
         start = self._previous_end
         if start < 0:
             return []
-        guess = self.history[start:start + min(limit, self.settings.draft_max)]
+        guess = self.history[start:start + min(limit, self.limit)]
         return guess if len(guess) >= max(self.settings.draft_min, 1) else []
