@@ -117,3 +117,13 @@ def test_bad_settings_are_refused(kwargs) -> None:
 def test_speculative_must_be_a_speculation(model_path) -> None:
     with pytest.raises(pl.InvalidArgumentError, match="Speculation"):
         pl.Model(model_path, speculative={"draft_max": 4})
+
+
+def test_server_flags_take_llama_servers_names() -> None:
+    from pyllama90a.server.__main__ import parse_args
+
+    args = parse_args(["--spec-type", "ngram-simple", "--draft-max", "8", "--spec-draft-n-min", "2",
+                       "--spec-ngram-simple-size-n", "4"])
+    assert (args.spec_type, args.spec_draft_n_max, args.spec_draft_n_min, args.spec_ngram_simple_size_n) == (
+        "ngram-simple", 8, 2, 4)
+    assert parse_args([]).spec_type == "none"
