@@ -46,6 +46,7 @@ from typing import Any
 
 from .core.engine.engine import BatchEngine, Chunk
 from .core.generation.outputs import Completion, Piece, Timings, Usage
+from .core.generation.speculative import Speculation
 from .core.gguf.default_model import default_model, pull_default_model
 from .core.model.attention_paths import AttentionPaths
 from .core.model.attention_policy import AttentionChoice
@@ -117,6 +118,7 @@ __all__ = [
     "NonFiniteOutputError",
     "Piece",
     "QueueFullError",
+    "Speculation",
     "StateFileError",
     "Timings",
     "Usage",

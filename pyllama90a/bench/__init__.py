@@ -1,5 +1,5 @@
-"""`python -m pyllama90a.bench [server|batched|constrained|quality|prompt-cache]`: the benchmarks that prove
-speed, memory and quality targets.
+"""`python -m pyllama90a.bench [server|batched|constrained|quality|prompt-cache|speculative]`: the benchmarks that
+prove speed, memory and quality targets.
 
     __main__: the command line: a subcommand, or the depth bench without one
     depths: prefill and decode speed per attention mode at chosen depths
@@ -7,6 +7,7 @@ speed, memory and quality targets.
     server: the OpenAI server under N concurrent streaming clients
     constrained: constrained decoding against free decoding in one BatchEngine
     prompt_cache: time to first token of a repeated system prompt, with no reuse, the RAM prompt cache, a slot
+    speculative: speculative decoding (prompt lookup) against plain decoding on code editing
     quality: what a quantized KV cache costs in quality (KL, top-1, perplexity) against an f16 cache
     calibrate: `python -m pyllama90a calibrate`: speed, memory and quality on this device, as a calibration file
     calibration_report: a calibration's markdown and PNG

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..core.generation.speculative import SPEC_TYPES
 from ..native.kv_types import FLASH_ATTN_MODES, KV_TYPES
 from .executors import DEFAULT_QUEUE, Executors
 from .protocol.base import UNKNOWN_FIELDS_MODES, Limits
@@ -174,6 +175,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, (setting, kind, text) in _ISOLATION_FLAGS.items():
         p.add_argument(f"--{flag}", type=kind, default=_env(flag, defaults[setting]),
                        help=f"{text} (default {defaults[setting]})")
+    p.add_argument("--spec-type", default=_env("spec-type", "none"), choices=list(SPEC_TYPES),
+                   help="speculative decoding: ngram-simple drafts by prompt lookup (default none)")
+    p.add_argument("--spec-draft-n-max", "--draft-max", "--draft", type=int, default=_env("spec-draft-n-max", 16),
+                   help="most tokens per draft (default 16)")
+    p.add_argument("--spec-draft-n-min", "--draft-min", type=int, default=_env("spec-draft-n-min", 0),
+                   help="fewest tokens per draft; a shorter one is not tried (default 0)")
+    p.add_argument("--spec-ngram-simple-size-n", type=int, default=_env("spec-ngram-simple-size-n", 3),
+                   help="n-gram looked up for ngram-simple drafts (default 3)")
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
     args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
@@ -263,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.chat.template import ChatTemplate
     from ..core.constrained import isolation
     from ..core.engine.engine import BatchEngine
+    from ..core.generation.speculative import Speculation
     from ..core.model.rerank import is_reranker
     from ..errors import InvalidArgumentError, LlamaError
     from .app import ServerState, create_app
@@ -287,12 +297,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
 
+        speculative = None if args.spec_type == "none" else Speculation(
+            args.spec_type, args.spec_draft_n_max, args.spec_draft_n_min, args.spec_ngram_simple_size_n)
+
         def make_engine() -> BatchEngine:  # at start-up, and again when lost RPC workers are back
             return BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,
                                parallel=args.parallel, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers,
                                n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
                                split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
-                               rpc=args.rpc or (), lora=args.lora, cache_ram_bytes=args.cache_ram << 20)
+                               rpc=args.rpc or (), lora=args.lora, cache_ram_bytes=args.cache_ram << 20,
+                               speculative=speculative)
 
         engine = make_engine()
     except (LlamaError, OSError) as e:

@@ -45,7 +45,12 @@ def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mappin
             ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
              timed_predicted / predicted_s if predicted_s > 0 else 0),
             ("requests_processing", "gauge", "Number of requests processing.", stats.busy_slots),
-            ("requests_deferred", "gauge", "Number of requests deferred.", stats.queue_depth)):
+            ("requests_deferred", "gauge", "Number of requests deferred.", stats.queue_depth),
+            ("spec_decode_num_draft_tokens_total", "counter",
+             "Total draft tokens generated (0 when spec-decode is off).", stats.draft_tokens_total),
+            ("spec_decode_num_accepted_tokens_total", "counter",
+             "Total draft tokens accepted by the target model (0 when spec-decode is off).",
+             stats.draft_accepted_total)):
         _family(lines, name, kind, text, [("", value)], prefix=LLAMA_SERVER_PREFIX)
 
 
@@ -72,6 +77,10 @@ def render_metrics(engine: BatchEngine, kv: KVCacheInfo, responses: Mapping[tupl
     _family(lines, "prompt_tokens_decoded_total", "counter",
             "Prompt tokens decoded (the others were reused from a slot's cache).", [("", stats.prompt_tokens_decoded)])
     _family(lines, "completion_tokens_total", "counter", "Generated tokens.", [("", stats.completion_tokens_total)])
+    _family(lines, "draft_tokens_total", "counter", "Speculative decoding: tokens drafted and verified.",
+            [("", stats.draft_tokens_total)])
+    _family(lines, "draft_accepted_total", "counter", "Speculative decoding: drafted tokens kept.",
+            [("", stats.draft_accepted_total)])
     _family(lines, "queue_depth", "gauge", "Requests waiting for a free slot.", [("", stats.queue_depth)])
     _family(lines, "slots_busy", "gauge", "Slots generating or prefilling.", [("", stats.busy_slots)])
     _family(lines, "slots_total", "gauge", "Slots (--parallel).", [("", stats.parallel)])

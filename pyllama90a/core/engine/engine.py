@@ -83,6 +83,8 @@ class EngineStats:
     busy_slots: int
     parallel: int
     tokens_per_s: float            # generated tokens per second over the last few seconds
+    draft_tokens_total: int = 0    # speculative decoding: tokens drafted and decoded for verification
+    draft_accepted_total: int = 0  # of those, the ones kept
 
 
 class BatchEngine:
@@ -108,6 +110,7 @@ class BatchEngine:
         self.n_gpu_layers, self.n_threads = n_gpu_layers, settings.get("n_threads")
         self.queue_size = queue_size
         self.n_ctx_slot = self.model.n_ctx_seq
+        self.speculative = self.model.speculative  # (Model's `speculative` keyword, passed in `settings`)
         # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
         self._model_hold = contextlib.ExitStack()
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
@@ -172,7 +175,9 @@ class BatchEngine:
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
         lora = self.lora.scales_for(request.lora)
-        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora)
+        drafter = self.speculative.drafter(tokens) if self.speculative is not None else None
+        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot, drafter), on_chunk,
+                  lora=lora)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -265,7 +270,8 @@ class BatchEngine:
             rate = sum(n for _, n in self._recent) / span if span > 0 else 0.0
             return EngineStats(self._counts["requests"], self._counts["failed"], self._counts["prompt_tokens"],
                                self._counts["prompt_decoded"], self._counts["completion_tokens"],
-                               len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate)
+                               len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate,
+                               self._counts["draft_tokens"], self._counts["draft_accepted"])
 
     def prompt_cache_stats(self) -> PromptCacheStats | None:
         """The host-RAM prompt cache's entries, bytes and hits (None without one: cache_ram_bytes=0)."""
@@ -435,25 +441,37 @@ class BatchEngine:
                 break
             tokens = job.to_decode[:room]
             wants_logits = len(tokens) == len(job.to_decode)
-            batch.add(tokens, len(slot.cached), slot.seq, logits="last" if wants_logits else "none")
-            plan.append((slot, job, len(tokens), batch.n_tokens - 1 if wants_logits else None))
+            del job.draft[max(room - len(tokens), 0):]  # (a draft is only ever after a sampled token)
+            batch.add([*tokens, *job.draft], len(slot.cached), slot.seq, logits="all" if job.draft else
+                      "last" if wants_logits else "none")
+            plan.append((slot, job, len(tokens), batch.n_tokens - 1 - len(job.draft) if wants_logits else None))
         return plan
 
     def _sample(self, slot: Slot, job: Job, index: int) -> int:
-        """Sample the next token of the slot's request and report it. Returns 1 if a token was generated."""
+        """Sample the slot's next token (and verify its draft, if any) and report them. Returns how many tokens were
+        generated."""
+        draft, job.draft = job.draft, []
         try:
-            step = job.sequence.step(self._context, index, len(slot.cached))
+            steps = job.sequence.verify(self._context, index, len(slot.cached), draft)
         except (ConstraintError, NonFiniteOutputError) as e:  # this request ends, the others go on
             self._fail([(slot, job)], self.lora.blame(e, job.lora))
             return 0
-        tokens = () if step.token is None else (step.token,)
-        logprobs = () if step.logprob is None else (step.logprob,)
+        if draft:  # the drafted tokens kept join the cache; the cells of the rest are dropped
+            slot.cached.extend(draft[:len(steps) - 1])
+            self._context.trim_sequence(slot.seq, len(slot.cached))
+            self._counts["draft_tokens"] += len(draft)
+            self._counts["draft_accepted"] += sum(s.token == t for s, t in zip(steps, draft, strict=False))
+        step = steps[-1]
+        tokens = tuple(s.token for s in steps if s.token is not None)
+        logprobs = tuple(s.logprob for s in steps if s.logprob is not None)
+        text = "".join(s.text for s in steps)
         if step.finish is not None:
-            self._finish(slot, job, step.finish, (*job.unsent, *tokens), logprobs, step.text)
+            self._finish(slot, job, step.finish, (*job.unsent, *tokens), logprobs, text)
         else:
-            job.to_decode = list(tokens)
-            if step.text or logprobs:
-                self._emit(job, Chunk(step.text, (*job.unsent, *tokens), logprobs))
+            job.to_decode = [tokens[-1]]
+            job.draft = job.sequence.draft(len(slot.cached) + 1)
+            if text or logprobs:
+                self._emit(job, Chunk(text, (*job.unsent, *tokens), logprobs))
                 job.unsent.clear()
             else:
                 job.unsent.extend(tokens)
@@ -463,7 +481,8 @@ class BatchEngine:
                 logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
         slot.job = None
         self._counts["completion_tokens"] += len(job.generated)
-        usage = Usage(len(job.prompt), len(job.generated), job.cached)
+        sequence = job.sequence
+        usage = Usage(len(job.prompt), len(job.generated), job.cached, sequence.drafted, sequence.accepted)
         self._emit(job, Chunk(text, tokens, logprobs, reason, usage))
 
     def _fail(self, jobs: list[tuple[Slot, Job]], error: Exception) -> None:

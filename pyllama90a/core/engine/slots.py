@@ -34,6 +34,7 @@ class Job:
     lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     cached: int = 0  # prompt tokens whose cells came from a cache (prefix_reuse.py), not decoded: Usage's
+    draft: list[int] = field(default_factory=list)  # tokens guessed to follow to_decode's sampled one (speculative)
     # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
     # carried them yet, so the next one does
     unsent: list[int] = field(default_factory=list)

@@ -17,6 +17,8 @@ class Usage:
     # of prompt_tokens, those whose K and V came from a cache (a slot's cells, another slot's, the RAM prompt
     # cache) instead of being decoded: OpenAI's prompt_tokens_details.cached_tokens, llama-server's cache_n
     cached_tokens: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted and decoded for verification
+    draft_accepted: int = 0  # of those, the ones kept (sampled as drafted)
 
     @property
     def total_tokens(self) -> int:

@@ -1,9 +1,11 @@
 """`GenerationSequence`: one generation, one token per step. The step (rules, sample, accept, end of generation, text,
 stop strings, length) is the same whether Model.generate runs one sequence alone or BatchEngine runs many
-in one batch; each caller only decodes the token a step returns."""
+in one batch; each caller only decodes the token a step returns. With speculation (speculative.py) the caller
+decodes a draft after that token and `verify` runs the steps over the draft's logits rows."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,6 +15,7 @@ from ...native import ContextHandle, ModelHandle, SamplerChain
 from ..constrained import OutputRules
 from .output_checks import refuse_total_ban, require_choice, require_finite
 from .request import GenerationRequest
+from .speculative import NgramDrafter
 from .text_stream import TextStream
 from .thinking import ThinkingTracker
 
@@ -41,7 +44,8 @@ class GenerationSequence:
     """One request's generation on a sequence of a context. Built in the caller's thread (the sampler chain and
     the constraint's grammar are made here, so a bad one fails the request, not a decode step)."""
 
-    def __init__(self, request: GenerationRequest, vocab: ModelHandle, n_ctx_seq: int) -> None:
+    def __init__(self, request: GenerationRequest, vocab: ModelHandle, n_ctx_seq: int,
+                 drafter: NgramDrafter | None = None) -> None:
         self.request = request
         self.vocab = vocab
         self.n_ctx_seq = n_ctx_seq  # cells of the sequence: the generation ends one short of them
@@ -51,6 +55,36 @@ class GenerationSequence:
         self.text = TextStream(request.stops)
         self.generated: list[int] = []
         self.thinking = ThinkingTracker(request.thinking, vocab) if request.thinking is not None else None
+        self.drafter = drafter  # None: no speculation
+        self.drafted = 0  # draft tokens decoded for verification
+        self.accepted = 0  # of those, the ones sampled as drafted
+
+    def draft(self, n_cached: int) -> list[int]:
+        """The tokens to decode after the last sampled one (which makes `n_cached` tokens cached), guessed to be
+        what the next steps sample; none without speculation. Never past the tokens the request may still
+        generate, nor past the cells plain decoding would use."""
+        if self.drafter is None:
+            return []
+        room = min(self.request.max_tokens - len(self.generated), self.n_ctx_seq - n_cached) - 1
+        return self.drafter.draft(room) if room > 0 else []
+
+    def verify(self, context: ContextHandle, index: int, n_cached: int, draft: Sequence[int]) -> list[Step]:
+        """The steps over the logits rows from batch `index` on: the last sampled token's, then each of `draft`'s
+        (decoded after it, with `n_cached` tokens cached up to that token). A drafted token is kept while each
+        step samples it; the steps end at the first that samples another (or ends the generation). So every
+        step but the last made its drafted token, and the cells of the drafted tokens after those are stale.
+        Without a draft: one step."""
+        steps = [self.step(context, index, n_cached)]
+        for i, token in enumerate(draft):
+            if steps[-1].token != token or steps[-1].finish is not None:
+                break
+            steps.append(self.step(context, index + i + 1, n_cached + i + 1))
+        accepted = sum(s.token == t for s, t in zip(steps, draft, strict=False))
+        self.drafted += len(draft)
+        self.accepted += accepted
+        if draft and self.drafter is not None:
+            self.drafter.feedback(len(draft), accepted)
+        return steps
 
     def step(self, context: ContextHandle, index: int, n_cached: int) -> Step:
         """Sample the next token from the logits at batch `index`, the sequence holding `n_cached` tokens.
@@ -80,6 +114,8 @@ class GenerationSequence:
         if not request.ignore_eos and self.vocab.is_eog(token):
             return Step(None, self.text.flush(), "stop")
         self.generated.append(token)
+        if self.drafter is not None:
+            self.drafter.add(token)
         piece = self.vocab.token_piece(token)
         text = self.text.add(piece)
         logprob = self._logprob(row, token, piece) if row is not None and request.logprobs is not None else None

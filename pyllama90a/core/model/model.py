@@ -37,6 +37,7 @@ from ..generation.outputs import Completion, Piece
 from ..generation.request import GenerationRequest
 from ..generation.sampling import SamplingParams
 from ..generation.sequence import GenerationSequence
+from ..generation.speculative import Speculation
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
 from .embedding import embed_inputs, embedding_inputs
@@ -69,11 +70,13 @@ class Model:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
-                 lora: Sequence[tuple[str | os.PathLike[str], float]] = (), **settings: Any) -> None:
+                 lora: Sequence[tuple[str | os.PathLike[str], float]] = (), speculative: Speculation | None = None,
+                 **settings: Any) -> None:
         """`settings`: the fields of ContextSettings (ctk, ctv, flash_attn, n_ctx, ...), as keywords. split_mode,
         tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
         rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
-        lora: LoRA adapter GGUFs for this model with their scales, applied to every decode (see lora.py)."""
+        lora: LoRA adapter GGUFs for this model with their scales, applied to every decode (see lora.py).
+        speculative: a Speculation (prompt-lookup drafting) for every generation; None: one token per decode."""
         context_settings = ContextSettings(**settings)
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         self._handle: ModelHandle | None = None  # both None once closed
@@ -82,6 +85,9 @@ class Model:
         context_settings = resolve_kv_types(context_settings, raw_path, n_gpu_layers)  # ctk="auto": a calibration's
         self.path = Path(os.fsdecode(raw_path))
         params = self._settle(context_settings)
+        if speculative is not None and not isinstance(speculative, Speculation):
+            raise InvalidArgumentError(f"speculative must be a Speculation or None, got {type(speculative).__name__}")
+        self.speculative = speculative  # (after _settle, which leaves None)
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
         handle = load_weights(raw_path, n_gpu_layers, placement)
         self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
@@ -108,6 +114,7 @@ class Model:
     def _settle(self, settings: ContextSettings) -> ContextParams:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
+        self.speculative = None  # (Model() sets its own; a with_context Model drafts nothing)
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._lora = LoraAdapters()
@@ -426,7 +433,8 @@ class Model:
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
         with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
-            sequence = GenerationSequence(request, handle, n_ctx)
+            drafter = self.speculative.drafter(tokens) if self.speculative is not None else None
+            sequence = GenerationSequence(request, handle, n_ctx, drafter)
         pieces = self._run(tokens, sequence)
         self._stream = weakref.ref(pieces)
         # a thinking block is read out first: tool calls are read from the content

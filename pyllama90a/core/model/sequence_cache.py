@@ -12,7 +12,7 @@ from ...errors import ContextOverflowError, InvalidArgumentError, LlamaError
 from ...native import Batch, ContextHandle
 from ..generation.outputs import Completion, Piece, Timings, Usage
 from ..generation.prefix_cache import keep_cached_prefix
-from ..generation.sequence import GenerationSequence
+from ..generation.sequence import GenerationSequence, Step
 from .state_file import StateIdentity, StateLimits, restore_state, write_state_file
 
 
@@ -25,6 +25,7 @@ class SequenceCache:
         # the context's logits are not those of the last cached token (truncate, load): last_logits decodes that
         # token again
         self._logits_stale = False
+        self._batch: Batch | None = None  # for drafts (made at the first): a token, its draft, all their logits
 
     def _decode(self, tokens: list[int]) -> None:
         """Decode `tokens` (at most n_batch) after the cached ones; their last one's logits are ready afterwards."""
@@ -47,29 +48,53 @@ class SequenceCache:
 
     def generate(self, prompt: list[int], sequence: GenerationSequence) -> Iterator[Piece]:
         """The pieces of `sequence` continuing `prompt` (its cached prefix reused); the last one carries the
-        Completion. Model.generate and chat's loop, one token a step."""
+        Completion. Model.generate and chat's loop, one token a step (several when a draft is kept)."""
         t0 = time.perf_counter()
         n_evaluated = self._hold_exactly(prompt)
         t1 = time.perf_counter()
         pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
+        steps = [sequence.step(self.context, -1, len(self.tokens))]
         while True:
-            step = sequence.step(self.context, -1, len(self.tokens))
-            if step.token is not None:
-                pending.append(step.token)
+            for step in steps:
+                if step.token is not None:
+                    pending.append(step.token)
+                if step.finish is not None:
+                    break
+                if step.text:
+                    yield Piece(step.text, pending)
+                    pending = []
             if step.finish is not None:
                 break
-            if step.text:
-                yield Piece(step.text, pending)
-                pending = []
             assert step.token is not None  # (a step that goes on made a token)
-            self._decode([step.token])
+            steps = self._next_steps(step.token, sequence)
         t2 = time.perf_counter()
         generated = sequence.generated
         completion = Completion(
             text=sequence.text.text, tokens=generated, finish_reason=step.finish,
-            usage=Usage(len(prompt), len(generated), len(prompt) - n_evaluated),
+            usage=Usage(len(prompt), len(generated), cached_tokens=len(prompt) - n_evaluated,
+                        draft_tokens=sequence.drafted, draft_accepted=sequence.accepted),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
         yield Piece(step.text, pending, step.finish, completion)
+
+    def _next_steps(self, token: int, sequence: GenerationSequence) -> list[Step]:
+        """Decode `token` (and a draft after it, if the sequence guesses one) and run the steps that follow."""
+        context = self.context
+        draft = sequence.draft(len(self.tokens) + 1)[:context.n_batch - 1]
+        if not draft:
+            self._decode([token])
+            return [sequence.step(context, -1, len(self.tokens))]
+        if self._batch is None:
+            self._batch = Batch(context.n_batch)
+        self._batch.clear()
+        self._batch.add([token, *draft], len(self.tokens), 0, logits="all")
+        context.decode(self._batch)
+        self.tokens.append(token)
+        self._logits_stale = False
+        steps = sequence.verify(context, 0, len(self.tokens), draft)
+        self.tokens.extend(draft[:len(steps) - 1])  # the drafted tokens kept: the rest's cells are dropped
+        if not context.trim_sequence(0, len(self.tokens)):  # pragma: no cover - never for a KV cache
+            raise LlamaError("llama.cpp could not drop the cells of a rejected draft")
+        return steps
 
     def _fitting_tokens(self, tokens: Sequence[int], after: int) -> list[int]:
         """`tokens` as a list, checked to be valid ids that fit the context after `after` cached ones."""
