@@ -97,7 +97,7 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
 
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    common = {"fingerprint": state.fingerprint, "timer": timer}
+    common = {"fingerprint": state.fingerprint, "timer": timer, **gen.answer.shape_settings(state.engine.model, prompt)}
     shape = (shape_for(ident, prompt, common) if shape_for is not None
              else ChatShape(ident, state.model_name, gen.n, prepared.output if prepared is not None else None,
                             **common) if chat

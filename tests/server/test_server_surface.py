@@ -252,7 +252,7 @@ def test_fingerprint_and_timings_on_openai_answers(http) -> None:
     assert {c["system_fingerprint"] for c in chunks} == {chat["system_fingerprint"]}
     finish = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
     _check_timings(finish["timings"], chunks[-1]["usage"]["prompt_tokens"], chunks[-1]["usage"]["completion_tokens"])
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # (no tools: text)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}  # (as with tools)
 
 
 def test_tool_call_stream_opens_with_null_content(http) -> None:

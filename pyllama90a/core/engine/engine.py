@@ -162,7 +162,8 @@ class BatchEngine:
             raise InvalidArgumentError(f"on_chunk must be a callable taking a Chunk, got {type(on_chunk).__name__}")
         if len(tokens) >= self.n_ctx_slot:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
-                                       f"(n_ctx / parallel), and one more is needed to generate")
+                                       f"(n_ctx / parallel), and one more is needed to generate",
+                                       n_prompt_tokens=len(tokens), n_ctx=self.n_ctx_slot)
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
         lora = self.lora.scales_for(request.lora)

@@ -83,7 +83,9 @@ CHAT_COMPLETION = _answer("chat.completion", _obj(
 EMBEDDINGS = _obj("object data model usage", object={"const": "list"}, model=STR, usage=OBJ, data={
     "type": "array", "items": _obj("object index embedding", object={"const": "embedding"}, index=INT, embedding={
         "anyOf": [{"type": "array", "items": {"type": "number"}}, STR]})})
-MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR)
+MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR,
+             aliases={"type": "array", "items": STR}, tags={"type": "array", "items": STR})
+INPUT_TOKENS = _obj("input_tokens", input_tokens=INT)
 MODELS = {"type": "object", "required": ["object", "data"],
           "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": MODEL}}}
 SUCCESS = _obj("success", success=BOOL)

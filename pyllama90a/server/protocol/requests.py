@@ -115,6 +115,22 @@ class Generation:
     template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs: extra template variables
     return_tokens: bool = False   # /completion: the token ids in a whole answer's `tokens` (a stream has them)
     n_probs: int = 0              # /completion: top logprobs per token in completion_probabilities
+    answer: AnswerOptions = dataclasses.field(default_factory=lambda: AnswerOptions())
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """llama-server's request fields that shape the answer, not the generation (responses/openai.py's Shape)."""
+    timings_per_token: bool = False
+    return_progress: bool = False
+    verbose: bool = False
+    response_fields: tuple[str, ...] = ()
+
+    def shape_settings(self, model: Any, prompt: list[int]) -> dict[str, Any]:
+        """The Shape's settings for a request whose prompt is `prompt` on `model`."""
+        return {"prompt_tokens": len(prompt), "timings_per_token": self.timings_per_token,
+                "return_progress": self.return_progress, "response_fields": self.response_fields,
+                "verbose_prompt": (lambda: model.detokenize(prompt, special=True)) if self.verbose else None}
 
 
 class Harmless(ProtocolModel):
@@ -175,6 +191,20 @@ class GenerationBody(Harmless):
     lora: list[LoraScale] | None = Field(None, description="the LoRA adapters this request runs with, by id "
                                          "(GET /lora-adapters), as llama-server's: adapters not named are off; "
                                          "absent: the server's default scales")
+    timings_per_token: bool = Field(False, description="llama-server's: every stream event has the timings so far")
+    return_progress: bool = Field(False, description="llama-server's: a stream reports the prompt's evaluation "
+                                  "(prompt_progress) before the first token")
+    verbose: bool = Field(False, description="llama-server's: a whole answer has `__verbose` (the prompt's text)")
+
+    @model_validator(mode="after")
+    def _server_defaults(self, info: ValidationInfo) -> GenerationBody:
+        """The server's --seed and --temp where the request sets none (a null one is none: ProtocolModel)."""
+        limits = info.context
+        if isinstance(limits, Limits):
+            for name in ("seed", "temperature"):
+                if name not in self.model_fields_set and getattr(limits, name) is not None:
+                    setattr(self, name, getattr(limits, name))
+        return self
 
     def _constraint(self) -> Constraint | None:
         """OpenAI's response_format, or llama.cpp's grammar or json_schema ("" and {} mean none, as there)."""
@@ -198,7 +228,9 @@ class GenerationBody(Harmless):
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
                                     self.logit_bias or None, logprobs, self.ignore_eos,
                                     None if self.lora is None else lora_pairs(self.lora))
-        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how)
+        answer = AnswerOptions(self.timings_per_token, self.return_progress, self.verbose,
+                               tuple(getattr(self, "response_fields", ())))
+        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how, answer=answer)
 
     def _max_tokens(self, limits: Limits, default: int) -> int:
         return self.max_completion_tokens or self.max_tokens or min(default, limits.max_tokens_limit)
@@ -243,6 +275,8 @@ class NativeCompletionRequest(CompletionRequest):
     n_predict: Annotated[int, Between(-1, LIMIT)] | None = None
     n_probs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] = 0
     return_tokens: bool = False
+    response_fields: list[str] = Field([], description="llama-server's: only these fields of the answer, each by "
+                                       "its path (\"generation_settings/n_predict\")")
 
     @model_validator(mode="before")
     @classmethod

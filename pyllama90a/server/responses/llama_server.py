@@ -32,6 +32,21 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
             "n_probs": request.logprobs or 0, "constrained": request.constraint is not None}
 
 
+def picked(answer: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+    """llama-server's response_fields: only the fields named, each under its path ("a/b" reads answer["a"]["b"]);
+    a path the answer does not have is left out."""
+    picked: dict[str, Any] = {}
+    for path in paths:
+        value: Any = answer
+        for key in path.split("/"):
+            if not (isinstance(value, dict) and key in value):
+                break
+            value = value[key]
+        else:
+            picked[path] = value
+    return picked
+
+
 class NativeCompletionShape(Shape):
     """One choice (n is 1 on /completion)."""
     done_marker = False
@@ -60,14 +75,19 @@ class NativeCompletionShape(Shape):
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         self._seen(choice, chunk)
         self._generated += chunk.tokens
+        progress = self._progress(choice, chunk)
+        opening = [] if progress is None else [{"content": "", "tokens": [], "stop": False, **self._counts(),
+                                                "prompt_progress": progress}]
         if chunk.finish_reason is not None:
-            return [self._final(chunk.text, list(chunk.tokens), chunk.logprobs, chunk.finish_reason, stream=True)]
+            return [*opening, self._final(chunk.text, list(chunk.tokens), chunk.logprobs, chunk.finish_reason,
+                                          stream=True)]
         if not (chunk.text or chunk.tokens):
-            return []
-        event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts()}
+            return opening
+        event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts(),
+                 **self._timings_if_finished()}
         if self.probabilities:
             event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
-        return [event]
+        return [*opening, event]
 
     def _stop(self, reason: str) -> tuple[str, str]:
         """stop_type and stopping_word: a stop string is the first of them in the generated text."""
@@ -92,7 +112,7 @@ class NativeCompletionShape(Shape):
                   "timings": self.timings()}
         if self.probabilities and (logprobs or not stream):
             answer["completion_probabilities"] = completion_probabilities(logprobs)
-        return answer
+        return picked(answer, self.response_fields) if self.response_fields else answer
 
     def whole(self) -> dict[str, Any]:
         parts = self.parts[0]

@@ -167,4 +167,12 @@ async def props(state: State) -> dict[str, Any]:
             "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(engine.model.path),
             "chat_template": await state.executors.text.run(_chat_template, state),
             "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
-            "is_sleeping": False}
+            "is_sleeping": False, "attention": _attention(state)}
+
+
+def _attention(state: ServerState) -> dict[str, Any]:
+    """How attention runs (this server's own /props field): the flash-attention path, its device, why, and the
+    calibration file flash_attn "auto" followed (null: the built-in table, or a path the flag asked for)."""
+    choice = state.engine.model.attention
+    return {"flash_attn": choice.flash_attn, "backend": choice.backend, "reason": choice.reason,
+            "fused_decode": choice.fused_decode, "calibration": choice.calibration}
