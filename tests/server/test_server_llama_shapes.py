@@ -164,3 +164,18 @@ def test_props_says_which_calibration_auto_followed(http) -> None:
     attention = http.get("/props").json()["attention"]
     assert attention["flash_attn"] in ("on", "off", "hybrid", "auto") and "calibration" in attention
     assert attention["calibration"] is None or attention["calibration"].endswith(".json")
+
+
+def test_logit_bias_in_llama_servers_list_and_text_forms(http) -> None:
+    def first(extra: dict) -> tuple[int, str]:
+        answer = http.post("/completion", json={"prompt": "The capital of France is", "n_predict": 1,
+                                                "return_tokens": True, **extra})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["tokens"][0], answer.json()["content"]
+
+    token, text = first({})  # (greedy: the server's --temp 0)
+    for bias in ([[token, False]], [[text, False]], {text: -100}, [[str(token), -100]]):
+        assert first({"logit_bias": bias})[0] != token, bias
+    assert first({"logit_bias": [[token, 0]]})[0] == token
+    bad = http.post("/completion", json={"prompt": "x", "logit_bias": [[token, True]]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"].startswith("logit_bias")

@@ -25,7 +25,7 @@ from ...core.toolcalls import ToolChoice, Tools
 from ...errors import about
 from ...native.sampler import RANDOM_SEED
 from ..errors import APIError
-from .base import LIMIT, Between, Limits, ProtocolModel, bad
+from .base import LIMIT, Between, Limits, ProtocolModel, bad, shown
 from .chat import ChatFields
 from .refused_fields import CHAT_ONLY_FIELDS, EMBEDDING_FIELDS, REQUEST_FIELDS
 
@@ -73,11 +73,43 @@ def _stops(value: Any) -> tuple[str, ...]:
     return tuple(s for s in stops if s)
 
 
-def _logit_bias(value: dict[Any, Any]) -> dict[Any, Any]:
-    if not all(k.isascii() and k.isdigit() and len(k) <= 12 and type(v) in (int, float) and -100 <= v <= 100
-               for k, v in value.items()):
-        raise bad("'logit_bias' must be an object mapping token ids to biases in [-100, 100]")
-    return value
+BiasKey = int | str  # a token id, or a text whose tokens are biased (llama-server's string form)
+
+
+def _logit_bias(value: Any) -> list[tuple[BiasKey, float]]:
+    """OpenAI's {"id": bias} and llama-server's forms: [[id, bias]], [["text", bias]], {"text": bias}, and false
+    for a bias that bans (-100 here), as (token id or text, bias) pairs in their order."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise bad("'logit_bias' must be an object mapping token ids (or texts) to biases, or a list of [token id "
+                  "or text, bias] pairs")
+    checked: list[tuple[BiasKey, float]] = []
+    for i, (key, bias) in enumerate(pairs):
+        bias = -100 if bias is False else bias
+        if type(bias) not in (int, float) or not -100 <= bias <= 100:
+            raise bad(f"'logit_bias': the bias of {shown(key)} must be a number in [-100, 100] or false (a ban), "
+                      f"got {shown(bias)}")
+        if isinstance(key, str) and key.isascii() and key.isdigit():
+            key = int(key) if len(key) <= 12 else -1
+        if not ((type(key) is int and key >= 0) or (isinstance(key, str) and key)):
+            raise bad(f"'logit_bias': {shown(key)} is neither a token id nor a non-empty text", i)
+        checked.append((key, float(bias)))
+    return checked
+
+
+def bias_by_id(pairs: list[tuple[BiasKey, float]], model: Any) -> dict[object, object]:
+    """The token ids' biases: a text's tokens each get its bias (tokenized as llama-server does: no BOS, special
+    tokens as text); a later pair wins over an earlier one of the same token."""
+    biases: dict[object, object] = {}
+    for key, bias in pairs:
+        if isinstance(key, int):
+            biases[key] = bias
+            continue
+        if model is None:
+            raise APIError(400, "'logit_bias' by text is not served on this route", param="logit_bias")
+        for token in model.tokenize(key, add_special=False, parse_special=False):
+            biases[token] = bias
+    return biases
 
 
 def _embedding_inputs(value: Any, info: ValidationInfo) -> list[str | list[int]]:
@@ -162,6 +194,9 @@ def lora_pairs(items: list[LoraScale]) -> RequestedLora:
     return tuple((item.id, item.scale) for item in items)
 
 
+_BIAS = {"type": "number", "minimum": -100, "maximum": 100}
+
+
 class GenerationBody(Harmless):
     """The fields of every generation route."""
     refused = REQUEST_FIELDS
@@ -170,9 +205,11 @@ class GenerationBody(Harmless):
     response_format: dict[str, Any] | None = None
     grammar: str | None = Field(None, description="a GBNF grammar (llama.cpp's extension)")
     json_schema: dict[str, Any] | None = Field(None, description="llama.cpp's extension: the output's JSON schema")
-    logit_bias: Annotated[dict[Any, Any], AfterValidator(_logit_bias), Field(json_schema_extra={
-        "propertyNames": {"pattern": "^[0-9]{1,12}$"},
-        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}})] = {}  # noqa: RUF012 (pydantic copies it)
+    logit_bias: Annotated[Any, AfterValidator(_logit_bias), WithJsonSchema({"anyOf": [
+        {"type": "object", "additionalProperties": {"anyOf": [_BIAS, {"const": False}]}},
+        {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [
+            {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
+            {"anyOf": [_BIAS, {"const": False}]}]}}]})] = ()
     ignore_eos: bool = False
     max_tokens: MaxTokens | None = None
     max_completion_tokens: MaxTokens | None = Field(None, description="OpenAI's newer max_tokens; wins over it")
@@ -220,13 +257,13 @@ class GenerationBody(Harmless):
             return constraint_from(response_format=self.response_format, grammar=self.grammar or None,
                                    json_schema=self.json_schema or None)
 
-    def _generation(self, max_tokens: int, logprobs: int | None, **how: Any) -> Generation:
+    def _generation(self, max_tokens: int, logprobs: int | None, *, model: Any = None, **how: Any) -> Generation:
         sampling = {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingParams)}  # (same names)
         if self.seed is not None:  # llama.cpp's seeds are uint32 (the low 32 bits, as llama-server takes them),
             seed = self.seed & RANDOM_SEED  # and RANDOM_SEED (which -1 is, llama-server's default) draws one
             sampling["seed"] = None if seed == RANDOM_SEED else seed
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
-                                    self.logit_bias or None, logprobs, self.ignore_eos,
+                                    bias_by_id(list(self.logit_bias), model) or None, logprobs, self.ignore_eos,
                                     None if self.lora is None else lora_pairs(self.lora))
         answer = AnswerOptions(self.timings_per_token, self.return_progress, self.verbose,
                                tuple(getattr(self, "response_fields", ())))
@@ -242,9 +279,9 @@ class CompletionRequest(GenerationBody):
     prompt: Prompt
     logprobs: Annotated[int, Between(0, 5)] | None = None
 
-    def convert(self, limits: Limits) -> Generation:
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         return self._generation(self._max_tokens(limits, COMPLETIONS_MAX_TOKENS_DEFAULT), self.logprobs,
-                                prompt=self.prompt)
+                                prompt=self.prompt, model=model)
 
 
 class ChatRequest(GenerationBody, ChatFields):
@@ -258,10 +295,11 @@ class ChatRequest(GenerationBody, ChatFields):
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return self
 
-    def convert(self, limits: Limits) -> Generation:
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         messages, tools, tool_choice = self.chat()
         return self._generation(self._max_tokens(limits, limits.max_tokens_default),
-                                (self.top_logprobs or 0) if self.logprobs else None, messages=messages, tools=tools,
+                                (self.top_logprobs or 0) if self.logprobs else None, model=model, messages=messages,
+                                tools=tools,
                                 tool_choice=tool_choice, parallel_tool_calls=self.parallel_tool_calls,
                                 template_kwargs=self.chat_template_kwargs or None)
 
@@ -290,10 +328,10 @@ class NativeCompletionRequest(CompletionRequest):
                           "prompt only, is not supported)", "n_predict")
         return body
 
-    def native(self, limits: Limits, prompt: str | list[int]) -> Generation:
+    def native(self, limits: Limits, prompt: str | list[int], model: Any = None) -> Generation:
         n_predict = limits.max_tokens_limit if self.n_predict == -1 else self.n_predict
         max_tokens = n_predict or self._max_tokens(limits, limits.max_tokens_default)  # (not /v1/completions' 16)
-        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt,
+        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt, model=model,
                                 return_tokens=self.return_tokens, n_probs=self.n_probs)
 
     def convert(self, limits: Limits, model: Any = None) -> Generation:
@@ -302,7 +340,7 @@ class NativeCompletionRequest(CompletionRequest):
         if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
             prompt = [t for i, p in enumerate(prompt) for t in (
                 model.tokenize(p, add_special=i == 0, parse_special=False) if isinstance(p, str) else [p])]
-        return self.native(limits, prompt)
+        return self.native(limits, prompt, model)
 
 
 class Chunk(ProtocolModel):
@@ -323,7 +361,7 @@ class InfillRequest(NativeCompletionRequest):
         """Run in a worker thread: the texts are tokenized here."""
         tokens = infill_prompt(model, self.input_prefix, self.input_suffix, prompt=self.prompt,
                                input_extra=[c.model_dump() for c in self.input_extra])
-        return self.native(limits, tokens)
+        return self.native(limits, tokens, model)
 
 
 class EmbeddingRequest(Harmless):

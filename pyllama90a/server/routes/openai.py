@@ -45,14 +45,16 @@ async def model(model_id: str, state: State) -> dict[str, Any]:
               doc=doc.generation("Text completion", CompletionRequest, doc.COMPLETION))
 async def completions(request: Request, state: State) -> Response:
     # (its constraint compiles in a worker process: the thread only waits, off the event loop)
-    gen, ignored = await read_request(request, state.limits, CompletionRequest, pool=state.executors.parse)
+    gen, ignored = await read_request(request, state.limits, CompletionRequest, state.engine.model,
+                                      pool=state.executors.parse)
     return await generate(state, request, gen, ignored, chat=False)
 
 
 @router.serve("POST", "/v1/chat/completions", also_at=("/chat/completions",), inputs=CHAT_INPUTS,
               doc=doc.generation("Chat completion", ChatRequest, doc.CHAT_COMPLETION))
 async def chat_completions(request: Request, state: State) -> Response:
-    gen, ignored = await read_request(request, state.limits, ChatRequest, pool=state.executors.parse)
+    gen, ignored = await read_request(request, state.limits, ChatRequest, state.engine.model,
+                                      pool=state.executors.parse)
     return await generate(state, request, gen, ignored, chat=True)
 
 
