@@ -11,9 +11,10 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from .errors import APIError
 from .generation import DISCONNECT_POLL_S, ignored_fields
 from .protocol.body import read_request
-from .protocol.requests import EmbeddingRequest
+from .protocol.requests import EmbeddingRequest, EmbeddingText, mixed_tokens
 from .state import ServerState
 
 
@@ -24,7 +25,7 @@ class _Cancelled(Exception):
 EMBED_CHUNK = 8  # inputs embedded between two looks at whether the client is still there
 
 
-def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threading.Event) -> tuple[np.ndarray, int]:
+def _embed(state: ServerState, inputs: list[EmbeddingText], cancelled: threading.Event) -> tuple[np.ndarray, int]:
     """Embeddings come from a second context on the engine's loaded weights, made on first use (pooled, no KV
     reuse); it runs beside the engine's context, and the weights stay loaded until both are closed. Inputs are
     embedded a few at a time, so a request whose client left (`cancelled`) stops within one chunk instead of
@@ -36,6 +37,8 @@ def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threadin
             engine = state.engine
             state.embedder = engine.model.with_context(embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
                                                        n_threads=engine.n_threads)
+        # (ids and strings mixed: the strings tokenized here, by the embedder's tokenizer)
+        texts = [item if isinstance(item, str) else mixed_tokens(state.embedder, item) for item in inputs]
         n_tokens = sum(len(state.embedder.tokenize(t)) if isinstance(t, str) else len(t) for t in texts)
         parts = []
         for start in range(0, len(texts), EMBED_CHUNK):
@@ -46,12 +49,28 @@ def _embed(state: ServerState, texts: list[str | list[int]], cancelled: threadin
 
 
 
+def _refuse_foreign_ids(state: ServerState, model: str | None, inputs: list[EmbeddingText]) -> None:
+    """Token ids are embedded as this model's ids only when the request names no model or this one (its name or an
+    alias). A client that names another model (LangChain's OpenAIEmbeddings: "text-embedding-3-small") tokenized
+    its texts with that model's tokenizer (tiktoken): ids in this vocabulary's range would embed other words,
+    silently; a 400 says to send the texts."""
+    if model is None or model == state.model_name or model in state.model_aliases:
+        return
+    if any(isinstance(i, list) for i in inputs):
+        raise APIError(400, f"token ids for model {model!r} are that model's tokenizer's, not this server's "
+                            f"{state.model_name!r}: send the texts (LangChain: OpenAIEmbeddings("
+                            f"check_embedding_ctx_length=False)), or name model {state.model_name!r} if the ids "
+                            f"come from its tokenizer (/tokenize)", param="input", code="foreign_token_ids")
+
+
 async def embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
     """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
     pool = state.executors.embeddings
     req, ignored = await read_request(request, state.limits, EmbeddingRequest, pool=pool)
+    inputs = req.input or req.content
+    _refuse_foreign_ids(state, req.model, inputs)
     cancelled = threading.Event()
-    work = asyncio.ensure_future(pool.run(_embed, state, req.input or req.content, cancelled))
+    work = asyncio.ensure_future(pool.run(_embed, state, inputs, cancelled))
     while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL_S))[0]:
         if await request.is_disconnected():  # nobody will read the vectors
             # a job still queued leaves the embeddings queue (and its place there) now; a running one stops at its

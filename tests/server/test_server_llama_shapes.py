@@ -179,3 +179,33 @@ def test_logit_bias_in_llama_servers_list_and_text_forms(http) -> None:
     assert first({"logit_bias": [[token, 0]]})[0] == token
     bad = http.post("/completion", json={"prompt": "x", "logit_bias": [[token, True]]})
     assert bad.status_code == 400 and bad.json()["error"]["param"].startswith("logit_bias")
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/embedding"])
+def test_embedding_inputs_in_llama_cpps_forms(http, path) -> None:
+    def vectors(value) -> list:
+        response = http.post(path, json={"input": value})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        return [d["embedding"] if path.startswith("/v1") else d["embedding"][0]
+                for d in (body["data"] if path.startswith("/v1") else body)]
+
+    assert len(vectors([12, 34, "string", 56, 78])) == 1  # (a list holding a number is one input)
+    assert len(vectors(["string1", [12, 34, 56]])) == 2
+    assert len(vectors([[12, 34, 56], [12, "string", 34, 56]])) == 2
+    mixed = vectors(["hello world", {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
+                     {"prompt_string": "hello world"}])
+    assert mixed[0] == mixed[1] == mixed[2]
+    for bad in ([], {"content": "string"}, {"content": [{"type": "unknown"}]}, ["a", ""]):
+        assert http.post(path, json={"input": bad}).status_code == 400, bad
+
+
+def test_token_ids_of_another_models_tokenizer_are_refused(http) -> None:
+    tiktoken_ids = [[15339, 1917]]  # cl100k_base's "hello world", as LangChain's OpenAIEmbeddings sends it
+    refused = http.post("/v1/embeddings", json={"input": tiktoken_ids, "model": "text-embedding-3-small"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "foreign_token_ids" and refused.json()["error"]["param"] == "input"
+    for model in (None, "smol", "gpt-4o-mini"):  # this model's ids (no model named, or this one)
+        assert http.post("/v1/embeddings", json={"input": tiktoken_ids, "model": model}).status_code == 200
+    assert http.post("/v1/embeddings", json={"input": ["hello world"], "model": "text-embedding-3-small"}
+                     ).status_code == 200

@@ -10,6 +10,7 @@ implemented: top_k, min_p, repeat_penalty, ignore_eos, grammar, json_schema.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -112,16 +113,48 @@ def bias_by_id(pairs: list[tuple[BiasKey, float]], model: Any) -> dict[object, o
     return biases
 
 
-def _embedding_inputs(value: Any, info: ValidationInfo) -> list[str | list[int]]:
-    """OpenAI's forms: a string, a list of strings, token ids, a list of token-id lists (one form per request)."""
-    inputs = [value] if (isinstance(value, str) and value) or _token_ids(value) else value
-    if not (isinstance(inputs, list) and inputs and (all(isinstance(v, str) and v for v in inputs)
-                                                     or all(_token_ids(v) for v in inputs))):
-        raise bad(f"'{info.field_name}' must be a non-empty string, a list of non-empty strings, a list of token "
-                  "ids, or a list of non-empty lists of token ids (one of these forms, not a mix)")
+EmbeddingText = str | list[int] | list[int | str]  # a text, token ids, or llama.cpp's mix of ids and texts
+
+
+def _one_input(value: Any) -> EmbeddingText | None:
+    """One input as llama.cpp reads it: a non-empty string, token ids, ids and non-empty strings mixed, or
+    {"prompt_string": text} / {"content": [{"type": "text", "text": ...}, ...]} (its texts joined); else None."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list) and value and all((type(v) is int) or (isinstance(v, str) and v) for v in value) \
+            and any(type(v) is int for v in value):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        if isinstance(value.get("prompt_string"), str):
+            return value["prompt_string"] or None
+        parts = value.get("content")
+        if isinstance(parts, list) and parts and all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts):
+            return "".join(p["text"] for p in parts) or None
+    return None
+
+
+def _embedding_inputs(value: Any, info: ValidationInfo) -> list[EmbeddingText]:
+    """OpenAI's forms (a string, a list of strings, token ids, a list of token-id lists) and llama.cpp's: ids and
+    strings mixed in one input, several inputs of different forms, {"prompt_string"} and {"content"} objects. A
+    list that holds a number is one input, as llama.cpp reads it."""
+    several = isinstance(value, list) and not any(type(v) is int for v in value)
+    inputs = [_one_input(v) for v in value] if several else [_one_input(value)]
+    if not inputs or any(i is None for i in inputs):
+        where = next((i for i, v in enumerate(inputs) if v is None), None) if several and inputs else None
+        raise bad(f"'{info.field_name}' must be a non-empty string, token ids (ids and strings may mix), a "
+                  "{\"prompt_string\"} or {\"content\": [text parts]} object, or a non-empty list of those",
+                  *(() if where is None else (where,)))
     if len(inputs) > MAX_EMBEDDING_INPUTS:
         raise bad(f"'{info.field_name}' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}")
-    return inputs
+    return [i for i in inputs if i is not None]
+
+
+def mixed_tokens(model: Any, prompt: Sequence[int | str], *, add_special: bool = True) -> list[int]:
+    """A prompt of token ids and strings as ids: each string tokenized (BOS only before a first one, special-token
+    text kept as text), as llama-server reads it."""
+    return [t for i, p in enumerate(prompt) for t in (
+        model.tokenize(p, add_special=add_special and i == 0, parse_special=False) if isinstance(p, str) else [p])]
 
 
 EmbeddingInput = Annotated[Any, AfterValidator(_embedding_inputs), WithJsonSchema({"anyOf": [
@@ -338,8 +371,7 @@ class NativeCompletionRequest(CompletionRequest):
         """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text."""
         prompt = self.prompt
         if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
-            prompt = [t for i, p in enumerate(prompt) for t in (
-                model.tokenize(p, add_special=i == 0, parse_special=False) if isinstance(p, str) else [p])]
+            prompt = mixed_tokens(model, prompt)
         return self.native(limits, prompt, model)
 
 
