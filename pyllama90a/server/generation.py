@@ -72,7 +72,7 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
             # choices differ by their seed (seed + i when the request gives one)
             choice = request if seed is None else replace(
                 request, sampling=replace(request.sampling, seed=(seed + i) % 0xFFFFFFFF))
-            handles.append(engine.submit_request(prompt, choice, send))
+            handles.append(engine.submit_request(prompt, choice, send, slot=gen.slot))
     except BaseException:
         for handle in handles:
             handle.cancel()

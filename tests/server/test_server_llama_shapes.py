@@ -22,8 +22,10 @@ WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters"
 
 
 @pytest.fixture(scope="module")
-def server(model_path):
+def server(model_path, tmp_path_factory):
+    slots = tmp_path_factory.mktemp("slots")
     with ServerProcess(["--model", str(model_path), "--parallel", str(PARALLEL), "--n-ctx", str(N_CTX),
+                        "--slot-save-path", str(slots),
                         "--threads", "2", "--api-key", KEY, "--alias", "smol,gpt-4o-mini", "--tags", "small,test",
                         "--cors-origins", "localhost", "--seed", "7", "--temp", "0"]) as srv:
         yield srv
@@ -209,3 +211,17 @@ def test_token_ids_of_another_models_tokenizer_are_refused(http) -> None:
         assert http.post("/v1/embeddings", json={"input": tiktoken_ids, "model": model}).status_code == 200
     assert http.post("/v1/embeddings", json={"input": ["hello world"], "model": "text-embedding-3-small"}
                      ).status_code == 200
+
+
+def test_id_slot_runs_the_request_in_that_slot_and_the_save_recipe_saves_it(http) -> None:
+    for slot in (1, 0):  # (llama.cpp's recipe: a prompt run in a slot, then that slot saved)
+        answer = http.post("/completion", json={"prompt": "Paris is the capital of", "n_predict": 4,
+                                                "id_slot": slot})
+        assert answer.status_code == 200, answer.text
+        saved = http.post(f"/slots/{slot}?action=save", json={"filename": f"slot{slot}.bin"})
+        assert saved.status_code == 200 and saved.json()["n_saved"] > 0, saved.text
+        assert http.post(f"/slots/{slot}?action=erase").json()["n_erased"] > 0
+    chat = http.post("/chat/completions", json={"messages": HI, "max_tokens": 4, "n": 2, "id_slot": 0})
+    assert chat.status_code == 200 and len(chat.json()["choices"]) == 2  # (both in slot 0, one after the other)
+    wrong = http.post("/completion", json={"prompt": "x", "n_predict": 1, "id_slot": PARALLEL})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "id_slot"

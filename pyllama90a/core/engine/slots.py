@@ -32,6 +32,7 @@ class Job:
     on_chunk: Callable[[Chunk], None]
     cancelled: bool = False
     lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
+    slot: int | None = None  # the slot it must run in (llama-server's id_slot); None: the best free one
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     # sampled tokens whose text is held back (part of a UTF-8 character, a possible stop string): no chunk has
     # carried them yet, so the next one does

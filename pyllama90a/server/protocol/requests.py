@@ -181,6 +181,7 @@ class Generation:
     return_tokens: bool = False   # /completion: the token ids in a whole answer's `tokens` (a stream has them)
     n_probs: int = 0              # /completion: top logprobs per token in completion_probabilities
     answer: AnswerOptions = dataclasses.field(default_factory=lambda: AnswerOptions())
+    slot: int | None = None       # id_slot: the slot its generations run in (None: the engine picks)
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,8 @@ class GenerationBody(Harmless):
     return_progress: bool = Field(False, description="llama-server's: a stream reports the prompt's evaluation "
                                   "(prompt_progress) before the first token")
     verbose: bool = Field(False, description="llama-server's: a whole answer has `__verbose` (the prompt's text)")
+    id_slot: Annotated[int, Between(-1, 2**31 - 1)] = Field(-1, description="llama-server's: the slot the request "
+                                                            "runs in (it waits for that one); -1: the server picks")
 
     @model_validator(mode="after")
     def _server_defaults(self, info: ValidationInfo) -> GenerationBody:
@@ -300,7 +303,8 @@ class GenerationBody(Harmless):
                                     None if self.lora is None else lora_pairs(self.lora))
         answer = AnswerOptions(self.timings_per_token, self.return_progress, self.verbose,
                                tuple(getattr(self, "response_fields", ())))
-        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how, answer=answer)
+        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how, answer=answer,
+                          slot=None if self.id_slot == -1 else self.id_slot)
 
     def _max_tokens(self, limits: Limits, default: int) -> int:
         return self.max_completion_tokens or self.max_tokens or min(default, limits.max_tokens_limit)
