@@ -225,3 +225,21 @@ def test_id_slot_runs_the_request_in_that_slot_and_the_save_recipe_saves_it(http
     assert chat.status_code == 200 and len(chat.json()["choices"]) == 2  # (both in slot 0, one after the other)
     wrong = http.post("/completion", json={"prompt": "x", "n_predict": 1, "id_slot": PARALLEL})
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "id_slot"
+
+
+def test_several_prompts_per_completion_answer_one_result_each(http) -> None:
+    text = "I believe the meaning of life is"
+    tokens = http.post("/tokenize", json={"content": text, "add_special": True}).json()["tokens"]
+    single = http.post("/completion", json={"prompt": tokens, "n_predict": 6}).json()
+    assert isinstance(single, dict)
+    for prompts in ([tokens, tokens], [tokens, text], [tokens, {"prompt_string": text}], [text, "Paris is"]):
+        answers = http.post("/completion", json={"prompt": prompts, "n_predict": 6}).json()
+        assert isinstance(answers, list) and [a["index"] for a in answers] == [0, 1], answers
+        assert answers[0]["content"] == single["content"]  # (greedy: the server's --temp 0)
+        if prompts[1] != "Paris is":
+            assert answers[1]["content"] == single["content"]
+    assert answers[1]["prompt"].endswith("Paris is") and answers[1]["content"] != single["content"]
+    events = _events(http, "/completion", {"prompt": [text, "Paris is"], "n_predict": 4})
+    finals = sorted((e["index"], e["content"]) for e in events if e["stop"])
+    assert [i for i, _ in finals] == [0, 1]
+    assert http.post("/completion", json={"prompt": [text, ""]}).status_code == 400

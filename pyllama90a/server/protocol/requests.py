@@ -61,9 +61,6 @@ def _prompt(value: Any, mixed: bool) -> Any:
 _PROMPT = {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS, {"type": "array", "minItems": 1, "maxItems": 1,
                      "items": {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS]}}]}
 Prompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, False)), WithJsonSchema(_PROMPT)]
-MixedPrompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, True)), WithJsonSchema({"anyOf": [_PROMPT, {
-    "type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer", "minimum": 0},
-                                                        {"type": "string", "minLength": 1}]}}]})]
 
 
 def _stops(value: Any) -> tuple[str, ...]:
@@ -150,6 +147,27 @@ def _embedding_inputs(value: Any, info: ValidationInfo) -> list[EmbeddingText]:
     return [i for i in inputs if i is not None]
 
 
+def _native_prompt(value: Any) -> Any:
+    """/completion's prompt: one (a string, token ids, ids and strings mixed), or llama-server's batch, a list
+    of several of llama.cpp's inputs (as embeddings take them: _one_input), as a tuple: one generation each."""
+    if not (isinstance(value, list) and len(value) > 1 and not any(type(v) is int for v in value)):
+        return _prompt(value, True)
+    prompts = [_one_input(v) for v in value]
+    for i, prompt in enumerate(prompts):
+        if prompt is None:
+            raise bad("each of several prompts must be a non-empty string, token ids (ids and strings may mix) or "
+                      "a {\"prompt_string\"} object", i)
+    if len(prompts) > MAX_N:
+        raise bad(f"'prompt' may hold at most {MAX_N} prompts, got {len(prompts)}")
+    return tuple(prompts)
+
+
+NativePrompt = Annotated[Any, AfterValidator(_native_prompt), WithJsonSchema({"anyOf": [
+    _PROMPT, {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer", "minimum": 0},
+                                                                   {"type": "string", "minLength": 1}]}},
+    {"type": "array", "minItems": 2, "maxItems": MAX_N, "description": "several prompts: one answer each"}]})]
+
+
 def mixed_tokens(model: Any, prompt: Sequence[int | str], *, add_special: bool = True) -> list[int]:
     """A prompt of token ids and strings as ids: each string tokenized (BOS only before a first one, special-token
     text kept as text), as llama-server reads it."""
@@ -173,6 +191,7 @@ class Generation:
     include_usage: bool = False   # stream_options.include_usage: a last chunk with the usage
     n: int = 1                    # choices: n generations of the same prompt, in parallel slots
     prompt: Any = None            # a string or token ids (completions)
+    prompts: list[Any] | None = None  # /completion's several prompts (n of them): one generation each
     messages: Messages | None = None       # (chat)
     tools: Tools | None = None
     tool_choice: ToolChoice | None = None
@@ -345,8 +364,8 @@ class NativeCompletionRequest(CompletionRequest):
     """POST /completion: /v1/completions' fields, llama-server's names for three (n_predict: max_tokens, -1 its
     default, until the slot is full: --max-tokens-limit; n_probs; return_tokens), a prompt of mixed ids and
     strings (special-token text stays text, as llama-server reads it)."""
-    n: Literal[1] = Field(1, description="one completion: /v1/completions serves n > 1")
-    prompt: MixedPrompt
+    n: Literal[1] = Field(1, description="one completion per prompt: /v1/completions serves n > 1")
+    prompt: NativePrompt
     n_predict: Annotated[int, Between(-1, LIMIT)] | None = None
     n_probs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] = 0
     return_tokens: bool = False
@@ -372,11 +391,12 @@ class NativeCompletionRequest(CompletionRequest):
                                 return_tokens=self.return_tokens, n_probs=self.n_probs)
 
     def convert(self, limits: Limits, model: Any = None) -> Generation:
-        """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text."""
-        prompt = self.prompt
-        if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
-            prompt = mixed_tokens(model, prompt)
-        return self.native(limits, prompt, model)
+        """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text;
+        several prompts: one generation each."""
+        prompts = [mixed_tokens(model, p) if isinstance(p, list) else p
+                   for p in (self.prompt if isinstance(self.prompt, tuple) else [self.prompt])]
+        gen = self.native(limits, prompts[0], model)
+        return dataclasses.replace(gen, n=len(prompts), prompts=prompts) if isinstance(self.prompt, tuple) else gen
 
 
 class Chunk(ProtocolModel):

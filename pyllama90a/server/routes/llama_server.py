@@ -90,8 +90,9 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     settings = generation_settings(gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
                                    stream=gen.stream)
 
-    def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
-        return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
+    def shape_for(ident: str, prompts: list[list[int]], common: dict[str, Any]) -> NativeCompletionShape:
+        return NativeCompletionShape(ident, state.model_name, prompts=prompts, settings=settings,
+                                     several=gen.prompts is not None,
                                      detokenize=lambda tokens: engine.model.detokenize(tokens, special=True),
                                      return_tokens=gen.return_tokens,
                                      probabilities=gen.request.logprobs is not None, **common)
