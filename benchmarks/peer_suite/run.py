@@ -19,8 +19,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-WGET_STUB = ('"""peer-suite stub: no downloads here."""\n\n'
-             'def download(*args, **kwargs):\n    raise RuntimeError("no network: download refused")\n')
+# modules the suite imports that the project's environment lacks: stubs for what the harness does with them
+STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\n\n'
+                    'def download(*args, **kwargs):\n    raise RuntimeError("no network: download refused")\n',
+         "filelock.py": '"""peer-suite stub: one pytest process, nothing to serialize."""\n\n'
+                        'class FileLock:\n    def __init__(self, *args, **kwargs):\n        pass\n\n'
+                        '    def __enter__(self):\n        return self\n\n'
+                        '    def __exit__(self, *exc):\n        return False\n'}
 
 
 def counts(report: Path) -> tuple[int, int, int]:
@@ -46,7 +51,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     tests = work / "tests"
     shutil.copytree(args.llama_cpp / "tools" / "server" / "tests", tests)
-    (tests / "wget.py").write_text(WGET_STUB)
+    for module, text in STUBS.items():
+        (tests / module).write_text(text)
     launcher = work / "llama-server"
     launcher.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
     launcher.chmod(0o755)
@@ -57,11 +63,14 @@ def main() -> int:
     for name in files:
         report = out / f"{Path(name).stem}.xml"
         try:
-            subprocess.run([sys.executable, "-m", "pytest", f"unit/{name}", "-q", "-p", "no:cacheprovider",
-                            f"--junitxml={report}"], cwd=tests, env=env, timeout=args.timeout,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            run = subprocess.run([sys.executable, "-m", "pytest", f"unit/{name}", "-q", "-p", "no:cacheprovider",
+                                  f"--junitxml={report}"], cwd=tests, env=env, timeout=args.timeout,
+                                 capture_output=True, text=True, check=False)
         except subprocess.TimeoutExpired:
             print(f"{name}: timed out after {args.timeout} s")
+            continue
+        if not report.is_file():
+            print(f"{name}: no report\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
             continue
         passed, failed, skipped = counts(report)
         totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]

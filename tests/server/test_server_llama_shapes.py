@@ -195,8 +195,8 @@ def test_embedding_inputs_in_llama_cpps_forms(http, path) -> None:
     assert len(vectors([12, 34, "string", 56, 78])) == 1  # (a list holding a number is one input)
     assert len(vectors(["string1", [12, 34, 56]])) == 2
     assert len(vectors([[12, 34, 56], [12, "string", 34, 56]])) == 2
-    mixed = vectors(["hello world", {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
-                     {"prompt_string": "hello world"}])
+    parts = [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]
+    mixed = vectors(["hello world", {"content": parts}, {"prompt_string": "hello world"}])
     assert mixed[0] == mixed[1] == mixed[2]
     for bad in ([], {"content": "string"}, {"content": [{"type": "unknown"}]}, ["a", ""]):
         assert http.post(path, json={"input": bad}).status_code == 400, bad
