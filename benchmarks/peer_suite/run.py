@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,15 +63,20 @@ def main() -> int:
     totals = [0, 0, 0]
     for name in files:
         report = out / f"{Path(name).stem}.xml"
+        # (a session of its own: a file that runs out of time is stopped with the server it started, which
+        # would otherwise keep the suite's fixed port for the next file)
+        run = subprocess.Popen([sys.executable, "-m", "pytest", f"unit/{name}", "-q", "-p", "no:cacheprovider",
+                                f"--junitxml={report}"], cwd=tests, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            run = subprocess.run([sys.executable, "-m", "pytest", f"unit/{name}", "-q", "-p", "no:cacheprovider",
-                                  f"--junitxml={report}"], cwd=tests, env=env, timeout=args.timeout,
-                                 capture_output=True, text=True, check=False)
+            output, _ = run.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
             print(f"{name}: timed out after {args.timeout} s")
             continue
         if not report.is_file():
-            print(f"{name}: no report\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+            print(f"{name}: no report\n{output[-3000:]}")
             continue
         passed, failed, skipped = counts(report)
         totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]
