@@ -243,3 +243,22 @@ def test_several_prompts_per_completion_answer_one_result_each(http) -> None:
     finals = sorted((e["index"], e["content"]) for e in events if e["stop"])
     assert [i for i, _ in finals] == [0, 1]
     assert http.post("/completion", json={"prompt": [text, ""]}).status_code == 400
+
+
+def test_llama_servers_cors_alias_seed_and_temp_flags_are_read_and_checked() -> None:
+    from pyllama90a.server.__main__ import parse_args
+    from pyllama90a.server.app import cors_settings
+    from pyllama90a.server.state import CorsFlags
+
+    args = parse_args(["--cors-origins", "*", "--cors-methods", "GET, POST, DELETE", "--cors-headers",
+                       "Authorization", "--cors-credentials", "-a", "x,y", "--tags", "t", "--seed", "5",
+                       "--temp", "0.2"])
+    assert (args.cors_methods, args.cors_headers, args.cors_credentials) == (("GET", "POST", "DELETE"),
+                                                                            ("Authorization",), True)
+    assert (args.alias, args.tags, args.seed, args.temp) == (("x", "y"), ("t",), 5, 0.2)
+    settings = cors_settings(args.cors_origins, CorsFlags(args.cors_methods, args.cors_headers, True))
+    assert settings["allow_methods"] == ["GET", "POST", "DELETE"] and settings["allow_credentials"] is True
+    assert parse_args([]).cors_credentials is False  # (llama-server's default is on: this server's key is a header)
+    for bad in (["--temp", "3"], ["--alias", "a,a"], ["--seed", str(2**64)]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
