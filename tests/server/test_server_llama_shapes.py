@@ -243,6 +243,8 @@ def test_several_prompts_per_completion_answer_one_result_each(http) -> None:
     finals = sorted((e["index"], e["content"]) for e in events if e["stop"])
     assert [i for i, _ in finals] == [0, 1]
     assert http.post("/completion", json={"prompt": [text, ""]}).status_code == 400
+    as_object = http.post("/completion", json={"prompt": {"prompt_string": text}, "n_predict": 6}).json()
+    assert as_object["content"] == single["content"]
 
 
 def test_llama_servers_cors_alias_seed_and_temp_flags_are_read_and_checked() -> None:

@@ -150,6 +150,11 @@ def _embedding_inputs(value: Any, info: ValidationInfo) -> list[EmbeddingText]:
 def _native_prompt(value: Any) -> Any:
     """/completion's prompt: one (a string, token ids, ids and strings mixed), or llama-server's batch, a list
     of several of llama.cpp's inputs (as embeddings take them: _one_input), as a tuple: one generation each."""
+    if isinstance(value, dict):  # ({"prompt_string": text}: llama-server's prompt object, without media)
+        prompt = _one_input(value)
+        if prompt is None:
+            raise bad("a prompt object must be {\"prompt_string\": a non-empty string}")
+        return prompt
     if not (isinstance(value, list) and len(value) > 1 and not any(type(v) is int for v in value)):
         return _prompt(value, True)
     prompts = [_one_input(v) for v in value]
