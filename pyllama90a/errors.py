@@ -68,7 +68,13 @@ class ConstraintError(InvalidArgumentError):
 
 
 class ContextOverflowError(InvalidArgumentError):
-    """The prompt (plus what is to be generated) does not fit the context."""
+    """The prompt (plus what is to be generated) does not fit the context. `n_prompt_tokens` and `n_ctx` (the
+    context it had to fit) are set where they are known (llama-server's exceed_context_size_error reports them)."""
+
+    def __init__(self, message: str, native_log: list[str] | None = None, *, param: str | None = None,
+                 n_prompt_tokens: int | None = None, n_ctx: int | None = None) -> None:
+        super().__init__(message, native_log, param=param)
+        self.n_prompt_tokens, self.n_ctx = n_prompt_tokens, n_ctx
 
 
 class InfillUnsupportedError(InvalidArgumentError):

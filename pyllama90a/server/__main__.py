@@ -148,6 +148,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "'localhost' for pages served from this machine (any port), or origins such as "
                         "https://app.example.com; preflights are answered before the API key check "
                         "(default: none, no CORS headers)")
+    p.add_argument("--cors-methods", default=_env("cors-methods", "GET, POST, OPTIONS"),
+                   help="llama-server's: comma-separated methods a page may use (default GET, POST, OPTIONS)")
+    p.add_argument("--cors-headers", default=_env("cors-headers", "*"),
+                   help="llama-server's: comma-separated request headers a page may send (default *)")
+    p.add_argument("--cors-credentials", action=argparse.BooleanOptionalAction,
+                   default=str(_env("cors-credentials", "")).lower() in ("1", "true", "yes"),
+                   help="llama-server's: let pages send credentials (cookies); with --cors-origins '*' the page's "
+                        "origin is then echoed (default off here, on in llama-server: this server's key is a header)")
+    p.add_argument("-a", "--alias", default=_env("alias", ""),
+                   help="llama-server's: comma-separated names the model answers to in /v1/models and a request's "
+                        "model; the first is its id (unless --model-name)")
+    p.add_argument("--tags", default=_env("tags", ""),
+                   help="llama-server's: comma-separated tags shown in /v1/models (informational)")
+    p.add_argument("--seed", type=int, default=_env("seed", -1),
+                   help="llama-server's: the seed of a request that sets none (default -1: a random one each)")
+    p.add_argument("--temp", type=float, default=_env("temp", None),
+                   help="llama-server's: the temperature of a request that sets none (default: the API's, 1.0)")
     p.add_argument("--max-tokens-default", type=int, default=_env("max-tokens-default", Limits.max_tokens_default),
                    help="max_tokens of a chat request that gives none (completions: OpenAI's 16) (default 1024)")
     p.add_argument("--max-tokens-limit", type=int, default=_env("max-tokens-limit", Limits.max_tokens_limit),
@@ -219,6 +236,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     try:
         apply_isolation_flags(args)
         args.cors_origins = cors_origins(args.cors_origins)
+        args.alias, args.tags = _names(args.alias), _names(args.tags)
+    except ValueError as e:
+        p.error(str(e))
+    if args.temp is not None and not 0.0 <= args.temp <= 2.0:  # (also refuses nan)
+        p.error(f"--temp must be between 0 and 2, got {args.temp}")
+    if not -(2**63) <= args.seed < 2**64:
+        p.error(f"--seed must be a 64-bit integer, got {args.seed}")
+    try:
+        args.cors_methods, args.cors_headers = _names(args.cors_methods), _names(args.cors_headers)
     except ValueError as e:
         p.error(str(e))
     return args
@@ -247,6 +273,14 @@ def cors_origins(text: str) -> tuple[str, ...]:
             raise ValueError(f"--cors-origins: {origin!r} is not '*', 'localhost' or an origin such as "
                              f"https://app.example.com (scheme and host, no path)")
     return origins
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated flag's names, blanks left out; ValueError for one named twice."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if len(set(names)) != len(names):
+        raise ValueError(f"{text!r} names one twice")
+    return names
 
 
 def whole_slots(n_ctx: int, parallel: int) -> int:
@@ -278,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     from .app import ServerState, create_app
     from .header_timeout import protocol_with_header_timeout
     from .shutdown import GracefulServer
+    from .state import CorsFlags
 
     n_ctx = whole_slots(args.n_ctx, args.parallel)
     if n_ctx != args.n_ctx:
@@ -312,15 +347,18 @@ def main(argv: list[str] | None = None) -> int:
     except (LlamaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    name = args.model_name or Path(engine.model.path).name
+    name = args.model_name or (args.alias[0] if args.alias else Path(engine.model.path).name)
     if args.reranking and not is_reranker(engine.model.handle):
         engine.close()
         print(f"error: --reranking: {name} is not a reranker (its GGUF's pooling type is not rank); use a reranker "
               "GGUF such as bge-reranker-v2-m3 or Qwen3-Reranker", file=sys.stderr)
         return 1
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
+                        cors=CorsFlags(args.cors_methods, args.cors_headers, args.cors_credentials),
+                        model_aliases=args.alias, model_tags=args.tags,
                         limits=Limits(args.max_tokens_default, args.max_tokens_limit, args.max_request_bytes,
-                                      args.unknown_fields), reopen=make_engine if args.rpc else None,
+                                      args.unknown_fields, seed=None if args.seed == -1 else args.seed,
+                                      temperature=args.temp), reopen=make_engine if args.rpc else None,
                         slot_folder=slot_folder_of(args), executors=Executors(args.pool_queue_size),
                         metrics_public=args.metrics_public, response_store=ResponseStore(args.responses_store))
     kv, att = state.kv_cache, engine.model.attention  # (the KV cache's facts as ServerState read them)

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -20,7 +20,7 @@ from .errors import INPUTS_KEY, APIError, answer, route_inputs
 from .protocol.base import IGNORED_HEADER, Limits
 from .routes import anthropic, llama_server, lora, not_served, openai, openai_responses, rerank, slots, status
 from .routes.family import Access, Declared, RouteTable
-from .state import ServerState
+from .state import CorsFlags, ServerState
 
 __all__ = ["ServerState", "create_app"]
 
@@ -73,7 +73,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     app.add_middleware(_AuthAndCount, state=state)
     if state.cors_origins:  # added last, so outermost: a preflight is answered before the API key check
-        app.add_middleware(CORSMiddleware, **cors_settings(state.cors_origins))
+        app.add_middleware(_Cors, **cors_settings(state.cors_origins, state.cors))
     for family in ROUTES.families:
         app.include_router(family)
     return app
@@ -82,14 +82,29 @@ def create_app(state: ServerState) -> FastAPI:
 LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 
 
-def cors_settings(origins: tuple[str, ...]) -> dict[str, Any]:
+def cors_settings(origins: tuple[str, ...], flags: CorsFlags | None = None) -> dict[str, Any]:
     """CORSMiddleware's settings for --cors-origins: "*" (any origin), "localhost" (pages served from this
-    machine, any port) and exact origins. No credentials (cookies): the API key is a header, which a page
-    sends itself."""
+    machine, any port) and exact origins; and llama-server's --cors-methods, --cors-headers, --cors-credentials
+    (off by default here: the API key is a header, which a page sends itself, not a cookie)."""
+    flags = flags or CorsFlags()
     return {"allow_origins": [o for o in origins if o != "localhost"],
             "allow_origin_regex": LOCALHOST_ORIGINS if "localhost" in origins else None,
-            "allow_methods": ["GET", "POST", "DELETE", "OPTIONS"], "allow_headers": ["*"],
+            "allow_methods": list(flags.methods), "allow_headers": list(flags.headers),
+            "allow_credentials": flags.credentials,
             "expose_headers": [IGNORED_HEADER, "Retry-After"], "max_age": 600}
+
+
+class _Cors(CORSMiddleware):
+    """Starlette's CORS, whose preflight of an origin not allowed is answered as llama-server answers it: 200
+    without Access-Control-Allow-Origin (the browser then refuses the page's request), not a 400."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code == 400 and not self.is_allowed_origin(request_headers["origin"]):
+            headers = {k: v for k, v in response.headers.items()
+                       if k.lower() not in ("access-control-allow-origin", "content-length", "content-type")}
+            return PlainTextResponse("", status_code=200, headers=headers)
+        return response
 
 
 class _AuthAndCount:
@@ -112,7 +127,8 @@ class _AuthAndCount:
         public = path in (ROUTES.public_with_metrics if self.state.metrics_public else ROUTES.public)
         if key is not None and not public and not _authorized(Headers(scope=scope), key):
             response = JSONResponse(APIError(401, "Incorrect or missing API key (send 'Authorization: Bearer <key>' "
-                                                  "or 'X-Api-Key: <key>')", code="invalid_api_key").body(inputs.errors),
+                                                  "or 'X-Api-Key: <key>')", type="authentication_error",
+                                         code="invalid_api_key").body(inputs.errors),
                                     status_code=401)
             await response(scope, receive, send)
             self.state.responses[(route, 401)] += 1

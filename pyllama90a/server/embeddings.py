@@ -14,9 +14,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ..core.model.model import Model
+from .errors import APIError
 from .generation import DISCONNECT_POLL_S, ignored_fields
 from .protocol.body import read_request
-from .protocol.requests import EmbeddingRequest
+from .protocol.requests import EmbeddingRequest, EmbeddingText, mixed_tokens
 from .state import ServerState
 
 
@@ -71,12 +72,29 @@ async def on_embedder(state: ServerState, request: Request, work: Callable[[Mode
     return done
 
 
+def _refuse_foreign_ids(state: ServerState, model: str | None, inputs: list[EmbeddingText]) -> None:
+    """Token ids are embedded as this model's ids only when the request names no model or this one (its name or an
+    alias). A client that names another model (LangChain's OpenAIEmbeddings: "text-embedding-3-small") tokenized
+    its texts with that model's tokenizer (tiktoken): ids in this vocabulary's range would embed other words,
+    silently; a 400 says to send the texts."""
+    if model is None or model == state.model_name or model in state.model_aliases:
+        return
+    if any(isinstance(i, list) for i in inputs):
+        raise APIError(400, f"token ids for model {model!r} are that model's tokenizer's, not this server's "
+                            f"{state.model_name!r}: send the texts (LangChain: OpenAIEmbeddings("
+                            f"check_embedding_ctx_length=False)), or name model {state.model_name!r} if the ids "
+                            f"come from its tokenizer (/tokenize)", param="input", code="foreign_token_ids")
+
+
 async def embeddings(state: ServerState, request: Request, *, native: bool) -> Response:
     """/v1/embeddings, or (native) llama-server's /embeddings: a list of {index, embedding: [vector]}."""
     req, ignored = await read_request(request, state.limits, EmbeddingRequest, pool=state.executors.embeddings)
-    texts: list[str | list[int]] = req.input or req.content
+    inputs: list[EmbeddingText] = req.input or req.content
+    _refuse_foreign_ids(state, req.model, inputs)
 
     def embed(embedder: Model, cancelled: threading.Event) -> tuple[np.ndarray, int]:
+        # (ids and strings mixed: the strings tokenized here, by the embedder's tokenizer)
+        texts = [item if isinstance(item, str) else mixed_tokens(embedder, item) for item in inputs]
         n_tokens = sum(len(embedder.tokenize(t)) if isinstance(t, str) else len(t) for t in texts)
         return in_chunks(texts, cancelled, embedder.embed), n_tokens
 

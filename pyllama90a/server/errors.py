@@ -1,5 +1,6 @@
 """The one funnel from exceptions to HTTP answers in OpenAI's error shape, {"error": {"message", "type", "param",
-"code"}}, or on the routes that declare it Anthropic's, {"type": "error", "error": {"type", "message"}}:
+"code"}} (with llama-server's types where it has its own: authentication_error, exceed_context_size_error and
+its numbers), or on the routes that declare it Anthropic's, {"type": "error", "error": {"type", "message"}}:
 `ANSWERS` maps a library exception class to its status, type and code, resolved along the class hierarchy (the
 most specific entry wins), and `answer` makes the APIError for an exception raised in a route
 or handed back by the engine in the middle of a generation. Which request input an answer's `param` names,
@@ -36,10 +37,12 @@ class APIError(Exception):
     """An error answered in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, or Anthropic's."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
-                 param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+                 param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None,
+                 fields: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = dict(headers or {})
+        self.fields = dict(fields or {})  # more facts of the error, beside OpenAI's four (llama-server's numbers)
 
     def body(self, shape: ErrorShape = "openai") -> dict[str, Any]:
         """The answer's body in OpenAI's shape, or Anthropic's (its type from the status; the message names the
@@ -49,7 +52,8 @@ class APIError(Exception):
                 f"{self.message} ({self.param})")
             kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
             return {"type": "error", "error": {"type": kind, "message": message}}
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.fields}}
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,23 @@ def route_inputs(scope: Mapping[str, Any]) -> RouteInputs:
 
 # how an answer's param is found: from the exception and the route's inputs
 ParamRule = Callable[[BaseException, RouteInputs], "str | None"]
+# the error's facts beyond OpenAI's four fields, from the exception
+FieldsRule = Callable[[BaseException], Mapping[str, Any]]
 
 
 def _raiser_or_rendered(exc: BaseException, inputs: RouteInputs) -> str | None:
     return getattr(exc, "param", None) or inputs.rendered
+
+
+def _no_fields(exc: BaseException) -> Mapping[str, Any]:
+    return {}
+
+
+def _context_numbers(exc: BaseException) -> Mapping[str, Any]:
+    """llama-server's exceed_context_size_error numbers: the prompt's tokens and the slot's context, where the
+    raiser knew them."""
+    return {name: value for name in ("n_prompt_tokens", "n_ctx")
+            if (value := getattr(exc, name, None)) is not None}
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,7 @@ class Answer:
     param: ParamRule = _raiser_or_rendered
     message: str = "{}"  # str.format'ed with the exception's text
     headers: Mapping[str, str] = field(default_factory=dict)
+    fields: FieldsRule = _no_fields
 
 
 ANSWERS: dict[type[BaseException], Answer] = {
@@ -101,7 +119,9 @@ ANSWERS: dict[type[BaseException], Answer] = {
     ClosedError: Answer(503, "server_error", "server_shutting_down", message="the server is shutting down"),
     BusyError: Answer(409, code="slot_busy"),  # a slot file action on a generating slot
     StateFileError: Answer(400, code="bad_state_file", param=lambda exc, inputs: "filename"),
-    ContextOverflowError: Answer(400, code="context_length_exceeded", param=lambda exc, inputs: inputs.prompt),
+    # (llama-server's type, with its numbers; OpenAI's code)
+    ContextOverflowError: Answer(400, "exceed_context_size_error", "context_length_exceeded",
+                                 param=lambda exc, inputs: inputs.prompt, fields=_context_numbers),
     UnsupportedChatTemplateError: Answer(400, code="chat_template_unsupported", param=lambda exc, inputs: "messages"),
     ChatTemplateError: Answer(400, code="chat_template_error", param=lambda exc, inputs: "messages"),
     InfillUnsupportedError: Answer(400, code="infill_not_supported"),  # /infill on a model without FIM tokens
@@ -120,4 +140,4 @@ def answer(exc: BaseException, inputs: RouteInputs = NO_INPUTS) -> APIError:
     if entry is None:
         return APIError(500, "internal server error", type="server_error")
     return APIError(entry.status, entry.message.format(exc), type=entry.type, code=entry.code,
-                    param=entry.param(exc, inputs), headers=entry.headers)
+                    param=entry.param(exc, inputs), headers=entry.headers, fields=entry.fields(exc))

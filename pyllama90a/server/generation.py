@@ -42,9 +42,9 @@ DISCONNECT_POLL_S = 0.25
 
 
 def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
-            chat: bool) -> tuple[list[Handle], PreparedChat | None, list[int]]:
+            chat: bool) -> tuple[list[Handle], PreparedChat | None, list[list[int]]]:
     """Render a chat (template, tools), then queue the request's n generations; all or none are queued.
-    Returns their handles, the prepared chat and the prompt's tokens.
+    Returns their handles, the prepared chat and each generation's prompt tokens.
     Run in a worker thread (a template renders, a grammar compiles, a long prompt is tokenized here). What it
     raises is answered by the app's handler (server/errors.py)."""
     state.workers.refuse_if_lost()
@@ -68,6 +68,8 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
         prompt = prepared.tokens
     else:
         prompt = engine.tokenize_prompt(gen.prompt)
+    # (llama-server's list of prompts on /completion: one generation each; else n of the one prompt)
+    prompts = [engine.tokenize_prompt(p) for p in gen.prompts] if gen.prompts else [prompt] * len(deliver)
     seed = request.sampling.seed
     handles: list[Handle] = []
     try:
@@ -75,17 +77,17 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
             # choices differ by their seed (seed + i when the request gives one)
             choice = request if seed is None else replace(
                 request, sampling=replace(request.sampling, seed=(seed + i) % 0xFFFFFFFF))
-            handles.append(engine.submit_request(prompt, choice, send))
+            handles.append(engine.submit_request(prompts[i], choice, send, slot=gen.slot))
     except BaseException:
         for handle in handles:
             handle.cancel()
         raise
-    return handles, prepared, prompt
+    return handles, prepared, prompts
 
 
-# a route's own answer shape: (id, the prompt's tokens, the settings every shape takes, and a chat's "output",
-# the reader of its tool calls) -> Shape
-ShapeFor = Callable[[str, list[int], dict[str, Any]], Shape]
+# a route's own answer shape: (id, each generation's prompt tokens, the settings every shape takes, and a chat's
+# "output", the reader of its tool calls) -> Shape
+ShapeFor = Callable[[str, list[list[int]], dict[str, Any]], Shape]
 
 
 async def generate(state: ServerState, request: Request, gen: Generation, ignored: list[str], *, chat: bool,
@@ -97,14 +99,16 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     deliver = [mailbox.sender(chunks, i) for i in range(gen.n)]
     timer = RequestTimer()
     # rendering a template, compiling a grammar, tokenizing a long prompt: never on the event loop
-    handles, prepared, prompt = await state.executors.submit.run(_submit, state, gen, deliver, chat=chat)
+    handles, prepared, prompts = await state.executors.submit.run(_submit, state, gen, deliver, chat=chat)
+    prompt = prompts[0]
 
     headers = ignored_fields(request, ignored)  # (logged once the request is accepted)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    common: dict[str, Any] = {"fingerprint": state.fingerprint, "timer": timer}
+    common: dict[str, Any] = {"fingerprint": state.fingerprint, "timer": timer,
+                              **gen.answer.shape_settings(state.engine.model, prompt)}
     if prepared is not None:
         common["output"] = prepared.output  # (a chat's: the reader of its tool calls)
-    shape = (shape_for(ident, prompt, common) if shape_for is not None
+    shape = (shape_for(ident, prompts, common) if shape_for is not None
              else ChatShape(ident, state.model_name, gen.n, reasoning=prepared.reasoning if prepared else None,
                             **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))

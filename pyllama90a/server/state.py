@@ -23,6 +23,14 @@ from .slot_policy import SlotFolder
 from .worker_recovery import WorkerRecovery
 
 
+@dataclass(frozen=True)
+class CorsFlags:
+    """llama-server's --cors-methods, --cors-headers and --cors-credentials (used with --cors-origins)."""
+    methods: tuple[str, ...] = ("GET", "POST", "OPTIONS")
+    headers: tuple[str, ...] = ("*",)
+    credentials: bool = False
+
+
 @dataclass
 class ServerState:
     engine: BatchEngine
@@ -31,6 +39,9 @@ class ServerState:
     embedder: Model | None = None
     limits: Limits = field(default_factory=Limits)
     cors_origins: tuple[str, ...] = ()  # --cors-origins: "*", "localhost" or origins; none: no CORS headers
+    cors: CorsFlags = field(default_factory=lambda: CorsFlags())  # llama-server's other CORS flags
+    model_aliases: tuple[str, ...] = ()  # --alias: the names the model also answers to (model_name is the first)
+    model_tags: tuple[str, ...] = ()  # --tags: shown in /v1/models, used for nothing else
     # a new engine made as at start-up: what loads the model again once lost RPC workers are back (None: never)
     reopen: Callable[[], BatchEngine] | None = None
     slot_folder: SlotFolder | None = None  # --slot-save-path and its secret and quota (None: the slot actions are 501)

@@ -125,11 +125,11 @@ def test_unimplemented_fields_are_refused_by_name(server, field, value) -> None:
         assert error["param"] == field and field in error["message"]
 
 
-# llama-server's fields that change its answer (images, a time limit, the answer's fields, a chosen slot):
-# answered from the text alone, they were only named in X-Ignored-Fields (issue 33 item 9)
+# llama-server's fields that change its answer (images, a time limit, post-sampling probabilities): answered
+# from the text alone, they were only named in X-Ignored-Fields (issue 33 item 9); response_fields and id_slot
+# are served since issue 36 (test_server_llama_shapes.py)
 LLAMA_SERVER_REFUSED = [("image_data", [{"data": "aGk=", "id": 1}]), ("multimodal_data", ["aGk="]),
-                        ("t_max_predict_ms", 1), ("response_fields", ["content"]), ("post_sampling_probs", True),
-                        ("id_slot", 0)]
+                        ("t_max_predict_ms", 1), ("post_sampling_probs", True)]
 
 
 @pytest.mark.parametrize("field, value", LLAMA_SERVER_REFUSED)

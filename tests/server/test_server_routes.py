@@ -96,10 +96,12 @@ def test_the_derived_tables_are_the_servers() -> None:
         "/chat/completions", "/completion", "/completions", "/infill", "/embeddings", "/embedding", "/tokenize",
         "/detokenize", "/apply-template", "/props", "/slots", "/lora-adapters", "/v1/responses", "/responses",
         "/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/tools", "/models/load", "/models/unload", "/predict",
-        "/v1/messages", "/v1/messages/count_tokens"}
+        "/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions/input_tokens",
+        "/chat/completions/input_tokens"}
     inputs = {p: d.inputs for p, d in ROUTES.by_path.items() if d.inputs != NO_INPUTS}
     assert inputs == {
         "/v1/chat/completions": CHAT_INPUTS, "/chat/completions": CHAT_INPUTS, "/apply-template": CHAT_INPUTS,
+        "/v1/chat/completions/input_tokens": CHAT_INPUTS, "/chat/completions/input_tokens": CHAT_INPUTS,
         "/v1/completions": COMPLETION_INPUTS, "/completion": COMPLETION_INPUTS, "/completions": COMPLETION_INPUTS,
         "/v1/embeddings": EMBEDDING_INPUTS, "/embeddings": EMBEDDING_INPUTS, "/embedding": EMBEDDING_INPUTS,
         "/tokenize": RouteInputs("content", "content"), "/detokenize": RouteInputs("tokens", "tokens"),

@@ -164,20 +164,24 @@ class BatchEngine:
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
-                       on_chunk: Callable[[Chunk], None]) -> Handle:
+                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None) -> Handle:
         """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
-        the server's n choices share them)."""
+        the server's n choices share them); `slot`: the slot it must run in (it waits until that one is free)."""
+        if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.parallel):
+            raise InvalidArgumentError(f"slot must be one of this engine's {self.parallel} slots (0 to "
+                                       f"{self.parallel - 1}), got {slot!r}", param="id_slot")
         if not callable(on_chunk):  # (else the engine thread's call fails, and the request is dropped unseen)
             raise InvalidArgumentError(f"on_chunk must be a callable taking a Chunk, got {type(on_chunk).__name__}")
         if len(tokens) >= self.n_ctx_slot:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but a slot holds {self.n_ctx_slot} "
-                                       f"(n_ctx / parallel), and one more is needed to generate")
+                                       f"(n_ctx / parallel), and one more is needed to generate",
+                                       n_prompt_tokens=len(tokens), n_ctx=self.n_ctx_slot)
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
         lora = self.lora.scales_for(request.lora)
         drafter = self.speculative.drafter(tokens) if self.speculative is not None else None
         job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot, drafter), on_chunk,
-                  lora=lora)
+                  lora=lora, slot=slot)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -413,9 +417,15 @@ class BatchEngine:
         """Move waiting requests into free slots (lora_turns.admit), each with its prompt's longest cached prefix
         (prefix_reuse.py)."""
         free = [s for s in self._slots if s.job is None]
-        while self._waiting and free:
-            job = self._admitting = self._waiting.popleft()
-            slot = self.lora.admit(free, job)
+        for job in list(self._waiting):  # (one pinned to a busy slot waits; those behind it go on)
+            if not free:
+                break
+            choices = free if job.slot is None else [s for s in free if s.seq == job.slot]
+            if not choices:
+                continue
+            self._waiting.remove(job)
+            self._admitting = job
+            slot = self.lora.admit(choices, job)
             free.remove(slot)
             job.cached = self._reuse.prepare(slot, job)
             job.to_decode = job.prompt[job.cached:]

@@ -32,6 +32,7 @@ class Job:
     on_chunk: Callable[[Chunk], None]
     cancelled: bool = False
     lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
+    slot: int | None = None  # the slot it must run in (llama-server's id_slot); None: the best free one
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     cached: int = 0  # prompt tokens whose cells came from a cache (prefix_reuse.py), not decoded: Usage's
     draft: list[int] = field(default_factory=list)  # tokens guessed to follow to_decode's sampled one (speculative)

@@ -40,6 +40,9 @@ class Limits:
     max_tokens_limit: int = 32768   # the most max_tokens (max_completion_tokens) a request may ask for
     max_request_bytes: int = 16 * 2**20  # the largest body (a 128K-token prompt as JSON text is a few MiB)
     unknown_fields: str = "warn"    # fields known nowhere here: "warn" (served, named in a header) or "reject" (400)
+    # the server-wide defaults of a request that sets none (llama-server's --seed, --temp); None: the route's own
+    seed: int | None = None
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.unknown_fields not in UNKNOWN_FIELDS_MODES:

@@ -94,7 +94,9 @@ RESPONSE = _obj("id object created_at status model output", id=STR, object={"con
                 usage=_obj("input_tokens output_tokens total_tokens", input_tokens=INT, output_tokens=INT,
                            total_tokens=INT))
 DELETED_RESPONSE = _obj("id object deleted", id=STR, object={"const": "response.deleted"}, deleted=BOOL)
-MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR)
+MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR,
+             aliases={"type": "array", "items": STR}, tags={"type": "array", "items": STR})
+INPUT_TOKENS = _obj("input_tokens", input_tokens=INT)
 MODELS = {"type": "object", "required": ["object", "data"],
           "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": MODEL}}}
 SUCCESS = _obj("success", success=BOOL)

@@ -65,7 +65,6 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
                          "a time limit on generation is not supported: use max_tokens"),
     "response_fields": (_is([]), "choosing the answer's fields is not supported: the whole answer is sent"),
     "post_sampling_probs": (_is(False), "post-sampling probabilities are not supported: logprobs are the model's"),
-    "id_slot": (_is(-1), "choosing a slot is not supported: the server picks one (-1)"),
     # vLLM's server
     "guided_json": (_is(), STRUCTURED),
     "guided_regex": (_is(), STRUCTURED),

@@ -10,6 +10,7 @@ implemented: top_k, min_p, repeat_penalty, ignore_eos, grammar, json_schema.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -26,7 +27,7 @@ from ...core.toolcalls import ToolChoice, Tools
 from ...errors import about
 from ...native.sampler import RANDOM_SEED
 from ..errors import APIError
-from .base import LIMIT, Between, Limits, ProtocolModel, bad
+from .base import LIMIT, Between, Limits, ProtocolModel, bad, shown
 from .chat import ChatFields
 from .refused_fields import CHAT_ONLY_FIELDS, EMBEDDING_FIELDS, REQUEST_FIELDS
 
@@ -61,9 +62,6 @@ def _prompt(value: Any, mixed: bool) -> Any:
 _PROMPT = {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS, {"type": "array", "minItems": 1, "maxItems": 1,
                      "items": {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS]}}]}
 Prompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, False)), WithJsonSchema(_PROMPT)]
-MixedPrompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, True)), WithJsonSchema({"anyOf": [_PROMPT, {
-    "type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer", "minimum": 0},
-                                                        {"type": "string", "minLength": 1}]}}]})]
 
 
 def _stops(value: Any) -> tuple[str, ...]:
@@ -74,23 +72,113 @@ def _stops(value: Any) -> tuple[str, ...]:
     return tuple(s for s in stops if s)
 
 
-def _logit_bias(value: dict[Any, Any]) -> dict[Any, Any]:
-    if not all(k.isascii() and k.isdigit() and len(k) <= 12 and type(v) in (int, float) and -100 <= v <= 100
-               for k, v in value.items()):
-        raise bad("'logit_bias' must be an object mapping token ids to biases in [-100, 100]")
-    return value
+BiasKey = int | str  # a token id, or a text whose tokens are biased (llama-server's string form)
 
 
-def _embedding_inputs(value: Any, info: ValidationInfo) -> list[str | list[int]]:
-    """OpenAI's forms: a string, a list of strings, token ids, a list of token-id lists (one form per request)."""
-    inputs = [value] if (isinstance(value, str) and value) or _token_ids(value) else value
-    if not (isinstance(inputs, list) and inputs and (all(isinstance(v, str) and v for v in inputs)
-                                                     or all(_token_ids(v) for v in inputs))):
-        raise bad(f"'{info.field_name}' must be a non-empty string, a list of non-empty strings, a list of token "
-                  "ids, or a list of non-empty lists of token ids (one of these forms, not a mix)")
+def _logit_bias(value: Any) -> list[tuple[BiasKey, float]]:
+    """OpenAI's {"id": bias} and llama-server's forms: [[id, bias]], [["text", bias]], {"text": bias}, and false
+    for a bias that bans (-100 here), as (token id or text, bias) pairs in their order."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise bad("'logit_bias' must be an object mapping token ids (or texts) to biases, or a list of [token id "
+                  "or text, bias] pairs")
+    checked: list[tuple[BiasKey, float]] = []
+    for i, (key, bias) in enumerate(pairs):
+        bias = -100 if bias is False else bias
+        if type(bias) not in (int, float) or not -100 <= bias <= 100:
+            raise bad(f"'logit_bias': the bias of {shown(key)} must be a number in [-100, 100] or false (a ban), "
+                      f"got {shown(bias)}")
+        if isinstance(key, str) and key.isascii() and key.isdigit():
+            key = int(key) if len(key) <= 12 else -1
+        if not ((type(key) is int and key >= 0) or (isinstance(key, str) and key)):
+            raise bad(f"'logit_bias': {shown(key)} is neither a token id nor a non-empty text", i)
+        checked.append((key, float(bias)))
+    return checked
+
+
+def bias_by_id(pairs: list[tuple[BiasKey, float]], model: Any) -> dict[object, object]:
+    """The token ids' biases: a text's tokens each get its bias (tokenized as llama-server does: no BOS, special
+    tokens as text); a later pair wins over an earlier one of the same token."""
+    biases: dict[object, object] = {}
+    for key, bias in pairs:
+        if isinstance(key, int):
+            biases[key] = bias
+            continue
+        if model is None:
+            raise APIError(400, "'logit_bias' by text is not served on this route", param="logit_bias")
+        for token in model.tokenize(key, add_special=False, parse_special=False):
+            biases[token] = bias
+    return biases
+
+
+EmbeddingText = str | list[int] | list[int | str]  # a text, token ids, or llama.cpp's mix of ids and texts
+
+
+def _one_input(value: Any) -> EmbeddingText | None:
+    """One input as llama.cpp reads it: a non-empty string, token ids, ids and non-empty strings mixed, or
+    {"prompt_string": text} / {"content": [{"type": "text", "text": ...}, ...]} (its texts joined); else None."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list) and value and all((type(v) is int) or (isinstance(v, str) and v) for v in value) \
+            and any(type(v) is int for v in value):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        if isinstance(value.get("prompt_string"), str):
+            return value["prompt_string"] or None
+        parts = value.get("content")
+        if isinstance(parts, list) and parts and all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts):
+            return "".join(p["text"] for p in parts) or None
+    return None
+
+
+def _embedding_inputs(value: Any, info: ValidationInfo) -> list[EmbeddingText]:
+    """OpenAI's forms (a string, a list of strings, token ids, a list of token-id lists) and llama.cpp's: ids and
+    strings mixed in one input, several inputs of different forms, {"prompt_string"} and {"content"} objects. A
+    list that holds a number is one input, as llama.cpp reads it."""
+    several = isinstance(value, list) and not any(type(v) is int for v in value)
+    inputs = [_one_input(v) for v in value] if several else [_one_input(value)]
+    if not inputs or any(i is None for i in inputs):
+        where = next((i for i, v in enumerate(inputs) if v is None), None) if several and inputs else None
+        raise bad(f"'{info.field_name}' must be a non-empty string, token ids (ids and strings may mix), a "
+                  "{\"prompt_string\"} or {\"content\": [text parts]} object, or a non-empty list of those",
+                  *(() if where is None else (where,)))
     if len(inputs) > MAX_EMBEDDING_INPUTS:
         raise bad(f"'{info.field_name}' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}")
-    return inputs
+    return [i for i in inputs if i is not None]
+
+
+def _native_prompt(value: Any) -> Any:
+    """/completion's prompt: one (a string, token ids, ids and strings mixed), or llama-server's batch, a list
+    of several of llama.cpp's inputs (as embeddings take them: _one_input), as a tuple: one generation each."""
+    if isinstance(value, dict):  # ({"prompt_string": text}: llama-server's prompt object, without media)
+        prompt = _one_input(value)
+        if prompt is None:
+            raise bad("a prompt object must be {\"prompt_string\": a non-empty string}")
+        return prompt
+    if not (isinstance(value, list) and len(value) > 1 and not any(type(v) is int for v in value)):
+        return _prompt(value, True)
+    prompts = [_one_input(v) for v in value]
+    for i, prompt in enumerate(prompts):
+        if prompt is None:
+            raise bad("each of several prompts must be a non-empty string, token ids (ids and strings may mix) or "
+                      "a {\"prompt_string\"} object", i)
+    if len(prompts) > MAX_N:
+        raise bad(f"'prompt' may hold at most {MAX_N} prompts, got {len(prompts)}")
+    return tuple(prompts)
+
+
+NativePrompt = Annotated[Any, AfterValidator(_native_prompt), WithJsonSchema({"anyOf": [
+    _PROMPT, {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer", "minimum": 0},
+                                                                   {"type": "string", "minLength": 1}]}},
+    {"type": "array", "minItems": 2, "maxItems": MAX_N, "description": "several prompts: one answer each"}]})]
+
+
+def mixed_tokens(model: Any, prompt: Sequence[int | str], *, add_special: bool = True) -> list[int]:
+    """A prompt of token ids and strings as ids: each string tokenized (BOS only before a first one, special-token
+    text kept as text), as llama-server reads it."""
+    return [t for i, p in enumerate(prompt) for t in (
+        model.tokenize(p, add_special=add_special and i == 0, parse_special=False) if isinstance(p, str) else [p])]
 
 
 EmbeddingInput = Annotated[Any, AfterValidator(_embedding_inputs), WithJsonSchema({"anyOf": [
@@ -109,6 +197,7 @@ class Generation:
     include_usage: bool = False   # stream_options.include_usage: a last chunk with the usage
     n: int = 1                    # choices: n generations of the same prompt, in parallel slots
     prompt: Any = None            # a string or token ids (completions)
+    prompts: list[Any] | None = None  # /completion's several prompts (n of them): one generation each
     messages: Messages | None = None       # (chat)
     tools: Tools | None = None
     tool_choice: ToolChoice | None = None
@@ -121,6 +210,23 @@ class Generation:
     reasoning_budget_message: str | None = None
     return_tokens: bool = False   # /completion: the token ids in a whole answer's `tokens` (a stream has them)
     n_probs: int = 0              # /completion: top logprobs per token in completion_probabilities
+    answer: AnswerOptions = dataclasses.field(default_factory=lambda: AnswerOptions())
+    slot: int | None = None       # id_slot: the slot its generations run in (None: the engine picks)
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """llama-server's request fields that shape the answer, not the generation (responses/openai.py's Shape)."""
+    timings_per_token: bool = False
+    return_progress: bool = False
+    verbose: bool = False
+    response_fields: tuple[str, ...] = ()
+
+    def shape_settings(self, model: Any, prompt: list[int]) -> dict[str, Any]:
+        """The Shape's settings for a request whose prompt is `prompt` on `model`."""
+        return {"prompt_tokens": len(prompt), "timings_per_token": self.timings_per_token,
+                "return_progress": self.return_progress, "response_fields": self.response_fields,
+                "verbose_prompt": (lambda: model.detokenize(prompt, special=True)) if self.verbose else None}
 
 
 class Harmless(ProtocolModel):
@@ -152,6 +258,9 @@ def lora_pairs(items: list[LoraScale]) -> RequestedLora:
     return tuple((item.id, item.scale) for item in items)
 
 
+_BIAS = {"type": "number", "minimum": -100, "maximum": 100}
+
+
 class GenerationBody(Harmless):
     """The fields of every generation route."""
     refused = REQUEST_FIELDS
@@ -160,9 +269,11 @@ class GenerationBody(Harmless):
     response_format: dict[str, Any] | None = None
     grammar: str | None = Field(None, description="a GBNF grammar (llama.cpp's extension)")
     json_schema: dict[str, Any] | None = Field(None, description="llama.cpp's extension: the output's JSON schema")
-    logit_bias: Annotated[dict[Any, Any], AfterValidator(_logit_bias), Field(json_schema_extra={
-        "propertyNames": {"pattern": "^[0-9]{1,12}$"},
-        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}})] = {}  # noqa: RUF012 (pydantic copies it)
+    logit_bias: Annotated[Any, AfterValidator(_logit_bias), WithJsonSchema({"anyOf": [
+        {"type": "object", "additionalProperties": {"anyOf": [_BIAS, {"const": False}]}},
+        {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [
+            {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
+            {"anyOf": [_BIAS, {"const": False}]}]}}]})] = ()
     ignore_eos: bool = False
     max_tokens: MaxTokens | None = None
     max_completion_tokens: MaxTokens | None = Field(None, description="OpenAI's newer max_tokens; wins over it")
@@ -181,6 +292,22 @@ class GenerationBody(Harmless):
     lora: list[LoraScale] | None = Field(None, description="the LoRA adapters this request runs with, by id "
                                          "(GET /lora-adapters), as llama-server's: adapters not named are off; "
                                          "absent: the server's default scales")
+    timings_per_token: bool = Field(False, description="llama-server's: every stream event has the timings so far")
+    return_progress: bool = Field(False, description="llama-server's: a stream reports the prompt's evaluation "
+                                  "(prompt_progress) before the first token")
+    verbose: bool = Field(False, description="llama-server's: a whole answer has `__verbose` (the prompt's text)")
+    id_slot: Annotated[int, Between(-1, 2**31 - 1)] = Field(-1, description="llama-server's: the slot the request "
+                                                            "runs in (it waits for that one); -1: the server picks")
+
+    @model_validator(mode="after")
+    def _server_defaults(self, info: ValidationInfo) -> GenerationBody:
+        """The server's --seed and --temp where the request sets none (a null one is none: ProtocolModel)."""
+        limits = info.context
+        if isinstance(limits, Limits):
+            for name in ("seed", "temperature"):
+                if name not in self.model_fields_set and getattr(limits, name) is not None:
+                    setattr(self, name, getattr(limits, name))
+        return self
 
     def _constraint(self) -> Constraint | None:
         """OpenAI's response_format, or llama.cpp's grammar or json_schema ("" and {} mean none, as there)."""
@@ -196,15 +323,18 @@ class GenerationBody(Harmless):
             return constraint_from(response_format=self.response_format, grammar=self.grammar or None,
                                    json_schema=self.json_schema or None)
 
-    def _generation(self, max_tokens: int, logprobs: int | None, **how: Any) -> Generation:
+    def _generation(self, max_tokens: int, logprobs: int | None, *, model: Any = None, **how: Any) -> Generation:
         sampling = {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingParams)}  # (same names)
         if self.seed is not None:  # llama.cpp's seeds are uint32 (the low 32 bits, as llama-server takes them),
             seed = self.seed & RANDOM_SEED  # and RANDOM_SEED (which -1 is, llama-server's default) draws one
             sampling["seed"] = None if seed == RANDOM_SEED else seed
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
-                                    self.logit_bias or None, logprobs, self.ignore_eos,
+                                    bias_by_id(list(self.logit_bias), model) or None, logprobs, self.ignore_eos,
                                     None if self.lora is None else lora_pairs(self.lora))
-        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how)
+        answer = AnswerOptions(self.timings_per_token, self.return_progress, self.verbose,
+                               tuple(getattr(self, "response_fields", ())))
+        return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how, answer=answer,
+                          slot=None if self.id_slot == -1 else self.id_slot)
 
     def _max_tokens(self, limits: Limits, default: int) -> int:
         return self.max_completion_tokens or self.max_tokens or min(default, limits.max_tokens_limit)
@@ -216,9 +346,9 @@ class CompletionRequest(GenerationBody):
     prompt: Prompt
     logprobs: Annotated[int, Between(0, 5)] | None = None
 
-    def convert(self, limits: Limits) -> Generation:
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         return self._generation(self._max_tokens(limits, COMPLETIONS_MAX_TOKENS_DEFAULT), self.logprobs,
-                                prompt=self.prompt)
+                                prompt=self.prompt, model=model)
 
 
 class ChatRequest(GenerationBody, ChatFields):
@@ -242,10 +372,11 @@ class ChatRequest(GenerationBody, ChatFields):
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return self
 
-    def convert(self, limits: Limits) -> Generation:
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
         messages, tools, tool_choice = self.chat()
         return self._generation(self._max_tokens(limits, limits.max_tokens_default),
-                                (self.top_logprobs or 0) if self.logprobs else None, messages=messages, tools=tools,
+                                (self.top_logprobs or 0) if self.logprobs else None, model=model, messages=messages,
+                                tools=tools,
                                 tool_choice=tool_choice, parallel_tool_calls=self.parallel_tool_calls,
                                 template_kwargs=self.chat_template_kwargs or None,
                                 add_generation_prompt=self.add_generation_prompt,
@@ -263,11 +394,13 @@ class NativeCompletionRequest(CompletionRequest):
     """POST /completion: /v1/completions' fields, llama-server's names for three (n_predict: max_tokens, -1 its
     default, until the slot is full: --max-tokens-limit; n_probs; return_tokens), a prompt of mixed ids and
     strings (special-token text stays text, as llama-server reads it)."""
-    n: Literal[1] = Field(1, description="one completion: /v1/completions serves n > 1")
-    prompt: MixedPrompt
+    n: Literal[1] = Field(1, description="one completion per prompt: /v1/completions serves n > 1")
+    prompt: NativePrompt
     n_predict: Annotated[int, Between(-1, LIMIT)] | None = None
     n_probs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] = 0
     return_tokens: bool = False
+    response_fields: list[str] = Field([], description="llama-server's: only these fields of the answer, each by "
+                                       "its path (\"generation_settings/n_predict\")")
 
     @model_validator(mode="before")
     @classmethod
@@ -281,19 +414,19 @@ class NativeCompletionRequest(CompletionRequest):
                           "prompt only, is not supported)", "n_predict")
         return body
 
-    def native(self, limits: Limits, prompt: str | list[int]) -> Generation:
+    def native(self, limits: Limits, prompt: str | list[int], model: Any = None) -> Generation:
         n_predict = limits.max_tokens_limit if self.n_predict == -1 else self.n_predict
         max_tokens = n_predict or self._max_tokens(limits, limits.max_tokens_default)  # (not /v1/completions' 16)
-        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt,
+        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt, model=model,
                                 return_tokens=self.return_tokens, n_probs=self.n_probs)
 
     def convert(self, limits: Limits, model: Any = None) -> Generation:
-        """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text."""
-        prompt = self.prompt
-        if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt):
-            prompt = [t for i, p in enumerate(prompt) for t in (
-                model.tokenize(p, add_special=i == 0, parse_special=False) if isinstance(p, str) else [p])]
-        return self.native(limits, prompt)
+        """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text;
+        several prompts: one generation each."""
+        prompts = [mixed_tokens(model, p) if isinstance(p, list) else p
+                   for p in (self.prompt if isinstance(self.prompt, tuple) else [self.prompt])]
+        gen = self.native(limits, prompts[0], model)
+        return dataclasses.replace(gen, n=len(prompts), prompts=prompts) if isinstance(self.prompt, tuple) else gen
 
 
 class Chunk(ProtocolModel):
@@ -314,7 +447,7 @@ class InfillRequest(NativeCompletionRequest):
         """Run in a worker thread: the texts are tokenized here."""
         tokens = infill_prompt(model, self.input_prefix, self.input_suffix, prompt=self.prompt,
                                input_extra=[c.model_dump() for c in self.input_extra])
-        return self.native(limits, tokens)
+        return self.native(limits, tokens, model)
 
 
 class EmbeddingRequest(Harmless):

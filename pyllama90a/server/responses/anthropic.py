@@ -40,11 +40,11 @@ class MessageShape(Shape):
     done_marker = False
     named_events = True
 
-    def __init__(self, ident: str, model: str, *, prompt_tokens: int, stops: tuple[str, ...],
+    def __init__(self, ident: str, model: str, *, stops: tuple[str, ...],
                  detokenize: Callable[[list[int]], str], output: ToolCallOutput | None = None,
                  **common: Any) -> None:
         super().__init__(ident, model, 1, **common)
-        self.prompt_tokens, self.stops, self.detokenize = prompt_tokens, stops, detokenize
+        self.stops, self.detokenize = stops, detokenize  # (prompt_tokens: the base's, from the common settings)
         self.output = output
         self.ends_in_model = bool(stops)  # (a stop sequence is found in the generated tokens' text)
         self._generated: list[int] = []

@@ -32,71 +32,96 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
             "n_probs": request.logprobs or 0, "constrained": request.constraint is not None}
 
 
+def picked(answer: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+    """llama-server's response_fields: only the fields named, each under its path ("a/b" reads answer["a"]["b"]);
+    a path the answer does not have is left out."""
+    picked: dict[str, Any] = {}
+    for path in paths:
+        value: Any = answer
+        for key in path.split("/"):
+            if not (isinstance(value, dict) and key in value):
+                break
+            value = value[key]
+        else:
+            picked[path] = value
+    return picked
+
+
 class NativeCompletionShape(Shape):
-    """One choice (n is 1 on /completion)."""
+    """One choice per prompt: /completion's n is 1, and a list of prompts (llama-server's batch) answers a list,
+    one answer per prompt, by index."""
     done_marker = False
     ends_in_model = True  # (the prompt's text, and the stop word found in the generated tokens' text)
 
-    def __init__(self, ident: str, model: str, *, prompt: list[int], settings: dict[str, Any],
+    def __init__(self, ident: str, model: str, *, prompts: list[list[int]], settings: dict[str, Any],
                  detokenize: Callable[[list[int]], str], return_tokens: bool, probabilities: bool,
-                 **common: Any) -> None:
-        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone)."""
-        super().__init__(ident, model, 1, **common)
-        self.prompt, self.settings, self.detokenize, self.return_tokens = prompt, settings, detokenize, return_tokens
-        self.probabilities = probabilities
-        self._generated: list[int] = []
+                 several: bool = False, **common: Any) -> None:
+        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone);
+        several: the request gave a list of prompts (a whole answer is a list, even of one)."""
+        super().__init__(ident, model, len(prompts), **common)
+        self.prompts, self.settings, self.detokenize = prompts, settings, detokenize
+        self.return_tokens, self.probabilities, self.several = return_tokens, probabilities, several
+        self._generated: list[list[int]] = [[] for _ in prompts]
 
-    def _counts(self) -> dict[str, Any]:
-        return {"index": 0, "id_slot": -1, "tokens_predicted": len(self._generated),
-                "tokens_evaluated": len(self.prompt)}
+    def _counts(self, choice: int) -> dict[str, Any]:
+        return {"index": choice, "id_slot": -1, "tokens_predicted": len(self._generated[choice]),
+                "tokens_evaluated": len(self.prompts[choice])}
 
     def add(self, choice: int, chunk: Chunk) -> None:
         super().add(choice, chunk)
-        self._generated += chunk.tokens
+        self._generated[choice] += chunk.tokens
 
     def opening(self) -> list[dict[str, Any]]:
         return []
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         self._seen(choice, chunk)
-        self._generated += chunk.tokens
+        self._generated[choice] += chunk.tokens
+        progress = self._progress(choice, chunk)
+        opening = [] if progress is None else [{"content": "", "tokens": [], "stop": False, **self._counts(choice),
+                                                "prompt_progress": progress}]
         if chunk.finish_reason is not None:
-            return [self._final(chunk.text, list(chunk.tokens), chunk.logprobs, chunk.finish_reason, stream=True)]
+            return [*opening, self._final(choice, chunk.text, list(chunk.tokens), chunk.logprobs,
+                                          chunk.finish_reason, stream=True)]
         if not (chunk.text or chunk.tokens):
-            return []
-        event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts()}
+            return opening
+        event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts(choice),
+                 **self._timings_if_finished()}
         if self.probabilities:
             event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
-        return [event]
+        return [*opening, event]
 
-    def _stop(self, reason: str) -> tuple[str, str]:
+    def _stop(self, choice: int, reason: str) -> tuple[str, str]:
         """stop_type and stopping_word: a stop string is the first of them in the generated text."""
         if reason == "length":
             return "limit", ""
         stops = self.settings["stop"]
         if stops:
-            raw = self.detokenize(self._generated)
+            raw = self.detokenize(self._generated[choice])
             found = sorted((raw.find(s), s) for s in stops if s in raw)
             if found:
                 return "word", found[0][1]
         return "eos", ""
 
-    def _final(self, content: str, tokens: list[int], logprobs: Sequence[TokenLogprob], reason: str, *,
-               stream: bool) -> dict[str, Any]:
-        stop_type, word = self._stop(reason)
-        n_ctx = self.settings["n_ctx"]
-        answer = {"content": content, "tokens": tokens, "stop": True, "model": self.model, **self._counts(),
-                  "generation_settings": self.settings, "prompt": self.detokenize(self.prompt),
+    def _final(self, choice: int, content: str, tokens: list[int], logprobs: Sequence[TokenLogprob], reason: str,
+               *, stream: bool) -> dict[str, Any]:
+        stop_type, word = self._stop(choice, reason)
+        n_ctx, prompt = self.settings["n_ctx"], self.prompts[choice]
+        answer = {"content": content, "tokens": tokens, "stop": True, "model": self.model, **self._counts(choice),
+                  "generation_settings": self.settings, "prompt": self.detokenize(prompt),
                   "has_new_line": "\n" in content, "stop_type": stop_type, "stopping_word": word,
-                  "truncated": reason == "length" and len(self.prompt) + len(self._generated) >= n_ctx,
+                  "truncated": reason == "length" and len(prompt) + len(self._generated[choice]) >= n_ctx,
                   "timings": self.timings()}
         if self.probabilities and (logprobs or not stream):
             answer["completion_probabilities"] = completion_probabilities(logprobs)
-        return answer
+        return picked(answer, self.response_fields) if self.response_fields else answer
 
-    def whole(self) -> dict[str, Any]:
-        parts = self.parts[0]
-        text = "".join(c.text for c in parts)
-        tokens = self._generated if self.return_tokens else []
-        logprobs = [item for c in parts for item in c.logprobs]
-        return self._final(text, tokens, logprobs, parts[-1].finish_reason or "stop", stream=False)
+    def whole(self) -> Any:
+        answers = []
+        for choice, parts in enumerate(self.parts):
+            text = "".join(c.text for c in parts)
+            tokens = self._generated[choice] if self.return_tokens else []
+            logprobs = [item for c in parts for item in c.logprobs]
+            answers.append(self._final(choice, text, tokens, logprobs, parts[-1].finish_reason or "stop",
+                                       stream=False))
+        return answers if self.several else answers[0]

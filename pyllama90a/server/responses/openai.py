@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ...core.chat.reasoning import ReasoningOutput, ReasoningSplitter
@@ -61,10 +62,22 @@ class Shape:
     named_events = False  # each stream event goes with an `event:` line naming its `type` (Responses, Anthropic)
 
     def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
-                 timer: RequestTimer | None = None) -> None:
+                 timer: RequestTimer | None = None, prompt_tokens: int = 0, timings_per_token: bool = False,
+                 return_progress: bool = False, verbose_prompt: Callable[[], str] | None = None,
+                 response_fields: tuple[str, ...] = ()) -> None:
+        """llama-server's request extensions: timings_per_token (every stream event has the timings so far),
+        return_progress (a stream reports the prompt's evaluation: prompt_progress), verbose (a whole answer
+        has `__verbose`: the prompt's text, `verbose_prompt` makes it), response_fields (/completion)."""
         self.ident, self.model, self.created, self.n = ident, model, int(time.time()), n
         self.fingerprint = fingerprint  # system_fingerprint: the server's version and settings
         self.timer = timer or RequestTimer()
+        self.prompt_tokens, self.timings_per_token, self.return_progress = prompt_tokens, timings_per_token, \
+            return_progress
+        self.verbose_prompt, self.response_fields = verbose_prompt, response_fields
+        if verbose_prompt is not None:
+            self.ends_in_model = True  # (the prompt's text is detokenized under the model's lock)
+        self._generated_n = 0  # tokens generated so far, over all choices
+        self._progressed = [False] * n  # each choice's prompt_progress sent (return_progress)
         self.parts: list[list[Chunk]] = [[] for _ in range(n)]  # whole answers: each choice's chunks
         self.last: list[Chunk | None] = [None] * n               # each choice's last chunk, once it finished
 
@@ -74,6 +87,7 @@ class Shape:
 
     def _seen(self, choice: int, chunk: Chunk) -> None:
         self.timer.saw(bool(chunk.tokens))
+        self._generated_n += len(chunk.tokens)
         if chunk.finish_reason is not None:
             self.last[choice] = chunk
 
@@ -100,11 +114,35 @@ class Shape:
         return self.timer.timings(counts["prompt_tokens"] - cached, counts["completion_tokens"], cached)
 
     def _timings_if_finished(self) -> dict[str, Any]:
-        """{"timings": ...} for the stream event that finishes the request's last choice, else {}."""
-        return {"timings": self.timings()} if self.finished else {}
+        """{"timings": ...} for the stream event that finishes the request's last choice, else {} (with
+        timings_per_token: those so far, on every event)."""
+        if self.finished:
+            return {"timings": self.timings()}
+        if self.timings_per_token:
+            return {"timings": self.timer.timings(self.prompt_tokens, self._generated_n)}
+        return {}
+
+    def _progress(self, choice: int, chunk: Chunk) -> dict[str, Any] | None:
+        """llama-server's prompt_progress, once per choice (return_progress), with its first chunk: the engine
+        evaluates a prompt without reporting its batches, so the one report says the prompt is evaluated."""
+        if not self.return_progress or self._progressed[choice]:
+            return None
+        self._progressed[choice] = True
+        first = self.timer.first if self.timer.first is not None else self.timer.last or self.timer.queued
+        return {"total": self.prompt_tokens, "cache": 0, "processed": self.prompt_tokens,
+                "time_ms": round((first - self.timer.queued) * 1e3)}
+
+    def _verbose(self, content: str) -> dict[str, Any]:
+        """llama-server's `__verbose` (verbose: true) of a whole answer: its native fields, the prompt's text."""
+        if self.verbose_prompt is None:
+            return {}
+        return {"__verbose": {"prompt": self.verbose_prompt(), "content": content,
+                              "tokens_evaluated": self.prompt_tokens, "tokens_predicted": self._generated_n,
+                              "timings": self.timings()}}
 
     def usage_only(self) -> dict[str, Any]:
-        return {**self._base(), "choices": [], "usage": self.usage()}
+        # (the last event: llama-server's timings go on it)
+        return {**self._base(), "choices": [], "usage": self.usage(), "timings": self.timings()}
 
     def opening(self) -> list[dict[str, Any]]:
         """The stream events before the first chunk."""
@@ -144,13 +182,16 @@ class CompletionShape(Shape):
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`."""
         self._seen(choice, chunk)
+        progress = self._progress(choice, chunk)
+        opening = [] if progress is None else [{**self._base(), "choices": [], "prompt_progress": progress}]
         if not (chunk.text or chunk.logprobs or chunk.finish_reason):
-            return []
+            return opening
         logprobs = None
         if chunk.logprobs:
             logprobs = self._logprobs(list(chunk.logprobs), self._offsets[choice])
-        return [{**self._base(), "choices": [{"index": choice, "text": chunk.text, "finish_reason": chunk.finish_reason,
-                                              "logprobs": logprobs}], **self._timings_if_finished()}]
+        return [*opening, {**self._base(), "choices": [{"index": choice, "text": chunk.text,
+                                                        "finish_reason": chunk.finish_reason, "logprobs": logprobs}],
+                           **self._timings_if_finished()}]
 
     def whole(self) -> dict[str, Any]:
         choices = []
@@ -159,7 +200,8 @@ class CompletionShape(Shape):
             choices.append({"index": i, "text": "".join(c.text for c in parts),
                             "finish_reason": parts[-1].finish_reason,
                             "logprobs": self._logprobs(items, TextOffsets()) if items else None})
-        return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings()}
+        return {**self._base(), "choices": choices, "usage": self.usage(), "timings": self.timings(),
+                **self._verbose("".join(c.text for c in self.parts[0]))}
 
 
 class ChatShape(Shape):
@@ -176,6 +218,8 @@ class ChatShape(Shape):
         # a thinking chat: each choice's text split into reasoning_content and content, before the tool calls
         self._thoughts: list[ReasoningSplitter | None] = [reasoning.splitter() if reasoning is not None else None
                                                           for _ in range(n)]
+        self._raw = [""] * n  # each choice's content text, with tools (a call cut off by max_tokens keeps it)
+        self._sent: list[list[Any]] = [["", False] for _ in range(n)]  # its content sent, and whether a call was
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -189,11 +233,22 @@ class ChatShape(Shape):
         return {**self._base(), "choices": [{"index": choice, "delta": delta, "finish_reason": finish,
                                              "logprobs": logprobs}]}
 
+    def _cut_off_call(self, choice: int, text: str, finish_reason: str | None,
+                      deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A stream's last content delta when max_tokens cut off a call before any of it went out: the text
+        the parser held back, as a whole answer keeps it (whole()), never dropped."""
+        raw = self._raw[choice] = self._raw[choice] + text
+        sent = self._sent[choice]
+        sent[0] += "".join(d.get("content") or "" for d in deltas)
+        sent[1] = sent[1] or any("tool_calls" in d for d in deltas)
+        if finish_reason != "length" or sent[1] or not raw.startswith(sent[0]) or len(raw) == len(sent[0]):
+            return []
+        return [{"content": raw[len(sent[0]):]}]
+
     def opening(self) -> list[dict[str, Any]]:
-        # with tools the answer may be calls only: its content is null until text comes (as OpenAI and
-        # llama-server send it)
-        content = None if self.output is not None else ""
-        return [self._chunk(i, {"role": "assistant", "content": content}) for i in range(self.n)]
+        # the role alone, its content null until text comes (as OpenAI and llama-server send it); the content
+        # deltas after it are never empty
+        return [self._chunk(i, {"role": "assistant", "content": None}) for i in range(self.n)]
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
@@ -203,13 +258,22 @@ class ChatShape(Shape):
         last = chunk.finish_reason is not None
         reasoning, text = thoughts.feed(chunk.text, last) if thoughts is not None else ("", chunk.text)
         deltas: list[dict[str, Any]] = (([{"content": text}] if text else []) if parser is None
-                                        else parser.feed(text, last))
+                                        else [d for d in parser.feed(text, last) if d.get("content") != ""
+                                              or len(d) > 1])
+        if parser is not None:
+            deltas += self._cut_off_call(choice, text, chunk.finish_reason, deltas)
         if reasoning:
             deltas.insert(0, {"reasoning_content": reasoning})
         logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
         if logprobs is not None and not deltas:
             deltas = [{}]  # the tokens' text is held back (it may start a call): their logprobs still go out
-        events = [self._chunk(choice, d, logprobs=logprobs if j == 0 else None) for j, d in enumerate(deltas)]
+        token_timings = self._timings_if_finished() if self.timings_per_token else {}
+        events = [{**self._chunk(choice, d, logprobs=logprobs if j == 0 else None), **token_timings}
+                  for j, d in enumerate(deltas)]
+        progress = self._progress(choice, chunk)
+        if progress is not None:  # (llama-server's progress event: the role's delta again, and the report)
+            events.insert(0, {**self._chunk(choice, {"role": "assistant", "content": None}),
+                              "prompt_progress": progress})
         if chunk.finish_reason is not None:  # (last)
             reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)
             events.append({**self._chunk(choice, {}, reason), **self._timings_if_finished()})
@@ -228,8 +292,13 @@ class ChatShape(Shape):
             if self.output is not None:
                 parsed, reason = self.output.whole(text, reason)
                 message = parsed.message()
+                if reason == "length" and not parsed.tool_calls:
+                    # a call cut off by max_tokens is no call (its arguments do not parse), but its text is what
+                    # was generated: kept as content, never dropped (a stream has sent it as the call's deltas)
+                    message["content"] = text
             if reasoning:
                 message["reasoning_content"] = reasoning
             choices.append({"index": i, "message": message, "finish_reason": reason,
                             "logprobs": self._logprobs(items) if items else None})
-        return {**self._base("chat.completion"), "choices": choices, "usage": self.usage(), "timings": self.timings()}
+        return {**self._base("chat.completion"), "choices": choices, "usage": self.usage(), "timings": self.timings(),
+                **self._verbose("".join(c.text for c in self.parts[0]))}

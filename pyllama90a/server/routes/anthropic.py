@@ -32,9 +32,8 @@ async def messages(request: Request, state: State) -> Response:
     gen, ignored = await read_request(request, state.limits, MessagesRequest, pool=state.executors.parse)
     engine = state.engine
 
-    def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> MessageShape:
-        return MessageShape("msg_" + uuid.uuid4().hex, state.model_name, prompt_tokens=len(prompt),
-                            stops=gen.request.stops,
+    def shape_for(ident: str, prompts: list[list[int]], common: dict[str, Any]) -> MessageShape:
+        return MessageShape("msg_" + uuid.uuid4().hex, state.model_name, stops=gen.request.stops,
                             detokenize=lambda tokens: engine.model.detokenize(tokens, special=True), **common)
     return await generate(state, request, gen, ignored, chat=True, shape_for=shape_for)
 

@@ -90,8 +90,9 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     settings = generation_settings(gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
                                    stream=gen.stream)
 
-    def shape_for(ident: str, prompt: list[int], common: dict[str, Any]) -> NativeCompletionShape:
-        return NativeCompletionShape(ident, state.model_name, prompt=prompt, settings=settings,
+    def shape_for(ident: str, prompts: list[list[int]], common: dict[str, Any]) -> NativeCompletionShape:
+        return NativeCompletionShape(ident, state.model_name, prompts=prompts, settings=settings,
+                                     several=gen.prompts is not None,
                                      detokenize=lambda tokens: engine.model.detokenize(tokens, special=True),
                                      return_tokens=gen.return_tokens,
                                      probabilities=gen.request.logprobs is not None, **common)
@@ -167,4 +168,12 @@ async def props(state: State) -> dict[str, Any]:
             "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(engine.model.path),
             "chat_template": await state.executors.text.run(_chat_template, state),
             "modalities": {"vision": False, "audio": False}, "build_info": state.fingerprint,
-            "is_sleeping": False}
+            "is_sleeping": False, "attention": _attention(state)}
+
+
+def _attention(state: ServerState) -> dict[str, Any]:
+    """How attention runs (this server's own /props field): the flash-attention path, its device, why, and the
+    calibration file flash_attn "auto" followed (null: the built-in table, or a path the flag asked for)."""
+    choice = state.engine.model.attention
+    return {"flash_attn": choice.flash_attn, "backend": choice.backend, "reason": choice.reason,
+            "fused_decode": choice.fused_decode, "calibration": choice.calibration}

@@ -33,7 +33,7 @@ async def create_response(request: Request, state: State) -> Response:
     turn, ignored = await read_request(request, state.limits, ResponsesRequest, state.response_store,
                                        pool=state.executors.parse)
 
-    def shape_for(ident: str, prompt: list[int], settings: dict[str, Any]) -> Shape:
+    def shape_for(ident: str, prompts: list[list[int]], settings: dict[str, Any]) -> Shape:
         return ResponseShape("resp_" + ident.partition("-")[2], state.model_name, turn, store=state.response_store,
                              **settings)
     return await generate(state, request, turn.generation, ignored, chat=True, shape_for=shape_for)

@@ -1,0 +1,89 @@
+"""Run llama.cpp's own server tests (the pinned sdist's tools/server/tests) against this package's server.
+
+    python benchmarks/peer_suite/run.py SDIST_LLAMA_CPP_DIR [test_file ...] [--out DIR]
+
+Their code is never copied into this repository: at run time the suite is copied into a temporary folder,
+where its harness is adapted without editing it: LLAMA_SERVER_BIN_PATH names a script that runs
+llama_server_shim.py (llama-server's flags translated, the default model in place of the downloads), and a
+`wget` module that refuses (nothing is downloaded). Prints pass/fail/skip per file (pytest's JUnit XML)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+# modules the suite imports that the project's environment lacks: stubs for what the harness does with them
+STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\n\n'
+                    'def download(*args, **kwargs):\n    raise RuntimeError("no network: download refused")\n',
+         "filelock.py": '"""peer-suite stub: one pytest process, nothing to serialize."""\n\n'
+                        'class FileLock:\n    def __init__(self, *args, **kwargs):\n        pass\n\n'
+                        '    def __enter__(self):\n        return self\n\n'
+                        '    def __exit__(self, *exc):\n        return False\n'}
+
+
+def counts(report: Path) -> tuple[int, int, int]:
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    total, failed = int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    skipped = int(suite.get("skipped", 0))
+    return total - failed - skipped, failed, skipped
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("llama_cpp", type=Path, help="the sdist's vendor/llama.cpp folder")
+    p.add_argument("files", nargs="*", help="test file names (default: all), e.g. test_security.py")
+    p.add_argument("--out", type=Path, default=None, help="where the JUnit reports go (default: a temp folder)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per file")
+    args = p.parse_args()
+    import pyllama90a as pl
+
+    model = str(pl.default_model(pull=True))
+    work = Path(tempfile.mkdtemp(prefix="peer-suite-"))
+    out = args.out or work / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    tests = work / "tests"
+    shutil.copytree(args.llama_cpp / "tools" / "server" / "tests", tests)
+    for module, text in STUBS.items():
+        (tests / module).write_text(text)
+    launcher = work / "llama-server"
+    launcher.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
+    launcher.chmod(0o755)
+    env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(launcher), "PEER_SUITE_MODEL": model,
+           "PYTHONPATH": str(REPO)}
+    files = args.files or sorted(f.name for f in (tests / "unit").glob("test_*.py"))
+    totals = [0, 0, 0]
+    for name in files:
+        report = out / f"{Path(name).stem}.xml"
+        # (a session of its own: a file that runs out of time is stopped with the server it started, which
+        # would otherwise keep the suite's fixed port for the next file)
+        run = subprocess.Popen([sys.executable, "-m", "pytest", f"unit/{name}", "-q", "-p", "no:cacheprovider",
+                                f"--junitxml={report}"], cwd=tests, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = run.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+            print(f"{name}: timed out after {args.timeout} s")
+            continue
+        if not report.is_file():
+            print(f"{name}: no report\n{output[-3000:]}")
+            continue
+        passed, failed, skipped = counts(report)
+        totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]
+        print(f"{name}: {passed} pass, {failed} fail, {skipped} skip", flush=True)
+    print(f"all: {totals[0]} pass, {totals[1]} fail, {totals[2]} skip (reports: {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
