@@ -1,5 +1,6 @@
 """`python -m pyllama90a.bench [server|batched|constrained|quality|prompt-cache|speculative] ...`: the one entry
-point of the benchmarks; without a subcommand, prefill and decode speed per attention mode at chosen depths (depths.py)."""
+point of the benchmarks; without a subcommand, prefill and decode speed per attention mode at chosen depths
+(depths.py)."""
 from __future__ import annotations
 
 import sys

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -50,7 +51,7 @@ from .lora_turns import LoraTurns
 from .prefix_reuse import PrefixReuse
 from .prompt_cache import PromptCache, PromptCacheStats
 from .slot_files import SlotFiles
-from .slots import Chunk, Job, Slot
+from .slots import Chunk, EngineStats, Handle, Job, Slot
 
 if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
     from typing_extensions import Unpack
@@ -60,31 +61,6 @@ if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the typ
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class Handle:
-    """A submitted request: cancel() frees its slot at the next step (e.g. when a client disconnects)."""
-
-    def __init__(self, engine: BatchEngine, job: Job) -> None:
-        self._engine, self._job = engine, job
-
-    def cancel(self) -> None:
-        self._engine._cancel(self._job)
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    requests_total: int
-    requests_failed: int
-    prompt_tokens_total: int       # prompt tokens of finished and running requests
-    prompt_tokens_decoded: int     # of those, the ones decoded (the rest came from a slot's cache)
-    completion_tokens_total: int
-    queue_depth: int
-    busy_slots: int
-    parallel: int
-    tokens_per_s: float            # generated tokens per second over the last few seconds
-    draft_tokens_total: int = 0    # speculative decoding: tokens drafted and decoded for verification
-    draft_accepted_total: int = 0  # of those, the ones kept
 
 
 class BatchEngine:
@@ -189,7 +165,7 @@ class BatchEngine:
             self._waiting.append(job)
             self._counts["requests"] += 1
             self._cv.notify()
-        return Handle(self, job)
+        return Handle(functools.partial(self._cancel, job))
 
     def stream(self, prompt: str | Sequence[int], **kwargs: Unpack[RequestOptions]) -> Iterator[Chunk]:
         """submit() as a blocking iterator of Chunks; closing the iterator early cancels the request. Not from an

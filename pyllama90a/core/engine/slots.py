@@ -1,6 +1,7 @@
 """What a BatchEngine keeps of each request and each slot, shared by engine.py, lora_turns.py and slot_files.py:
 a request's Job (its prompt, its generation, where its Chunks go) and the Slot (a sequence id and the tokens in
-its cells) that runs it. Only the engine thread changes them once a job is queued."""
+its cells) that runs it. Only the engine thread changes them once a job is queued. Also the records the engine
+hands out: a request's Handle and the EngineStats."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -54,3 +55,24 @@ class Slot:
     job: Job | None = None
     admitted: int = 0  # when it last took a request (the engine's count of admissions): the least recent is
                        # the one a request that shares no prefix takes
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A submitted request: cancel() frees its slot at the next step (e.g. when a client disconnects)."""
+    cancel: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    requests_total: int
+    requests_failed: int
+    prompt_tokens_total: int       # prompt tokens of finished and running requests
+    prompt_tokens_decoded: int     # of those, the ones decoded (the rest came from a slot's cache)
+    completion_tokens_total: int
+    queue_depth: int
+    busy_slots: int
+    parallel: int
+    tokens_per_s: float            # generated tokens per second over the last few seconds
+    draft_tokens_total: int = 0    # speculative decoding: tokens drafted and decoded for verification
+    draft_accepted_total: int = 0  # of those, the ones kept
