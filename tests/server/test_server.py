@@ -334,7 +334,7 @@ def test_bad_chat_requests(server, body, param) -> None:
 def test_malformed_bodies(server) -> None:
     for raw in (b"{not json", b"[1, 2]", b"\xff\xfe", b""):
         _error(httpx.post(server.base_url + "/v1/chat/completions", content=raw, timeout=30), 400)
-    _error(httpx.post(server.base_url + "/v1/embeddings", json={"input": ["x", 2]}, timeout=30), 400)  # a mix
+    _error(httpx.post(server.base_url + "/v1/embeddings", json={"input": ["x", 2.5]}, timeout=30), 400)  # no id
     _error(httpx.post(server.base_url + "/v1/embeddings", json={"input": "x", "encoding_format": "int8"}), 400)
 
 

@@ -146,7 +146,7 @@ def _chat(content: object) -> dict:
     ("/completion", {"prompt": "What is this?", "image_data": [{"data": "AAAA", "id": 1}]}, "image_data"),
     ("/completion", {"prompt": "What is this?", "multimodal_data": ["AAAA"]}, "multimodal_data"),
     ("/v1/embeddings", {"input": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
-     "input"),
+     "input[0]"),
 ])
 def test_fields_not_served_are_refused(plain_http: httpx.Client, path: str, body: dict, param: str) -> None:
     _error(plain_http.post(path, json=body), 400, param)

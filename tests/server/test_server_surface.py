@@ -351,7 +351,8 @@ def test_every_embeddings_input_form(http, model) -> None:
     usage = _ok(http.post("/v1/embeddings", json={"input": ids}))["usage"]
     assert usage["prompt_tokens"] == sum(map(len, ids))
     # (["Hi", [1, 2]] and [1, "Hi"] are llama.cpp's forms, served: test_server_llama_shapes.py)
-    for bad in ([[1], []], [[]], [True], {"text": "Hi"}):
-        _error(http.post("/v1/embeddings", json={"input": bad}), 400, "input")
+    # (the param names the element at fault)
+    for bad, param in (([[1], []], "input[1]"), ([[]], "input[0]"), ([True], "input[0]"), ({"text": "Hi"}, "input")):
+        _error(http.post("/v1/embeddings", json={"input": bad}), 400, param)
     _error(http.post("/v1/embeddings", json={"input": [[10**9]]}), 400, "input")
     _error(http.post("/v1/embeddings", json={"input": "a", "content": "b"}), 400, "content")

@@ -117,15 +117,16 @@ def _continued(text: str, messages: Messages) -> str:
 def prepare_chat(model: ChatModel, messages: Messages, *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
                  parallel_tool_calls: bool | None = None, constraint: Constraint | None = None,
-                 template_kwargs: Mapping[str, Any] | None = None, add_generation_prompt: bool = True,
+                 template_kwargs: Mapping[str, Any] | None = None, add_generation_prompt: bool | None = None,
                  continue_final_message: bool = False, reasoning_format: str | None = None,
                  reasoning_budget: int | None = None, reasoning_budget_message: str | None = None) -> PreparedChat:
     """Render, tokenize and constrain a chat request (see the module's doc). Raises InvalidArgumentError (or
     its ChatTemplateError, ConstraintError) naming what is wrong. parallel_tool_calls None: what the template
     can write back (ChatTemplate.supports_parallel_tool_calls; no for llama.cpp's built-in template), as
     llama-server's default; without parallel calls a call ends the generation. add_generation_prompt and
-    continue_final_message: render_chat's. reasoning_format ("none", "deepseek", "auto"), reasoning_budget (tokens,
-    0: none) and its message: reasoning.py's (None: its defaults)."""
+    continue_final_message: render_chat's (add_generation_prompt None: not continue_final_message).
+    reasoning_format ("none", "deepseek", "auto"), reasoning_budget (tokens, 0: none) and its message:
+    reasoning.py's (None: its defaults)."""
     checked_tools = check_tools(tools)
     choice = check_tool_choice(tool_choice, checked_tools)
     if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
@@ -144,6 +145,8 @@ def prepare_chat(model: ChatModel, messages: Messages, *,
     # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
     # the messages
     with about("messages"):
+        if add_generation_prompt is None:
+            add_generation_prompt = not continue_final_message
         text = render_chat(model, messages, offered, add_generation_prompt, template_kwargs, continue_final_message)
         tokens = model.tokenize(text, add_special=template is None or not template.has_bos(text), parse_special=True)
     fmt = GENERIC if template is None else template.tool_call_format

@@ -44,6 +44,14 @@ class Speculation:
         return None if self.spec_type == "none" else NgramDrafter(self, prompt)
 
 
+def speculation(value: object) -> Speculation | None:
+    """A `speculative=` argument checked: a Speculation, or None (no drafting)."""
+    if value is not None and not isinstance(value, Speculation):
+        raise InvalidArgumentError(f"speculative must be a Speculation or None, got {type(value).__name__}",
+                                   param="speculative")
+    return value
+
+
 class NgramDrafter:
     """One generation's history (prompt, then each generated token) indexed by n-gram: where each n-gram last
     ended. A lookup is one dict access, so drafting costs nothing next to a decode."""

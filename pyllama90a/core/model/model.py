@@ -37,7 +37,7 @@ from ..generation.outputs import Completion, Piece
 from ..generation.request import GenerationRequest
 from ..generation.sampling import SamplingParams
 from ..generation.sequence import GenerationSequence
-from ..generation.speculative import Speculation
+from ..generation.speculative import Speculation, speculation
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
 from .embedding import embed_inputs, embedding_inputs
@@ -62,11 +62,10 @@ class Model:
     Threads: a Model runs one thing on its context at a time. While a generation runs (a non-streaming call, or
     a stream from its first piece until it ends or its iterator is closed), every method that uses the context
     raises BusyError, from any thread, the stream's own thread included: generate, chat, eval, logits,
-    last_logits, truncate, embed, rerank, save_state, load_state, compute_buffer_bytes and close. Methods that only read
-    the model (tokenize, detokenize, prompt_tokens, apply_chat_template, metadata, kv_cache, n_ctx, n_ctx_seq,
-    n_ctx_train, n_cached, attention) are always allowed. A lock serializes the calls, so close() never frees the
-    context under another thread's call.
-    """
+    last_logits, truncate, embed, rerank, save_state, load_state, compute_buffer_bytes and close. Methods that
+    only read the model (tokenize, detokenize, prompt_tokens, apply_chat_template, metadata, kv_cache, n_ctx,
+    n_ctx_seq, n_ctx_train, n_cached, attention) are always allowed. A lock serializes the calls, so close()
+    never frees the context under another thread's call."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, rpc: Sequence[str] = (),
@@ -84,10 +83,7 @@ class Model:
         raw_path = model_path(path)
         context_settings = resolve_kv_types(context_settings, raw_path, n_gpu_layers)  # ctk="auto": a calibration's
         self.path = Path(os.fsdecode(raw_path))
-        params = self._settle(context_settings)
-        if speculative is not None and not isinstance(speculative, Speculation):
-            raise InvalidArgumentError(f"speculative must be a Speculation or None, got {type(speculative).__name__}")
-        self.speculative = speculative  # (after _settle, which leaves None)
+        params = self._settle(context_settings, speculation(speculative))
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
         handle = load_weights(raw_path, n_gpu_layers, placement)
         self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
@@ -111,10 +107,10 @@ class Model:
         other._open(self._file, handle, params, context_settings.attention_paths)
         return other
 
-    def _settle(self, settings: ContextSettings) -> ContextParams:
+    def _settle(self, settings: ContextSettings, speculative: Speculation | None = None) -> ContextParams:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
-        self.speculative = None  # (Model() sets its own; a with_context Model drafts nothing)
+        self.speculative = speculative  # (a with_context Model drafts nothing)
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._lora = LoraAdapters()
@@ -385,15 +381,14 @@ class Model:
 
         tools: OpenAI's function tools; tool_choice "auto" (the default with tools), "none", "required" or
         {"type": "function", "function": {"name": ...}}. A required or named call is guaranteed to be a call of
-        a listed function whose arguments match its schema; with "auto" the model may answer in text, and a call
-        it starts is constrained from its first marker on. The result's `tool_calls` holds the calls (ids,
-        names, arguments as JSON text), `text` the content, and finish_reason is "tool_calls".
+        a listed function whose arguments match its schema; with "auto" the model may answer in text, and a call it
+        starts is constrained from its first marker on. The result's `tool_calls`: the calls (ids, names, arguments
+        as JSON text), `text`: the content, finish_reason: "tool_calls".
         parallel_tool_calls: None (the default) takes what the chat template can write back, as llama-server.
         chat_template_kwargs: extra template variables (e.g. {"enable_thinking": False}).
-        reasoning_format ("none", "deepseek", "auto"; None: the default, "auto") and reasoning_budget (tokens of
-        thinking before its end marker is forced; None: no limit): a reasoning model's thinking block goes to the
-        result's `reasoning` (Piece.reasoning when streamed), and a constraint applies after it (core.chat.reasoning).
-        continue_final_message: the last (assistant) message is continued, no new turn opened.
+        reasoning_format ("none", "deepseek", "auto"=None), reasoning_budget (thinking tokens before the end marker is
+        forced; None: no limit): the thinking goes to `reasoning` (of each Piece when streamed), a constraint after
+        it (core/chat/reasoning.py). continue_final_message: the last (assistant) message continued, no new turn.
         """
         constraint = constraint_from(json_schema=json_schema, response_format=response_format, regex=regex,
                                      grammar=grammar)
@@ -401,11 +396,11 @@ class Model:
             max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
-        prepared = prepare_chat(self, normalize_messages(messages), tools=tools, tool_choice=tool_choice,
-                                parallel_tool_calls=parallel_tool_calls, constraint=constraint,
-                                template_kwargs=chat_template_kwargs, add_generation_prompt=not continue_final_message,
-                                continue_final_message=continue_final_message, reasoning_format=reasoning_format,
-                                reasoning_budget=reasoning_budget)
+        prepared = prepare_chat(
+            self, normalize_messages(messages), tools=tools, tool_choice=tool_choice, constraint=constraint,
+            parallel_tool_calls=parallel_tool_calls, template_kwargs=chat_template_kwargs,
+            reasoning_format=reasoning_format, reasoning_budget=reasoning_budget,
+            continue_final_message=continue_final_message)
         request = replace(request, constraint=prepared.constraint, thinking=prepared.thinking)
         return self._start(prepared.tokens, request, stream, prepared.output, prepared.reasoning)
 
@@ -437,8 +432,7 @@ class Model:
             sequence = GenerationSequence(request, handle, n_ctx, drafter)
         pieces = self._run(tokens, sequence)
         self._stream = weakref.ref(pieces)
-        # a thinking block is read out first: tool calls are read from the content
-        read: Iterator[Piece] = pieces if reasoning is None else reasoning.split(pieces)
+        read: Iterator[Piece] = pieces if reasoning is None else reasoning.split(pieces)  # (then the tool calls)
         if stream:
             return read if output is None else output.split(read)
         return completion_of(read, output)
@@ -476,19 +470,17 @@ class Model:
     # -- state -----------------------------------------------------------------------------------------
 
     def save_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
-        """Write the KV cache and its tokens to `path` (smaller with quantized K/V), with a header naming this
-        model, KV types and n_ctx and a checksum, or with `key` (at least 16 bytes) an HMAC-SHA256 that only a
-        holder of the key can make (state_file.py). The file appears whole or not at all, readable by its owner
-        only (it holds the conversation)."""
+        """Write the KV cache and its tokens to `path`, with a header naming this model, KV types and n_ctx and a
+        checksum, or with `key` (>= 16 bytes) an HMAC-SHA256 only a holder of the key can make (state_file.py).
+        The file appears whole or not at all, readable by its owner only (it holds the conversation)."""
         raw_path, key = fs_path("path", path), check_key(key)
         with self._using_context("save the state") as context:
             self._cache.save(raw_path, self._state_identity(context), key)
 
     def load_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
         """Restore a state written by save_state() of a Model with the same model file, KV types, n_ctx and LoRA
-        adapters at the same scales (with the same `key`, if it was saved with one).
-
-        A missing, corrupt, oversized or mismatched file raises StateFileError and leaves the cache as it was."""
+        adapters at the same scales (with the same `key`, if it was saved with one). A missing, corrupt, oversized
+        or mismatched file raises StateFileError and leaves the cache as it was."""
         raw_path, key = fs_path("path", path), check_key(key)
         with self._using_context("load a state") as context:
             self._cache.load(raw_path, self._state_identity(context),

@@ -57,6 +57,8 @@ _TOOL_CALL = _obj("function", id=STR, type={"const": "function"},
 NATIVE_COMPLETION = _obj("content stop", content=STR, tokens={"type": "array", "items": INT}, stop=BOOL,
                          stop_type={"enum": ["eos", "word", "limit"]}, stopping_word=STR, tokens_predicted=INT,
                          tokens_evaluated=INT, timings=OBJ, generation_settings=OBJ, prompt=STR, truncated=BOOL)
+# /completion's answer: one result, or a list of one per prompt when `prompt` is a list of prompts
+NATIVE_COMPLETIONS = {"anyOf": [NATIVE_COMPLETION, {"type": "array", "items": NATIVE_COMPLETION}]}
 TOKENIZE = _obj("tokens", tokens={"type": "array", "items": {"anyOf": [INT, _obj(
     "id piece", id=INT, piece={"anyOf": [STR, {"type": "array", "items": INT}]})]}})
 DETOKENIZE, PROMPT = _obj("content", content=STR), _obj("prompt", prompt=STR)

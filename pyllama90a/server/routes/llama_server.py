@@ -101,7 +101,7 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
 
 @router.serve("POST", "/completion", also_at=("/completions",), inputs=COMPLETION_INPUTS, doc=doc.generation(
     "llama-server's completion (also at /completions): content, tokens, stop_type, timings; a stream ends without "
-    "[DONE]", NativeCompletionRequest, doc.NATIVE_COMPLETION))
+    "[DONE]", NativeCompletionRequest, doc.NATIVE_COMPLETIONS))
 async def completion(request: Request, state: State) -> Response:
     return await _complete(state, request, NativeCompletionRequest)
 
