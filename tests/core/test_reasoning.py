@@ -177,7 +177,9 @@ def test_continue_final_message(qwq):
     expected = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nTwo and"
     assert prepared.tokens == qwq.tokenize(expected, add_special=True, parse_special=True)
     assert prepared.reasoning is not None and prepared.reasoning.inside  # (the continued message opened the block)
+    # (left out, add_generation_prompt follows continue_final_message; both asked for is a contradiction)
+    assert prepare_chat(qwq, messages, continue_final_message=True).tokens == prepared.tokens
     with pytest.raises(InvalidArgumentError, match="add_generation_prompt"):
-        prepare_chat(qwq, messages, continue_final_message=True)
+        prepare_chat(qwq, messages, add_generation_prompt=True, continue_final_message=True)
     with pytest.raises(InvalidArgumentError, match="last message from the assistant"):
         prepare_chat(qwq, normalize_messages(ASK), add_generation_prompt=False, continue_final_message=True)
