@@ -7,24 +7,11 @@ import time
 import pytest
 
 import pyllama90a as pl
+from pyllama90a.bench.speculative import ARITHMETIC
 from pyllama90a.core.generation.speculative import NgramDrafter
 from pyllama90a.server.metrics import render_metrics
 
-CODE = """def add(a, b):
-    return a + b
-
-def mul(a, b):
-    result = 0
-    for _ in range(b):
-        result = add(result, a)
-    return result
-
-def power(a, n):
-    result = 1
-    for _ in range(n):
-        result = mul(result, a)
-    return result
-"""
+CODE = ARITHMETIC  # (the bench's code-editing text)
 # a code-editing request: the answer repeats much of the prompt, so drafts are found and mostly kept
 EDIT = [{"role": "user", "content": "Rename the function `add` to `plus` everywhere in this code and show the whole "
                                     f"code:\n\n```python\n{CODE}```"}]
