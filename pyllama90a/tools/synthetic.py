@@ -174,6 +174,30 @@ def fim_token_ids(n_vocab: int, fim: Sequence[str]) -> dict[str, int]:
     return {kind: n_vocab - len(kinds) + i for i, kind in enumerate(kinds)}
 
 
+def write_shape_keys(writer: Any, s: Shape) -> None:
+    """The GGUF keys of a synthetic shape's transformer (every synthetic writer's: models and the reranker)."""
+    writer.add_context_length(s.n_ctx_train)
+    writer.add_embedding_length(s.n_embd)
+    writer.add_block_count(s.n_layer)
+    writer.add_feed_forward_length(s.n_ff)
+    writer.add_head_count(s.n_head)
+    writer.add_head_count_kv(s.n_head_kv)
+    writer.add_rope_freq_base(float(s.rope_theta))
+    writer.add_layer_norm_rms_eps(RMS_EPS)
+
+
+def write_vocab_keys(writer: Any, tokens: list[str], scores: list[float], token_types: list[int]) -> None:
+    """The GGUF keys of a synthetic vocabulary (_vocab's), with its BOS, EOS and UNK and BOS added."""
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(token_types)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_unk_token_id(UNK_ID)
+    writer.add_add_bos_token(True)
+
+
 def _vocab(n_vocab: int, fim: Sequence[str] = ()) -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types_ = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL] + [TOKEN_BYTE] * 256
@@ -317,28 +341,14 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
                      "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "f32": gguf.LlamaFileType.ALL_F32}[weight_type]
         writer.add_name(f"synthetic-{s.name}-{weight_type}")
         writer.add_description("random weights written by pyllama90a.tools.synthetic; output text is meaningless")
-        writer.add_context_length(s.n_ctx_train)
-        writer.add_embedding_length(s.n_embd)
-        writer.add_block_count(s.n_layer)
-        writer.add_feed_forward_length(s.n_ff)
-        writer.add_head_count(s.n_head)
-        writer.add_head_count_kv(s.n_head_kv)
-        writer.add_rope_freq_base(float(s.rope_theta))
-        writer.add_layer_norm_rms_eps(RMS_EPS)
+        write_shape_keys(writer, s)
         writer.add_rope_dimension_count(s.head_dim)
         writer.add_vocab_size(s.n_vocab)
         writer.add_file_type(int(file_type))
         if weight_type in ("q4_0", "q8_0"):
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-        writer.add_tokenizer_model("llama")
-        writer.add_token_list(tokens)
-        writer.add_token_scores(scores)
-        writer.add_token_types(token_types)
-        writer.add_bos_token_id(BOS_ID)
-        writer.add_eos_token_id(EOS_ID)
-        writer.add_unk_token_id(UNK_ID)
-        writer.add_add_bos_token(True)
+        write_vocab_keys(writer, tokens, scores, token_types)
         writer.add_add_eos_token(False)
         for kind, token in fim_token_ids(s.n_vocab, fim).items():
             writer.add_uint32(f"tokenizer.ggml.fim_{kind}_token_id", token)

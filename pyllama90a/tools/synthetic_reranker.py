@@ -22,7 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .synthetic import BOS_ID, EOS_ID, RMS_EPS, UNK_ID, WEIGHT_STD, Shape, _home, _tensor_plan, _vocab, import_gguf
+from .synthetic import (
+    EOS_ID,
+    WEIGHT_STD,
+    Shape,
+    _home,
+    _tensor_plan,
+    _vocab,
+    import_gguf,
+    write_shape_keys,
+    write_vocab_keys,
+)
 
 __all__ = ["RERANKER_SHAPE", "RERANK_TEMPLATE", "synthetic_reranker", "write_synthetic_reranker"]
 
@@ -54,25 +64,11 @@ def write_synthetic_reranker(path: str | os.PathLike[str], *, template: bool = T
         writer.add_name(f"synthetic-{s.name}{'' if template else '-pair'}")
         writer.add_description("random-weight reranker written by pyllama90a.tools.synthetic_reranker; "
                                "its scores are meaningless")
-        writer.add_context_length(s.n_ctx_train)
-        writer.add_embedding_length(s.n_embd)
-        writer.add_block_count(s.n_layer)
-        writer.add_feed_forward_length(s.n_ff)
-        writer.add_head_count(s.n_head)
-        writer.add_head_count_kv(s.n_head_kv)
-        writer.add_rope_freq_base(float(s.rope_theta))
-        writer.add_layer_norm_rms_eps(RMS_EPS)
+        write_shape_keys(writer, s)
         writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
         writer.add_pooling_type(gguf.PoolingType.RANK)
         writer.add_classifier_output_labels(LABELS)
-        writer.add_tokenizer_model("llama")
-        writer.add_token_list(tokens)
-        writer.add_token_scores(scores)
-        writer.add_token_types(token_types)
-        writer.add_bos_token_id(BOS_ID)
-        writer.add_eos_token_id(EOS_ID)
-        writer.add_unk_token_id(UNK_ID)
-        writer.add_add_bos_token(True)
+        write_vocab_keys(writer, tokens, scores, token_types)
         if template:
             writer.add_add_eos_token(False)
             writer.add_chat_template([{"name": "rerank", "template": RERANK_TEMPLATE}])
