@@ -21,12 +21,14 @@ from typing import Any, TextIO, cast
 from ..core.gguf.header import read_header
 from ..core.model.attention_policy import attention_device
 from ..core.model.calibration import (
+    REACH,
     Calibration,
     CalibrationKey,
     MemoryPoint,
     QualityPoint,
     SpeedPoint,
     calibration_key,
+    parse,
     write,
 )
 from ..core.model.memory_plan import plan_memory
@@ -162,7 +164,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
     written = calibrate(args.model, quick=args.quick, n_ctx=args.n_ctx, n_threads=args.threads,
                         n_gpu_layers=args.n_gpu_layers, out=args.out, progress=not args.no_progress)
-    print(f"wrote the calibration {written}: flash_attn=\"auto\" follows it on this device", file=stdout)
+    deepest = max(p.depth for p in parse(written.read_text()).speed)
+    print(f"wrote the calibration {written}: flash_attn=\"auto\" follows it on this device for n_ctx up to "
+          f"{REACH * deepest} (--n-ctx measures deeper)", file=stdout)
     return 0
 
 

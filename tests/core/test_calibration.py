@@ -16,6 +16,7 @@ from pyllama90a.core.model.attention_policy import attention_device, calibrated_
 from pyllama90a.core.model.shape import attention_shape
 
 N_CTX = 256
+DEPTH = N_CTX // cal.REACH  # the depth of the hand-made speed points: deep enough to speak for N_CTX
 
 
 @pytest.fixture
@@ -30,8 +31,8 @@ def this_key(model_path: Path) -> cal.CalibrationKey:
 
 
 def preferring(key: cal.CalibrationKey, fastest: str, ctk: str = "q4_0") -> cal.Calibration:
-    """A calibration whose `fastest` flash_attn wins both phases for ctk/ctk at depth 0."""
-    speed = tuple(cal.SpeedPoint(fa, False, ctk, ctk, phase, 0, 100.0 if fa == fastest else 50.0)
+    """A calibration whose `fastest` flash_attn wins both phases for ctk/ctk at DEPTH."""
+    speed = tuple(cal.SpeedPoint(fa, False, ctk, ctk, phase, DEPTH, 100.0 if fa == fastest else 50.0)
                   for fa in ("on", "off", "hybrid") for phase in cal.PHASES)
     return cal.Calibration(key, "hand-made", "now", speed, (), ())
 
@@ -51,14 +52,28 @@ def test_a_calibration_that_prefers_fa_on_changes_the_pick(model_path: Path, hom
     assert (auto_choice(model_path, "q8_0").flash_attn, auto_choice(model_path, "q8_0").calibration) == ("off", None)
 
 
+def test_a_shallow_calibration_does_not_speak_for_a_longer_context(model_path: Path, home: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A --quick file measures depths 0 and 256: it once made auto pick FA on for q4_0 at n_ctx 4096 on this CPU,
+    where the table's depth-4096 measurements say off. Beyond REACH x its deepest depth, the table decides."""
+    path = cal.write(preferring(this_key(model_path), "on"))
+    deeper = N_CTX * 2
+    with caplog.at_level(logging.INFO, logger="pyllama90a"), \
+            pl.Model(model_path, ctk="q4_0", ctv="q4_0", n_ctx=deeper) as m:
+        assert (m.attention.flash_attn, m.attention.calibration) == ("off", None)
+    said = [r.getMessage() for r in caplog.records if str(path) in r.getMessage()]
+    assert said and f"up to {N_CTX}, not {deeper}" in said[0]
+    assert auto_choice(model_path).calibration == str(path)  # at N_CTX it still decides
+
+
 def test_phases_that_disagree_join_in_hybrid(model_path: Path, home: Path) -> None:
     key = this_key(model_path)
-    speed = (cal.SpeedPoint("on", False, "q4_0", "q4_0", "prefill", 0, 100.0),
-             cal.SpeedPoint("off", False, "q4_0", "q4_0", "prefill", 0, 50.0),
-             cal.SpeedPoint("hybrid", False, "q4_0", "q4_0", "prefill", 0, 99.0),
-             cal.SpeedPoint("on", False, "q4_0", "q4_0", "decode", 0, 10.0),
-             cal.SpeedPoint("off", False, "q4_0", "q4_0", "decode", 0, 20.0),
-             cal.SpeedPoint("hybrid", False, "q4_0", "q4_0", "decode", 0, 19.0))
+    speed = (cal.SpeedPoint("on", False, "q4_0", "q4_0", "prefill", DEPTH, 100.0),
+             cal.SpeedPoint("off", False, "q4_0", "q4_0", "prefill", DEPTH, 50.0),
+             cal.SpeedPoint("hybrid", False, "q4_0", "q4_0", "prefill", DEPTH, 99.0),
+             cal.SpeedPoint("on", False, "q4_0", "q4_0", "decode", DEPTH, 10.0),
+             cal.SpeedPoint("off", False, "q4_0", "q4_0", "decode", DEPTH, 20.0),
+             cal.SpeedPoint("hybrid", False, "q4_0", "q4_0", "decode", DEPTH, 19.0))
     cal.write(cal.Calibration(key, "hand-made", "now", speed, (), ()))
     assert auto_choice(model_path).flash_attn == "hybrid"
 

@@ -14,7 +14,8 @@ from pyllama90a.core.gguf.header import read_header
 from pyllama90a.core.model import calibration as cal
 from pyllama90a.core.model.shape import attention_shape
 
-TINY = Preset(depths=(0,), pp=8, tg=4, reps=1, types=("f16", "q4_0"), quality_n_ctx=16, quality_chunks=1)
+# depth 16: a calibration speaks for n_ctx up to REACH x its deepest depth, 64 here
+TINY = Preset(depths=(0, 16), pp=8, tg=4, reps=1, types=("f16", "q4_0"), quality_n_ctx=16, quality_chunks=1)
 
 
 def test_calibrate_writes_a_file_that_auto_follows(model_path: Path, tmp_path: Path,

@@ -19,7 +19,8 @@
 
 Before this table, "auto" follows a calibration of this device, build and model shape when one exists
 (calibration.py, written by `python -m pyllama90a calibrate`): per phase, the path it measured fastest at the
-depths up to n_ctx. Without one, it logs once per device that the table is a guess there.
+depths up to n_ctx, when it measured deep enough for that n_ctx (calibration.REACH). Without one, it logs once per
+device that the table is a guess there.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .calibration import calibration_key, choose_flash_attn, lookup
+from .calibration import calibration_key, choose_flash_attn, lookup, reach
 from .shape import AttentionShape
 
 logger = logging.getLogger("pyllama90a")
@@ -91,6 +92,11 @@ def calibrated_choice(ctk: str, ctv: str, kind: str, label: str, shape: Attentio
     picked = choose_flash_attn(calibration, ctk, ctv, n_ctx)
     if picked is None:
         logger.info("calibration %s did not measure K %s / V %s: flash_attn=auto follows the table", path, ctk, ctv)
+        return None
+    if n_ctx > reach(calibration, ctk, ctv):  # (a --quick file's shallow depths say little about a long context)
+        logger.info("calibration %s measured K %s / V %s to depths that speak for n_ctx up to %d, not %d: "
+                    "flash_attn=auto follows the table; calibrate with --n-ctx %d", path, ctk, ctv,
+                    reach(calibration, ctk, ctv), n_ctx, n_ctx)
         return None
     choice = AttentionChoice(picked.flash_attn, label, picked.reason, picked.fused_decode, str(path))
     logger.info("flash_attn=auto -> %s on %s: %s (%s)", choice.flash_attn, label, choice.reason, path)

@@ -31,6 +31,9 @@ FORMAT = "pyllama90a-calibration"
 VERSION = 1
 PHASES = ("prefill", "decode")
 FLASH_ATTN = ("on", "off", "hybrid")
+# a calibration speaks for contexts up to this many times the deepest depth it measured a K/V pair at: the full
+# preset measures to at least n_ctx / 4 (depths 0, 1024, 4096, ... up to --n-ctx), --quick to 256 (so 1024)
+REACH = 4
 
 
 class CalibrationError(LlamaError):
@@ -183,6 +186,11 @@ def lookup(key: CalibrationKey, *, table_measured: bool = False) -> tuple[Calibr
     except CalibrationError as e:
         logger.warning("calibration %s refused: %s; flash_attn=auto follows the built-in table", path, e)
         return None
+
+
+def reach(calibration: Calibration, ctk: str, ctv: str) -> int:
+    """The deepest n_ctx this calibration's speed points for the K/V pair speak for (0: the pair not measured)."""
+    return REACH * max((p.depth for p in calibration.speed if (p.ctk, p.ctv) == (ctk, ctv)), default=0)
 
 
 @dataclass(frozen=True)
