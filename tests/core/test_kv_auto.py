@@ -48,6 +48,24 @@ def test_kv_budget_takes_the_smallest_that_fits_or_names_what_was_measured(model
     assert str(calibrated) in str(e.value) and "f16/f16: KL 0.00000" in str(e.value)
 
 
+def test_the_header_is_read_once_for_every_measured_type(model_path: Path, calibrated: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large model's header (its vocabulary) is megabytes: kv_auto sizes each measured type from one read."""
+    from pyllama90a.core.model import kv_auto, kv_budget
+    from pyllama90a.core.model.settings import ContextSettings
+
+    reads: list[object] = []
+
+    def counted(path: object, **limits: int) -> object:
+        reads.append(path)
+        return read_header(path, **limits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kv_auto, "read_header", counted)
+    monkeypatch.setattr(kv_budget, "read_header", counted)
+    settings = ContextSettings(ctk="auto", ctv="auto", n_ctx=N_CTX)
+    assert (kv_auto.resolve_kv_types(settings, model_path, 0).ctk, len(reads)) == ("q4_0", 1)
+
+
 def test_auto_types_need_a_calibration(model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYLLAMA90A_HOME", str(tmp_path))
     with pytest.raises(pl.InvalidArgumentError, match=r"needs a calibration .* pyllama90a calibrate"):

@@ -35,7 +35,7 @@ def resolve_kv_types(settings: ContextSettings, path: bytes | str | os.PathLike[
     worst: dict[tuple[str, str], float] = {}
     for q in calibration.quality:
         worst[q.ctk, q.ctv] = max(worst.get((q.ctk, q.ctv), 0.0), q.mean_kl)
-    sizes = {pair: kv_bytes(shown, settings.n_ctx, *pair).total_bytes for pair in worst}
+    sizes = {pair: kv_bytes(shown, settings.n_ctx, *pair, header=header).total_bytes for pair in worst}
     bound = settings.kv_quality
     fitting = [pair for pair in worst if (bound is None or worst[pair] <= bound) and
                (settings.kv_budget is None or sizes[pair] <= settings.kv_budget)]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError, ModelFormatError, positive_int
 from ...native.kv_types import check_kv_type
-from ..gguf.header import read_header
+from ..gguf.header import GGUFHeader, read_header
 from .shape import attention_shape
 
 KV_CELL_PADDING = 256  # llama.cpp rounds the number of KV cells up to a multiple of this
@@ -31,10 +31,11 @@ class KVBytes:
         return self.k_bytes + self.v_bytes
 
 
-def _per_cell_bytes(path: str | os.PathLike[str], ctk: str, ctv: str) -> tuple[int, int]:
+def _per_cell_bytes(path: str | os.PathLike[str], ctk: str, ctv: str,
+                    header: GGUFHeader | None = None) -> tuple[int, int]:
     from ...native.ggml import row_size
 
-    header = read_header(path)
+    header = header or read_header(path)
     arch = header.architecture
     if header.get(f"{arch}.attention.sliding_window") is not None or header.get(f"{arch}.ssm.state_size") is not None:
         raise ModelFormatError(f"{path}: {arch} has sliding-window or recurrent layers; load it and read "
@@ -45,11 +46,12 @@ def _per_cell_bytes(path: str | os.PathLike[str], ctk: str, ctv: str) -> tuple[i
     return k, v
 
 
-def kv_bytes(path: str | os.PathLike[str], n_ctx: int, ctk: str = "f16", ctv: str = "f16") -> KVBytes:
-    """Bytes of K and V for `n_ctx` tokens, as llama.cpp will allocate them."""
+def kv_bytes(path: str | os.PathLike[str], n_ctx: int, ctk: str = "f16", ctv: str = "f16", *,
+             header: GGUFHeader | None = None) -> KVBytes:
+    """Bytes of K and V for `n_ctx` tokens, as llama.cpp will allocate them (`header`: path's, already read)."""
     ctk, ctv = check_kv_type(ctk, "K"), check_kv_type(ctv, "V")
     positive_int("n_ctx", n_ctx)
-    k, v = _per_cell_bytes(path, ctk, ctv)
+    k, v = _per_cell_bytes(path, ctk, ctv, header)
     cells = -(-n_ctx // KV_CELL_PADDING) * KV_CELL_PADDING
     return KVBytes(cells, k * cells, v * cells)
 
