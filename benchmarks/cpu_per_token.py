@@ -5,12 +5,15 @@ of a round went to queueing for a core.
 
     PYTHONPATH=. python benchmarks/cpu_per_token.py --tree old=/work/old35 --tree new=. --pairs 4 --out /tmp/cpu35
 
-Each server runs from its tree's root (`python -m`, as the bench does) under a launcher that gives each Python
+Each server runs from its tree's root (`python -c`: the tree's source first on sys.path, as with the bench's
+`python -m`) under a launcher that gives each Python
 thread its threading name as the OS thread name and records its native id, so the engine thread, the event loop
 (MainThread), asyncio.to_thread's workers and native threads (OpenMP's, not started by Python) are told apart.
 Trees alternate (old first in odd pairs, new first in even ones); each start does a warm-up round and then
 --rounds rounds, each measured alone. With --count, the launcher also counts Python function calls per thread
-(sys.setprofile, slow: wall and CPU time are then meaningless) over the measured rounds.
+(sys.setprofile, slow: wall and CPU time are then meaningless) over the measured rounds. OpenMP's threads spin at
+barriers, so under other load their CPU time grows with it: `--env OMP_WAIT_POLICY=passive` or `--threads 1`
+measure the work (benchmarks/results/cpu-layout-before-after/cpu-time-per-token.md).
 """
 from __future__ import annotations
 
