@@ -3,6 +3,7 @@ greedy output): prompt lookup (ngram-simple) by default, a draft model with --dr
 
     python -m pyllama90a.bench speculative [--model PATH] [--tokens 200] [--reps 3] [--draft-max 16] [--out DIR]
     python -m pyllama90a.bench speculative --draft [PATH] [--extra-layers 60 --extra-type f32] [--flash-attn off]
+        [--kv-type f32]
 
 Each task is a chat request whose prompt holds a code block that the answer largely repeats. Each repetition
 runs every task plain and with speculation, interleaved, greedy; decode tok/s is the generated tokens over the
@@ -100,13 +101,13 @@ def _decode_ms(model: Model, prompt: list[int], n_tokens: int, reps: int = 3) ->
     return statistics.median(times)
 
 
-def _costs(target: Model, draft: Model | None, n_batch: int, settings: dict[str, Any]) -> dict[str, float]:
-    """T(1) and T(n_batch) of the target, and T(1) of the draft (a context of its own on its weights: the target
-    holds the draft's), after a 64-token prompt (ms)."""
+def _costs(target: Model, draft: Path | None, n_batch: int, settings: dict[str, Any]) -> dict[str, float]:
+    """T(1) and T(n_batch) of the target, and T(1) of the draft (loaded alone: the target holds its draft's
+    context), after a 64-token prompt (ms)."""
     prompt = target.tokenize(ARITHMETIC)[:64]
     costs = {"target_1": _decode_ms(target, prompt, 1), f"target_{n_batch}": _decode_ms(target, prompt, n_batch)}
     if draft is not None:
-        with draft.with_context(**settings) as alone:
+        with Model(draft, **settings) as alone:
             costs["draft_1"] = _decode_ms(alone, prompt, 1)
     return costs
 
@@ -124,19 +125,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra-layers", type=int, default=60, help="--draft without --model: the target's extra layers")
     ap.add_argument("--extra-type", default="f32", choices=WEIGHT_TYPES, help="their weights' type")
     ap.add_argument("--flash-attn", default="auto", help="both models' flash_attn (both modes)")
+    ap.add_argument("--kv-type", default="f16", help="both models' K and V cache type (both modes)")
     ap.add_argument("--out", type=Path, help="write speculative.json/.md here")
     args = ap.parse_args(argv)
     draft = None if args.draft is None else default_model() if args.draft == "default" else Path(args.draft)
     path = args.model or (default_model() if draft is None else
                           deeper_target(draft, extra_layers=args.extra_layers, weight_type=args.extra_type))
     mode = "ngram" if draft is None else "draft"
-    speculation = Speculation(draft_max=args.draft_max, ngram_size_n=args.ngram, draft=draft)
+    speculation = Speculation(draft_max=args.draft_max, ngram_size_n=args.ngram, draft=draft, draft_ctk=args.kv_type,
+                              draft_ctv=args.kv_type)
     rates: dict[str, dict[str, list[float]]] = {t: {"plain": [], mode: []} for t in TASKS}
     outcome: dict[str, dict[str, object]] = {}
-    settings = {"n_ctx": 2048, "n_threads": args.threads, "flash_attn": args.flash_attn}
+    settings: dict[str, Any] = {"n_ctx": 2048, "n_threads": args.threads, "flash_attn": args.flash_attn,
+                                "ctk": args.kv_type, "ctv": args.kv_type}
     with Model(path, speculative=speculation, **settings) as fast, fast.with_context(**settings) as plain:
-        draft_model = fast.drafting.draft_model.model if fast.drafting and fast.drafting.draft_model else None
-        costs = _costs(plain, draft_model, args.draft_max + 1, settings)
+        costs = _costs(plain, draft, args.draft_max + 1, settings)
         print("decode costs (ms):", {k: round(v, 1) for k, v in costs.items()}, flush=True)
         for task in TASKS:  # warm-up
             _run(plain, task, 8), _run(fast, task, 8)
@@ -163,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     how = f"ngram-simple n={args.ngram}" if draft is None else f"draft model {Path(draft).name}"
     table = "\n".join([
         f"Machine: {machine_name()}; model {Path(path).name}; greedy, {args.tokens} tokens at most; {how}, "
-        f"draft_max={args.draft_max}, flash_attn {args.flash_attn}, threads {args.threads}; median of {args.reps} "
+        f"draft_max={args.draft_max}, flash_attn {args.flash_attn}, K/V {args.kv_type}, threads {args.threads}; "
+        f"median of {args.reps} "
         f"interleaved repetitions; decode costs (ms): "
         + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()), "",
         f"| task | plain decode tok/s | {mode} decode tok/s | speed-up | accepted/drafted | tokens | identical |",
@@ -173,5 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         write_results(args.out, "speculative", {"rates": rates, "outcome": outcome, "tokens": args.tokens,
                                                 "draft_max": args.draft_max, "ngram": args.ngram, "mode": mode,
                                                 "model": Path(path).name, "draft": draft and Path(draft).name,
-                                                "flash_attn": args.flash_attn, "costs": costs}, table)
+                                                "flash_attn": args.flash_attn, "kv_type": args.kv_type,
+                                                "costs": costs}, table)
     return 0

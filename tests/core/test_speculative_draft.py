@@ -13,11 +13,13 @@ from pyllama90a.bench.speculative import INVENTORY
 from pyllama90a.tools.synthetic import synthetic_model
 from pyllama90a.tools.synthetic_target import write_deeper_target
 
-# code the answer repeats; flash_attn off: on the CPU a batch's logits are then a one-token decode's on this prompt,
-# so the draft's greedy tokens (decoded one at a time) are the target's and the output is plain decoding's
+# code the answer repeats. flash_attn off and f32 K/V: on the CPU a batch's logits are then a one-token decode's
+# (with f16 K/V a batch of 4 or more tokens rounds differently, up to 0.6 in a logit), so the draft's greedy tokens
+# (decoded one at a time) are the target's, and the output is plain decoding's
 EDIT = [{"role": "user", "content": f"Here is a Python class:\n\n```python\n{INVENTORY}```\n\nAdd a docstring to the "
                                     f"method `total` and show the complete code."}]
-SETTINGS = {"n_ctx": 1024, "n_threads": 1, "flash_attn": "off"}  # (1 thread: the 2 cores are shared)
+SETTINGS = {"n_ctx": 1024, "n_threads": 1, "flash_attn": "off", "ctk": "f32", "ctv": "f32"}  # (1 thread: 2 cores)
+DRAFT_KV = {"draft_ctk": "f32", "draft_ctv": "f32"}
 
 
 def _chat(model: pl.Model) -> pl.Completion:
@@ -29,7 +31,7 @@ def _chat(model: pl.Model) -> pl.Completion:
 def test_greedy_output_is_plain_decoding_with_the_model_as_its_own_draft(model_path) -> None:
     with pl.Model(model_path, **SETTINGS) as plain:
         expected = _chat(plain)
-    with pl.Model(model_path, speculative=pl.Speculation(draft=model_path), **SETTINGS) as model:
+    with pl.Model(model_path, speculative=pl.Speculation(draft=model_path, **DRAFT_KV), **SETTINGS) as model:
         assert model.speculative is not None and model.speculative.spec_type == "draft-simple"
         got = _chat(model)
         # the target's cells of rejected drafts were dropped: a decode after its tokens has consecutive positions
@@ -46,8 +48,8 @@ def test_batch_engine_drafts_on_each_slots_sequence(model_path) -> None:
     with pl.Model(model_path, **SETTINGS) as plain:
         expected = _chat(plain)
         # draft=<a loaded Model>: its weights get a context of their own; the Model stays the caller's
-        with pl.BatchEngine(model_path, parallel=2, n_ctx=2048, n_threads=1, flash_attn="off",
-                            speculative=pl.Speculation(draft=plain)) as engine:
+        with pl.BatchEngine(model_path, parallel=2, n_ctx=2048, n_threads=1, flash_attn="off", ctk="f32", ctv="f32",
+                            speculative=pl.Speculation(draft=plain, **DRAFT_KV)) as engine:
             prompt = engine.chat_prompt(EDIT)
             results: list[list[pl.Chunk]] = [[], []]
             handles = [engine.submit(prompt, results[i].append, max_tokens=80, temperature=0) for i in range(2)]

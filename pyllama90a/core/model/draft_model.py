@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from ...errors import DecodeError, DraftModelError
-from ...native import Batch, ContextParams, ModelHandle
+from ...native import Batch, ContextHandle, ContextParams, ModelHandle
 from ..generation.prefix_cache import keep_cached_prefix
 from ..generation.speculative import Drafter, DraftLength, Speculation
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .model import Model
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +45,12 @@ def check_vocabularies(target: ModelHandle, draft: ModelHandle, name: str) -> No
     kinds = target.metadata("tokenizer.ggml.model"), draft.metadata("tokenizer.ggml.model")
     if kinds[0] != kinds[1]:
         raise DraftModelError(f"{name}: its vocabulary type is {kinds[1]!r}, the target's {kinds[0]!r}")
-    for what, add, token in (("BOS", lambda h: h.add_bos, lambda h: h.bos), ("EOS", lambda h: h.add_eos,
-                                                                             lambda h: h.eos)):
-        if add(target) != add(draft) or (add(target) and token(target) != token(draft)):
-            raise DraftModelError(f"{name}: its {what} differs from the target's (added: {add(draft)}, token "
-                                  f"{token(draft)}; the target's: {add(target)}, token {token(target)})")
+    special = {"BOS": ((target.add_bos, target.bos), (draft.add_bos, draft.bos)),
+               "EOS": ((target.add_eos, target.eos), (draft.add_eos, draft.eos))}
+    for what, ((added, token), (draft_added, draft_token)) in special.items():
+        if added != draft_added or (added and token != draft_token):
+            raise DraftModelError(f"{name}: its {what} differs from the target's (added: {draft_added}, token "
+                                  f"{draft_token}; the target's: {added}, token {token})")
     if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
         raise DraftModelError(f"{name}: its vocabulary has {draft.n_vocab} tokens, the target's {target.n_vocab} "
                               f"(at most {VOCAB_MAX_SIZE_DIFFERENCE} apart)")
@@ -60,28 +60,46 @@ def check_vocabularies(target: ModelHandle, draft: ModelHandle, name: str) -> No
             raise DraftModelError(f"{name}: its token {token_id} is {theirs!r}, the target's {ours!r}")
 
 
-def _open(speculation: Speculation, target: ContextParams) -> Model:
+class LoadedModel(Protocol):
+    """What a draft is, here: a Model (model.py, which hands its class in: it imports this module)."""
+
+    path: Path
+
+    def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int, **settings: Any) -> None: ...
+
+    @property
+    def handle(self) -> ModelHandle: ...
+
+    def with_context(self, **settings: Any) -> LoadedModel: ...
+
+    def hold_context(self, holder: str) -> contextlib.AbstractContextManager[ContextHandle]: ...
+
+    def close(self) -> None: ...
+
+
+def _open(speculation: Speculation, target: ContextParams, model_class: type[LoadedModel]) -> LoadedModel:
     """The draft as a Model with a context sized as the target's (`target`: its params), with its flash_attn: loaded
     from its path, or a new context on the weights of the Model given."""
-    from .model import Model  # (this module is part of Model: imported when Model is)
 
-    sizes = {"n_ctx": target.n_ctx, "n_seq_max": target.n_seq_max, "ctk": speculation.draft_ctk,
-             "ctv": speculation.draft_ctv, "n_threads": speculation.draft_threads or target.n_threads,
-             "flash_attn": target.flash_attn}  # (as llama-server, whose draft takes the target's other settings)
+    # (the target's other settings, as llama-server's draft takes them)
+    sizes: dict[str, Any] = {"n_ctx": target.n_ctx, "n_seq_max": target.n_seq_max, "flash_attn": target.flash_attn,
+                             "ctk": speculation.draft_ctk, "ctv": speculation.draft_ctv,
+                             "n_threads": speculation.draft_threads or target.n_threads}
     draft = speculation.draft
-    if isinstance(draft, Model):
+    if isinstance(draft, model_class):
         return draft.with_context(**sizes)
     if speculation.draft_path is None:
         raise DraftModelError(f"draft must be a GGUF path or a Model, got {type(draft).__name__}")
-    return Model(speculation.draft_path, n_gpu_layers=speculation.draft_n_gpu_layers, **sizes)
+    return model_class(speculation.draft_path, n_gpu_layers=speculation.draft_n_gpu_layers, **sizes)
 
 
 class DraftModel:
     """The draft model's context beside a target context, and the tokens each of its sequences holds."""
 
-    def __init__(self, speculation: Speculation, target: ModelHandle, params: ContextParams) -> None:
+    def __init__(self, speculation: Speculation, target: ModelHandle, params: ContextParams,
+                 model_class: type[LoadedModel]) -> None:
         self.speculation = speculation
-        self.model = _open(speculation, params)
+        self.model = _open(speculation, params, model_class)
         self._hold = contextlib.ExitStack()
         try:
             check_vocabularies(target, self.model.handle, f"the draft model {self.model.path}")
@@ -154,10 +172,13 @@ class Drafting:
     """A Model's speculation: each generation's drafter, by prompt lookup or from the draft model (opened with
     the Model, closed with it)."""
 
-    def __init__(self, speculation: Speculation, target: ModelHandle, params: ContextParams) -> None:
-        """`target`: the target's weights, `params`: its context's (the draft's context is sized as it)."""
+    def __init__(self, speculation: Speculation, target: ModelHandle, params: ContextParams,
+                 model_class: type[LoadedModel]) -> None:
+        """`target`: the target's weights, `params`: its context's (the draft's context is sized as it);
+        `model_class`: Model, which opens the draft."""
         self.speculation = speculation
-        self.draft_model = DraftModel(speculation, target, params) if speculation.spec_type == "draft-simple" else None
+        drafts = speculation.spec_type == "draft-simple"
+        self.draft_model = DraftModel(speculation, target, params, model_class) if drafts else None
 
     def drafter(self, prompt: Sequence[int], seq: int = 0) -> Drafter | None:
         """The drafter of one generation after `prompt` on sequence `seq` of the target's context (None: this

@@ -87,7 +87,7 @@ class Model:
         params = self._settle(context_settings, speculation(speculative))
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
         handle = load_weights(raw_path, n_gpu_layers, placement)
-        self.drafting = Drafting(self.speculative, handle, params) if self.speculative else None  # (draft_model.py)
+        self.drafting = Drafting(self.speculative, handle, params, Model) if self.speculative else None
         self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
         self._open(file, handle, params, context_settings.attention_paths)
 
@@ -112,7 +112,7 @@ class Model:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
         self.speculative = speculative  # (a with_context Model drafts nothing)
-        self.drafting: Drafting | None = None  # each generation's drafter (and the draft model's context)
+        self.drafting = None  # each generation's drafter, and the draft model's context (Model() sets it)
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._lora = LoraAdapters()
