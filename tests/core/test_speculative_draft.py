@@ -99,3 +99,20 @@ def test_the_benchs_deeper_target_has_its_sources_logits(model_path, tmp_path) -
         tokens = source.tokenize(INVENTORY)[:48]
         assert deeper.metadata("llama.block_count") == str(int(source.metadata("llama.block_count") or 0) + 2)
         assert np.array_equal(source.logits(tokens), deeper.logits(tokens))
+
+
+def test_the_cells_of_a_rejected_draft_are_dropped(model_path) -> None:
+    """After the target kept one drafted token of five and went on with others, the draft's next logits are those
+    of a fresh decode of the history: no cell of the rejected tokens is attended to."""
+    speculation = pl.Speculation(draft=model_path, **DRAFT_KV)
+    with pl.Model(model_path, speculative=speculation, **SETTINGS) as model, pl.Model(model_path, **SETTINGS) as fresh:
+        assert model.drafting is not None and model.drafting.draft_model is not None
+        draft = model.drafting.draft_model
+        prompt = model.tokenize(INVENTORY)[:40]
+        guess = draft.draft(0, prompt, 6)  # (its cells: the prompt and the first five guessed tokens)
+        history = [*prompt, guess[0], *model.tokenize(" count += 1")]  # the target's tokens after the first
+        again = draft.draft(0, history, 3)
+        got = np.copy(draft.context.logits_row(-1))  # (after the last token decoded: history + again[:2])
+        expected = fresh.logits([*history, *again[:2]])[-1]
+    assert len(guess) == 6 and len(again) == 3
+    assert float(np.abs(got - expected).max()) < 1e-3
