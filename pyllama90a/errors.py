@@ -91,6 +91,15 @@ class LoraAdapterError(InvalidArgumentError):
         super().__init__(message, native_log, param=param)
 
 
+class DraftModelError(InvalidArgumentError):
+    """A draft model (speculative decoding) that cannot draft for its target: its vocabulary differs (the message
+    names the first difference, by llama.cpp's rules), or `draft` is neither a GGUF path nor a Model. `param` is
+    "draft"."""
+
+    def __init__(self, message: str, native_log: list[str] | None = None, *, param: str | None = "draft") -> None:
+        super().__init__(message, native_log, param=param)
+
+
 class DecodeError(LlamaError):
     """llama_decode/llama_encode failed."""
 

@@ -193,13 +193,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(f"--{flag}", type=kind, default=_env(flag, defaults[setting]),
                        help=f"{text} (default {defaults[setting]})")
     p.add_argument("--spec-type", default=_env("spec-type", "none"), choices=list(SPEC_TYPES),
-                   help="speculative decoding: ngram-simple drafts by prompt lookup (default none)")
+                   help="speculative decoding: ngram-simple drafts by prompt lookup, draft-simple with --model-draft "
+                        "(default none; draft-simple when --model-draft is given)")
     p.add_argument("--spec-draft-n-max", "--draft-max", "--draft", type=int, default=_env("spec-draft-n-max", 16),
                    help="most tokens per draft (default 16)")
     p.add_argument("--spec-draft-n-min", "--draft-min", type=int, default=_env("spec-draft-n-min", 0),
                    help="fewest tokens per draft; a shorter one is not tried (default 0)")
     p.add_argument("--spec-ngram-simple-size-n", type=int, default=_env("spec-ngram-simple-size-n", 3),
                    help="n-gram looked up for ngram-simple drafts (default 3)")
+    p.add_argument("--model-draft", "-md", "--spec-draft-model", default=_env("model-draft", None), metavar="PATH",
+                   help="draft model GGUF for speculative decoding, with the model's vocabulary (default: none)")
+    p.add_argument("--spec-draft-threads", "-td", "--threads-draft", type=int, default=_env("spec-draft-threads", None),
+                   help="the draft model's CPU threads (default: --threads)")
+    p.add_argument("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft", default=_env("spec-draft-type-k", "f16"),
+                   choices=KV_TYPES, help="the draft model's K cache type (default f16)")
+    p.add_argument("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft", default=_env("spec-draft-type-v", "f16"),
+                   choices=KV_TYPES, help="the draft model's V cache type (default f16)")
+    p.add_argument("--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", type=int,
+                   default=_env("spec-draft-ngl", -1), help="the draft model's layers offloaded (default -1: all)")
     p.add_argument("--log-level", default=_env("log-level", "warning"),
                    choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
     args = p.parse_args(argv)  # argparse converts a string default (from the environment) with the flag's type
@@ -332,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         template = ChatTemplate.from_file(args.chat_template_file).source if args.chat_template_file else None
 
-        speculative = None if args.spec_type == "none" else Speculation(
-            args.spec_type, args.spec_draft_n_max, args.spec_draft_n_min, args.spec_ngram_simple_size_n)
+        spec_type = "draft-simple" if args.model_draft and args.spec_type == "none" else args.spec_type
+        speculative = None if spec_type == "none" else Speculation(
+            spec_type, args.spec_draft_n_max, args.spec_draft_n_min, args.spec_ngram_simple_size_n,
+            draft=args.model_draft, draft_threads=args.spec_draft_threads, draft_ctk=args.spec_draft_type_k,
+            draft_ctv=args.spec_draft_type_v, draft_n_gpu_layers=args.spec_draft_ngl)
 
         def make_engine() -> BatchEngine:  # at start-up, and again when lost RPC workers are back
             return BatchEngine(args.model, ctk=args.ctk, ctv=args.ctv, flash_attn=args.flash_attn, n_ctx=args.n_ctx,

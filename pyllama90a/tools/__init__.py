@@ -9,4 +9,5 @@ Modules:
     pool_saturation: pool saturation, a class of hostile load
     synthetic: random-weight GGUF models of realistic llama shapes, for benchmarks and tests
     synthetic_reranker: a random-weight reranker GGUF (Qwen3-Reranker's kind, rank pooling), for tests
+    synthetic_target: a real model with extra zero-output layers, the draft-model bench's larger target
 """

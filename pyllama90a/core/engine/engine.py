@@ -154,9 +154,8 @@ class BatchEngine:
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
         lora = self.lora.scales_for(request.lora)
-        drafter = self.speculative.drafter(tokens) if self.speculative is not None else None
-        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot, drafter), on_chunk,
-                  lora=lora, slot=slot)
+        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora,
+                  slot=slot)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -402,6 +401,8 @@ class BatchEngine:
             self._admitting = job
             slot = self.lora.admit(choices, job)
             free.remove(slot)
+            if self.model.drafting is not None:  # (its drafter knows the slot: a draft model drafts on its sequence)
+                job.sequence.drafter = self.model.drafting.drafter(job.prompt, slot.seq)
             job.cached = self._reuse.prepare(slot, job)
             job.to_decode = job.prompt[job.cached:]
             slot.job = job

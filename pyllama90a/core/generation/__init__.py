@@ -5,7 +5,7 @@
     sampling: sampling settings, checked in Python (native.SamplerChain builds llama.cpp's chain from them)
     sequence: `GenerationSequence`, one generation, one token per step (rules, sample, accept, stop)
     thinking: a generation's thinking block: its end marker forced at the budget, the constraint after it
-    speculative: `Speculation`, prompt-lookup (n-gram) drafting for speculative decoding
+    speculative: `Speculation`, the drafter interface, prompt-lookup (n-gram) drafting for speculative decoding
     prefix_cache: reuse of the KV cells a new prompt shares with what a sequence holds
     text_stream: token pieces to text: incremental UTF-8 and stop strings
     output_checks: NaN or infinite logits and embeddings are an error, not text

@@ -15,7 +15,7 @@ from ...native import ContextHandle, ModelHandle, SamplerChain
 from ..constrained import OutputRules
 from .output_checks import refuse_total_ban, require_choice, require_finite
 from .request import GenerationRequest
-from .speculative import NgramDrafter
+from .speculative import Drafter
 from .text_stream import TextStream
 from .thinking import ThinkingTracker
 
@@ -45,7 +45,7 @@ class GenerationSequence:
     the constraint's grammar are made here, so a bad one fails the request, not a decode step)."""
 
     def __init__(self, request: GenerationRequest, vocab: ModelHandle, n_ctx_seq: int,
-                 drafter: NgramDrafter | None = None) -> None:
+                 drafter: Drafter | None = None) -> None:
         self.request = request
         self.vocab = vocab
         self.n_ctx_seq = n_ctx_seq  # cells of the sequence: the generation ends one short of them

@@ -40,6 +40,7 @@ from ..generation.sequence import GenerationSequence
 from ..generation.speculative import Speculation, speculation
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
+from .draft_model import Drafting
 from .embedding import embed_inputs, embedding_inputs
 from .file import ModelFile, check_header
 from .kv_auto import resolve_kv_types
@@ -75,7 +76,7 @@ class Model:
         tensor_split, main_gpu: llama.cpp's placement of the n_gpu_layers offloaded layers over the devices;
         rpc: "host:port" of `python -m pyllama90a.worker`s whose devices join them (see placement.Placement).
         lora: LoRA adapter GGUFs for this model with their scales, applied to every decode (see lora.py).
-        speculative: a Speculation (prompt-lookup drafting) for every generation; None: one token per decode."""
+        speculative: a Speculation (prompt lookup, a draft model) for every generation; None: a token per decode."""
         context_settings = ContextSettings(**settings)
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
         self._handle: ModelHandle | None = None  # both None once closed
@@ -86,15 +87,15 @@ class Model:
         params = self._settle(context_settings, speculation(speculative))
         file = checked_file(raw_path, n_gpu_layers, params)  # (the state files' identity, from the file loaded next)
         handle = load_weights(raw_path, n_gpu_layers, placement)
+        self.drafting = Drafting(self.speculative, handle, params, Model) if self.speculative else None
         self._lora = LoraAdapters.load(handle, file.header, lora)  # (freed by close, or with it)
         self._open(file, handle, params, context_settings.attention_paths)
 
     def with_context(self, **settings: Any) -> Model:
         """A new Model with a context of its own on this Model's loaded weights: no second load, no second copy
         of the weights (e.g. an embedder beside a BatchEngine's model). It takes Model()'s context settings; the
-        file and n_gpu_layers are this Model's, not its LoRA adapters. Each Model has its own context, lock and
-        close(): the two may run on different threads at once, and the weights stay loaded until the last of them is
-        closed."""
+        file and n_gpu_layers are this Model's, not its LoRA adapters nor its speculation. Each Model has its own
+        context, lock and close(): both may run on different threads at once; the last close() frees the weights."""
         # allowed while this Model is busy: only the weights are shared, and holding their handle keeps them loaded
         # whatever this Model does meanwhile
         context_settings = resolve_kv_types(ContextSettings(**settings), self.path, self._file.n_gpu_layers)
@@ -111,6 +112,7 @@ class Model:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
         self._lock = threading.RLock()
         self.speculative = speculative  # (a with_context Model drafts nothing)
+        self.drafting = None  # each generation's drafter, and the draft model's context (Model() sets it)
         self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._lora = LoraAdapters()
@@ -140,12 +142,13 @@ class Model:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the context, and the weights unless another Model (with_context) still uses them. A second close
-        does nothing."""
+        """Free the context (and a draft model's), and the weights unless a with_context Model still uses them."""
         with self._lock:
             self._refuse_if_busy("close the model")
             context, self._context, self._handle = self._context, None, None
             if context is not None:
+                if self.drafting is not None:
+                    self.drafting.close()
                 context.close()
                 self._lora.close()  # (after the context that applied them)
 
@@ -192,23 +195,20 @@ class Model:
 
     @contextmanager
     def _using_context(self, action: str) -> Iterator[ContextHandle]:
-        """Hold the lock and refuse while a generation runs: for every call that reads or changes the context.
-        Yields the context."""
+        """Hold the lock and refuse while a generation runs: for every call that reads or changes the context."""
         with self._reading_context() as context:
             self._refuse_if_busy(action)
             yield context
 
     @contextmanager
     def _using_model(self) -> Iterator[ModelHandle]:
-        """Hold the lock (so close() waits) for a call that only reads the model; allowed during a generation.
-        Yields the model's handle."""
+        """Hold the lock (so close() waits) for a call that only reads the model; allowed during a generation."""
         with self._lock:
             yield self.handle
 
     @contextmanager
     def _reading_context(self) -> Iterator[ContextHandle]:
-        """Hold the lock for a call that reads facts the context fixed when it was made (sizes); allowed during a
-        generation. Yields the context."""
+        """Hold the lock for a call that reads facts fixed when the context was made (sizes); allowed while busy."""
         with self._lock:
             context = self._context
             if context is None:
@@ -428,7 +428,7 @@ class Model:
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
         with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
-            drafter = self.speculative.drafter(tokens) if self.speculative is not None else None
+            drafter = self.drafting.drafter(tokens) if self.drafting is not None else None
             sequence = GenerationSequence(request, handle, n_ctx, drafter)
         pieces = self._run(tokens, sequence)
         self._stream = weakref.ref(pieces)
