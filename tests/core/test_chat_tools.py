@@ -92,6 +92,10 @@ def test_tool_history_reaches_the_prompt(chat_model) -> None:
 def test_tools_and_a_response_format_are_refused_together(chat_model) -> None:
     with pytest.raises(pl.InvalidArgumentError, match="tool_choice"):
         chat_model.chat(ASK, tools=[WEATHER], response_format={"type": "json_object"})
+    # a forced call writes no text for the format to shape: the call comes back (instructor's RESPONSES_TOOLS)
+    forced = chat_model.chat(ASK, tools=[WEATHER], response_format={"type": "json_object"}, **GREEDY,
+                             tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert [c.name for c in forced.tool_calls] == ["get_weather"] and forced.finish_reason == "tool_calls"
     with pytest.raises(pl.InvalidArgumentError, match="not a function in tools"):
         chat_model.chat(ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
     with pytest.raises(pl.InvalidArgumentError, match="tools"):

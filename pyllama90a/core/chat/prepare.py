@@ -138,9 +138,13 @@ def prepare_chat(model: ChatModel, messages: Messages, *,
     check_template_variables(template_kwargs or {})
     # tool_choice "none": the model is not shown the tools, so it does not write calls nobody reads
     offered = checked_tools if choice.mode != "none" else []
-    if offered and constraint is not None:
+    # a forced call ("required", a named function) writes no message text, the only thing a response format
+    # shapes (OpenAI's semantics; instructor's RESPONSES_TOOLS mode sends both): the call's grammar is the
+    # constraint. Under "auto" the model may answer in text, which would have to match both grammars: refused.
+    if offered and constraint is not None and choice.mode == "auto":
         raise InvalidArgumentError("a response format (response_format, json_schema, grammar, regex) cannot be "
-                                   "combined with tools unless tool_choice is 'none'", param="tools")
+                                   "combined with tools unless tool_choice is 'none', 'required' or a function",
+                                   param="tools")
     template = model.chat_template
     # what the rendering and the tokenizer refuse (a NUL for llama.cpp's template, text that is no UTF-8) is in
     # the messages
