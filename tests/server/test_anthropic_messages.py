@@ -146,6 +146,20 @@ def test_thinking_on_a_template_without_thinking(client) -> None:
     assert [b.type for b in message.content] == ["text"] and message.content[0].text.strip()
 
 
+def test_the_sdks_history_fields_are_accepted(client) -> None:
+    """Fields an earlier answer's blocks carry (citations, a direct caller, no toolset) change nothing in the
+    prompt."""
+    plain = [*ASK, {"role": "assistant", "content": [{"type": "text", "text": "Let me look."},
+                                                     {"type": "tool_use", "id": "t1", "name": TOOL["name"],
+                                                      "input": {"city": "Paris", "unit": "C"}}]}]
+    carried = [*ASK, {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look.", "citations": []},
+        {"type": "tool_use", "id": "t1", "name": TOOL["name"], "input": {"city": "Paris", "unit": "C"},
+         "caller": {"type": "direct"}, "toolset_name": None}]}]
+    assert client.messages.count_tokens(model="m", messages=carried, tools=[TOOL]).input_tokens == \
+        client.messages.count_tokens(model="m", messages=plain, tools=[TOOL]).input_tokens
+
+
 def test_the_key_in_x_api_key_and_a_wrong_one(server) -> None:
     body = {"model": "m", "max_tokens": 1, "messages": HELLO}
     ok = httpx.post(server.base_url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=60)
@@ -179,6 +193,9 @@ def test_an_image_block_is_refused_naming_it(client) -> None:
      "output_config.format"),
     ({"model": "m", "max_tokens": 8, "tools": [{**TOOL, "input_examples": [{"city": "Paris"}]}], "messages": HELLO},
      "tools[0].input_examples"),
+    ({"model": "m", "max_tokens": 8, "messages": [*HELLO, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "f", "input": {}, "caller": {"type": "code_execution_20250825"}}]}]},
+     "messages[1].content[0].caller"),
     ({"model": "m", "max_tokens": 8, "messages": HELLO, "temprature": 0}, "temprature"),  # (--unknown-fields reject)
     # (a block type that is no string: once a 500, found by schemathesis)
     ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [{"type": {}}]}]},

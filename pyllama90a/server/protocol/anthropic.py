@@ -47,7 +47,7 @@ REFUSED_BLOCKS = {
 }
 # each block type's fields (the required ones first, then `required` of them) and who may send it
 BLOCK_FIELDS: dict[str, tuple[tuple[str, ...], int]] = {
-    "text": (("text",), 1), "tool_use": (("id", "name", "input"), 3),
+    "text": (("text", "citations"), 1), "tool_use": (("id", "name", "input", "caller"), 3),
     "tool_result": (("tool_use_id", "content", "is_error"), 1), "thinking": (("thinking", "signature"), 1)}
 ROLE_BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use", "thinking")}
 MAX_STOP_SEQUENCES = 16  # (the OpenAI routes' bound on stop strings)
@@ -91,17 +91,28 @@ TEXT_ONLY, ANY_BLOCKS = BeforeValidator(lambda v: _blocks(v, ("text",))), Before
 OR_STRING = Field(json_schema_extra=_or_string)
 
 
+CITATIONS = Field(None, description="an earlier answer's citations (they are not rendered: only the text is)")
+# history blocks' fields of what this server does not serve: refused unless null
+BLOCK_REFUSED: dict[str, tuple[NoOp, str]] = {"toolset_name": (lambda v: v is None, "MCP toolsets are not served")}
+
+
 class TextBlock(ProtocolModel):
+    refused = BLOCK_REFUSED
     type: Literal["text"]
     text: str
     cache_control: dict[str, Any] | None = Field(None, description="a caching hint: the server caches itself")
+    citations: list[dict[str, Any]] | None = CITATIONS
 
 
 class Block(ProtocolModel):
     """A content block of a message: text, an assistant's earlier tool_use (input: the arguments) or thinking
     (given to the template as reasoning_content), a user's tool_result (by the tool_use's id)."""
+    refused = BLOCK_REFUSED
     type: Literal["text", "tool_use", "tool_result", "thinking"]
     text: str | None = None
+    citations: list[dict[str, Any]] | None = CITATIONS
+    caller: dict[str, Any] | None = Field(None, description="a tool_use's caller: {type: direct} only (no code "
+                                                            "execution callers)")
     id: str | None = None
     name: str | None = None
     input: dict[str, Any] | None = None
@@ -120,6 +131,9 @@ class Block(ProtocolModel):
         for name in fields[:required]:
             if name not in self.model_fields_set:
                 raise bad(f"a {self.type} block needs '{name}'", name)
+        if self.caller not in (None, {"type": "direct"}):
+            raise bad("only direct tool calls are served (caller {type: 'direct'}), no code execution callers",
+                      "caller")
         return self
 
 
