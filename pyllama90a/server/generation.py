@@ -86,7 +86,7 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
 
 
 # a route's own answer shape: (id, each generation's prompt tokens, the settings every shape takes, and a chat's
-# "output", the reader of its tool calls) -> Shape
+# "output" and "reasoning", the readers of its tool calls and thinking block) -> Shape
 ShapeFor = Callable[[str, list[list[int]], dict[str, Any]], Shape]
 
 
@@ -106,11 +106,10 @@ async def generate(state: ServerState, request: Request, gen: Generation, ignore
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     common: dict[str, Any] = {"fingerprint": state.fingerprint, "timer": timer,
                               **gen.answer.shape_settings(state.engine.model, prompt)}
-    if prepared is not None:
-        common["output"] = prepared.output  # (a chat's: the reader of its tool calls)
+    if prepared is not None:  # (a chat's: the readers of its thinking block and its tool calls)
+        common.update(output=prepared.output, reasoning=prepared.reasoning)
     shape = (shape_for(ident, prompts, common) if shape_for is not None
-             else ChatShape(ident, state.model_name, gen.n, reasoning=prepared.reasoning if prepared else None,
-                            **common) if chat
+             else ChatShape(ident, state.model_name, gen.n, **common) if chat
              else CompletionShape(ident, state.model_name, gen.n, **common))
     if gen.stream:
         return StreamingResponse(_sse(state, chunks, handles, shape, gen.include_usage, route_inputs(request.scope)),

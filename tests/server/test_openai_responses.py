@@ -2,15 +2,22 @@
 server process on the default model at temperature 0: a plain answer and its stream (event order, sequence
 numbers, deltas that join to the final text), a forced function call and its function_call_output round trip,
 text.format json_schema (and the SDK's parse()), previous_response_id replaying the stored conversation, the
-store's limit, and 400s naming the built-in tool, the unserved field or the unknown item key."""
+store's limit, cached_tokens of a repeated prompt, llama-server's timings_per_token and return_progress, and 400s
+naming the built-in tool, the unserved field or the unknown item key. Reasoning items (whole, streamed, replayed,
+reasoning.effort) on the default model with Qwen's QwQ-32B chat template (tests/data), whose generation prompt
+opens the thinking block; a template's refusal named by this API's field."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import jsonschema
 import pytest
+from starlette.testclient import TestClient
 
+import pyllama90a as pl
+from pyllama90a.server import ServerState, create_app
 from pyllama90a.tools.server_process import ServerProcess
 from support.weather_tools import WEATHER
 
@@ -176,7 +183,11 @@ def test_the_store_forgets_the_least_recently_used_past_its_limit(client) -> Non
 @pytest.mark.parametrize(("fields", "param", "named"), [
     ({"tools": [{"type": "web_search"}]}, "tools[0].type", "web_search"),
     ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "file_search"}}, "tool_choice.type", "file_search"),
-    ({"reasoning": {"effort": "high"}}, "reasoning", "reasoning"),
+    # (the default model's template has no effort levels)
+    ({"reasoning": {"effort": "high"}}, "reasoning.effort", "reasoning_effort"),
+    ({"reasoning": {"summary": "auto"}}, "reasoning.summary", "summar"),
+    ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}, "input[0].encrypted_content",
+     "encrypted"),
     ({"background": True}, "background", "background"),
     ({"include": ["message.output_text.logprobs"]}, "include", "include"),
     ({"truncation": "auto"}, "truncation", "truncation"),
@@ -213,3 +224,106 @@ def test_langchain_use_responses_api(server) -> None:
         unit: str = pydantic.Field(pattern="^[CF]$")
 
     assert isinstance(chat(64).with_structured_output(Weather).invoke(QUESTION), Weather)
+
+
+def test_a_repeated_prompt_has_cached_tokens(client) -> None:
+    kwargs = {**GREEDY, "max_output_tokens": 2, "input": "Name three colors of the rainbow, please, in order."}
+    first = client.responses.create(**kwargs)
+    again = client.responses.create(**kwargs)
+    assert again.usage.input_tokens == first.usage.input_tokens
+    assert again.usage.input_tokens_details.cached_tokens >= again.usage.input_tokens // 2
+    streamed = list(client.responses.create(**kwargs, stream=True))[-1].response.usage
+    assert streamed.input_tokens_details.cached_tokens >= again.usage.input_tokens // 2
+
+
+def test_llama_servers_timings_per_token_and_progress(server) -> None:
+    body = {"model": "m", "input": "Count from 1 to 10.", "max_output_tokens": 4, "temperature": 0, "stream": True,
+            "timings_per_token": True, "return_progress": True}
+    with httpx.stream("POST", server.base_url + "/v1/responses", json=body, timeout=120) as raw:
+        events = [json.loads(line[6:]) for line in raw.iter_lines() if line.startswith("data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    (progress,) = [e for e in events if "prompt_progress" in e]
+    assert progress["type"] == "response.in_progress" and progress["prompt_progress"]["total"] > 0
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    generated = [e["timings"]["predicted_n"] for e in deltas]  # (the tokens so far, on every event)
+    assert deltas and generated == sorted(generated) and generated[0] >= 1
+    assert events[-1]["type"] == "response.incomplete" and "timings" in events[-1]
+
+
+THINKING = Path(__file__).resolve().parents[1] / "data" / "qwq-32b.jinja"
+# a template that refuses a conversation without a user message, as many templates do (raise_exception)
+REFUSING = "{% for m in messages %}{% if m.role == 'user' %}{% set ns = true %}{% endif %}{% endfor %}" \
+           "{% if messages | selectattr('role', 'equalto', 'user') | list | length == 0 %}" \
+           "{{ raise_exception('No user query found in messages.') }}{% endif %}" \
+           "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" \
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+
+def _sdk(model_path, template: str):
+    engine = pl.BatchEngine(model_path, parallel=1, n_ctx=1024, n_threads=2, chat_template=template)
+    http = TestClient(create_app(ServerState(engine, "m")))
+    http.__enter__()
+    return engine, http, openai.OpenAI(base_url=f"{http.base_url}/v1", api_key="unused", http_client=http,
+                                       max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def thinker(model_path):
+    """The SDK on an in-process server whose template thinks."""
+    engine, http, sdk = _sdk(model_path, THINKING.read_text())
+    yield sdk
+    http.__exit__(None, None, None)
+    engine.close()
+
+
+def test_reasoning_items_whole_and_streamed(thinker) -> None:
+    kwargs = {**GREEDY, "max_output_tokens": 30, "input": "What is 2+2?"}
+    whole = thinker.responses.create(**kwargs)
+    thought = whole.output[0]
+    assert thought.type == "reasoning" and thought.id.startswith("rs_") and thought.summary == []
+    (part,) = thought.content
+    assert part.type == "reasoning_text" and part.text.strip() and "<think>" not in part.text
+    assert all(item.type != "reasoning" for item in whole.output[1:])
+    assert 0 < whole.usage.output_tokens_details.reasoning_tokens <= whole.usage.output_tokens
+
+    with thinker.responses.stream(**kwargs) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == part.text
+    (done,) = [e for e in events if e.type == "response.reasoning_text.done"]
+    assert done.text == part.text and done.item_id == final.output[0].id
+    assert [i.type for i in final.output] == [i.type for i in whole.output]
+    assert final.output[0].content == thought.content and final.output_text == whole.output_text
+    assert final.usage.output_tokens_details.reasoning_tokens == whole.usage.output_tokens_details.reasoning_tokens
+
+    # effort none: thinking off (the block the template opens is closed), so no reasoning item
+    off = thinker.responses.create(**kwargs, reasoning={"effort": "none"})
+    assert [item.type for item in off.output] == ["message"] and off.usage.input_tokens > whole.usage.input_tokens
+    with pytest.raises(openai.BadRequestError) as refused:  # (QwQ's template has no effort levels)
+        thinker.responses.create(**kwargs, reasoning={"effort": "high"})
+    assert refused.value.body["param"] == "reasoning.effort"
+
+
+def test_reasoning_items_are_replayed(thinker) -> None:
+    """A stored response's reasoning item, and one sent back in input, are the assistant turn's reasoning: the
+    follow-up's prompt is the same either way."""
+    first = thinker.responses.create(**GREEDY, input="What is 2+2?")
+    follow_up = thinker.responses.create(**GREEDY, input="And 3+3?", previous_response_id=first.id)
+    sent = thinker.responses.create(**GREEDY, store=False, input=[
+        {"role": "user", "content": "What is 2+2?"}, *(i.model_dump(exclude_none=True) for i in first.output),
+        {"role": "user", "content": "And 3+3?"}])
+    assert follow_up.usage.input_tokens == sent.usage.input_tokens
+
+
+def test_a_template_refusal_names_input(model_path) -> None:
+    engine, http, sdk = _sdk(model_path, REFUSING)
+    try:
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.responses.create(**GREEDY, instructions="Be brief.", input=[{"role": "assistant", "content": "Hi"}])
+        error = refused.value.body
+        assert error["param"] == "input" and "No user query found" in error["message"]
+        assert error["code"] == "chat_template_error"
+        assert sdk.responses.create(**GREEDY, input="Hi").status  # (a conversation it takes)
+    finally:
+        http.__exit__(None, None, None)
+        engine.close()

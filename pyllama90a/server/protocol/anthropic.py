@@ -8,19 +8,28 @@ content, its tool_use blocks its tool_calls (input: the arguments object), its t
 reasoning_content (which templates that think render); a user's tool_result blocks are tool messages (named by
 the tool_use they answer; is_error: their content after "Error: ", as no template has a place for the flag),
 then its text blocks one user message. Blocks that would need what this server does not have (images,
-documents, redacted thinking, server tools) and the `thinking` request field are refused with a 400 naming the
-field.
+documents, redacted thinking, server tools) are refused with a 400 naming the field.
+
+`thinking` is the chat's reasoning switch (core.chat.reasoning): enabled or adaptive set the template's
+`enable_thinking` true, disabled false, and enabled's budget_tokens is the reasoning budget where the template has
+thinking markers (a template without them never thinks: no budget to spend). `output_config.format` (a JSON schema)
+is the same constraint as the chat's response_format; its `effort` is refused.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from ...core.chat.messages import Messages, normalize_messages
+from ...core.chat.messages import normalize_messages
+from ...core.chat.reasoning import markers_of
+from ...core.constrained import constraint_from
 from ...core.generation.request import GenerationRequest
 from ...core.generation.sampling import SamplingParams
-from ...core.toolcalls import NAME_PATTERN, ToolChoice, Tools, check_tool_choice, check_tools
+from ...core.toolcalls import NAME_PATTERN, check_tool_choice, check_tools
+from ...errors import about
 from ..errors import APIError
 from .base import LIMIT, Between, Limits, ProtocolModel, bad
 from .refused_fields import NoOp
@@ -38,23 +47,17 @@ REFUSED_BLOCKS = {
 }
 # each block type's fields (the required ones first, then `required` of them) and who may send it
 BLOCK_FIELDS: dict[str, tuple[tuple[str, ...], int]] = {
-    "text": (("text",), 1), "tool_use": (("id", "name", "input"), 3),
+    "text": (("text", "citations"), 1), "tool_use": (("id", "name", "input", "caller"), 3),
     "tool_result": (("tool_use_id", "content", "is_error"), 1), "thinking": (("thinking", "signature"), 1)}
 ROLE_BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use", "thinking")}
 MAX_STOP_SEQUENCES = 16  # (the OpenAI routes' bound on stop strings)
 
 
-def _off(value: Any) -> bool:
-    return value is None or value == {"type": "disabled"}
-
-
 # request fields that would change the answer: their no-op values only
 ANTHROPIC_FIELDS: dict[str, tuple[NoOp, str]] = {
-    "thinking": (_off, "extended thinking is not supported by this server (only {'type': 'disabled'})"),
     "mcp_servers": (lambda v: v is None or v == [], "MCP servers are not supported"),
     "container": (lambda v: v is None, "containers are not supported"),
     "context_management": (lambda v: v is None, "context management is not supported"),
-    "output_config": (lambda v: v is None or v == {}, "output_config (effort, format) is not supported"),
 }
 
 
@@ -88,17 +91,28 @@ TEXT_ONLY, ANY_BLOCKS = BeforeValidator(lambda v: _blocks(v, ("text",))), Before
 OR_STRING = Field(json_schema_extra=_or_string)
 
 
+CITATIONS = Field(None, description="an earlier answer's citations (they are not rendered: only the text is)")
+# history blocks' fields of what this server does not serve: refused unless null
+BLOCK_REFUSED: dict[str, tuple[NoOp, str]] = {"toolset_name": (lambda v: v is None, "MCP toolsets are not served")}
+
+
 class TextBlock(ProtocolModel):
+    refused = BLOCK_REFUSED
     type: Literal["text"]
     text: str
     cache_control: dict[str, Any] | None = Field(None, description="a caching hint: the server caches itself")
+    citations: list[dict[str, Any]] | None = CITATIONS
 
 
 class Block(ProtocolModel):
     """A content block of a message: text, an assistant's earlier tool_use (input: the arguments) or thinking
     (given to the template as reasoning_content), a user's tool_result (by the tool_use's id)."""
+    refused = BLOCK_REFUSED
     type: Literal["text", "tool_use", "tool_result", "thinking"]
     text: str | None = None
+    citations: list[dict[str, Any]] | None = CITATIONS
+    caller: dict[str, Any] | None = Field(None, description="a tool_use's caller: {type: direct} only (no code "
+                                                            "execution callers)")
     id: str | None = None
     name: str | None = None
     input: dict[str, Any] | None = None
@@ -117,6 +131,9 @@ class Block(ProtocolModel):
         for name in fields[:required]:
             if name not in self.model_fields_set:
                 raise bad(f"a {self.type} block needs '{name}'", name)
+        if self.caller not in (None, {"type": "direct"}):
+            raise bad("only direct tool calls are served (caller {type: 'direct'}), no code execution callers",
+                      "caller")
         return self
 
 
@@ -134,11 +151,20 @@ class AnthropicMessage(ProtocolModel):
 
 class AnthropicTool(ProtocolModel):
     """A client tool (Anthropic's server tools, whose type names a version, are not served)."""
+    refused = {  # noqa: RUF012 (a ClassVar of ProtocolModel)
+        "input_examples": (lambda v: v is None or v == [], "input examples are not served: describe the input in "
+                                                           "'description' or the schema"),
+        "defer_loading": (lambda v: v is None or v is False, "tool search (deferred tools) is not served"),
+        "allowed_callers": (lambda v: v is None or v == ["direct"], "only direct calls are served (no code "
+                                                                    "execution callers)"),
+        "eager_input_streaming": (lambda v: v is None or v is True, "a tool's input is always streamed as it is "
+                                                                    "generated here (input_json_delta)")}
     type: Literal["custom"] | None = None
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     input_schema: dict[str, Any] = Field(description="a JSON schema of type object")
     cache_control: dict[str, Any] | None = None
+    strict: bool | None = Field(None, description="calls always match input_schema here (constrained decoding)")
 
 
 class AnthropicToolChoice(ProtocolModel):
@@ -154,6 +180,45 @@ class AnthropicToolChoice(ProtocolModel):
         if self.type == "tool":
             return {"type": "function", "function": {"name": self.name}}
         return {"auto": "auto", "any": "required", "none": "none"}[self.type]
+
+
+class ThinkingConfig(ProtocolModel):
+    """`thinking`: enabled (budget_tokens: at most that many tokens of thinking), adaptive (the template's own
+    thinking, the server's budget) or disabled; display summarized (the thinking's text) or omitted (the block
+    without its text)."""
+    type: Literal["enabled", "adaptive", "disabled"]
+    budget_tokens: Annotated[int, Between(0, 1 << 30)] | None = Field(None, description="type enabled: required")
+    display: Literal["summarized", "omitted"] | None = None
+
+    @model_validator(mode="after")
+    def _budget(self) -> ThinkingConfig:
+        if (self.type == "enabled") != (self.budget_tokens is not None):
+            raise bad("'budget_tokens' is given with type 'enabled', and only then", "budget_tokens")
+        return self
+
+
+class OutputConfig(ProtocolModel):
+    """`output_config`: format, the answer's JSON schema ({type: json_schema, schema}), as response_format's."""
+    refused = {"effort": (lambda v: v is None, "effort levels are not served: use thinking (its budget_tokens) "  # noqa: RUF012
+                                               "and max_tokens")}
+    format: dict[str, Any] | None = None
+
+    def response_format(self) -> dict[str, Any] | None:
+        """The chat's response_format of this format (None: free text), which constraint_from checks."""
+        fmt = self.format
+        if fmt is None:
+            return None
+        if fmt.get("type") != "json_schema" or set(fmt) != {"type", "schema"}:
+            raise APIError(400, "'output_config.format' must be {type: 'json_schema', schema: {...}}",
+                           param="output_config.format")
+        return {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
+
+
+@dataclass(frozen=True)
+class MessagesTurn:
+    """A checked /v1/messages request: its generation, and whether the thinking's text is shown."""
+    generation: Generation
+    show_thinking: bool = True
 
 
 class AnthropicChat(ProtocolModel):
@@ -173,19 +238,36 @@ class AnthropicChat(ProtocolModel):
     messages: list[AnthropicMessage] = Field(min_length=1)
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
 
-    def chat(self) -> tuple[Messages, Tools | None, ToolChoice, bool | None]:
-        """The typed messages, tools, tool_choice and parallel_tool_calls of the chat route."""
+    def chat(self, request: GenerationRequest, model: Any = None, stream: bool = False) -> Generation:
+        """The chat route's Generation of `request` (sampling, stops): the typed messages, tools, tool_choice and
+        parallel_tool_calls, the thinking settings for `model`'s template, output_config's constraint."""
         tools = check_tools([{"type": "function", "function": {
             "name": t.name, "parameters": t.input_schema,
             **({"description": t.description} if t.description is not None else {})}} for t in self.tools or ()])
         if not tools and self.tool_choice is not None and self.tool_choice.type != "none":
             raise APIError(400, "'tool_choice' needs a non-empty 'tools' list (only type 'none' is allowed without)",
                            param="tool_choice")
-        choice = self.tool_choice.choice() if self.tool_choice is not None else None
+        choice = check_tool_choice(self.tool_choice.choice() if self.tool_choice is not None else None, tools)
         no_parallel = self.tool_choice.disable_parallel_tool_use if self.tool_choice is not None else None
-        return (normalize_messages(self._openai_messages()), tools or None, check_tool_choice(choice, tools),
-                None if no_parallel is None else not no_parallel)
+        response_format = self.output_config.response_format() if self.output_config is not None else None
+        with about("output_config.format"):
+            constraint = constraint_from(response_format=response_format) if response_format is not None else None
+        return Generation(replace(request, constraint=constraint), stream,
+                          messages=normalize_messages(self._openai_messages()), tools=tools or None,
+                          tool_choice=choice, parallel_tool_calls=None if no_parallel is None else not no_parallel,
+                          **self._thinking(model, tools if choice.mode != "none" else []))
+
+    def _thinking(self, model: Any, offered: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The Generation's template_kwargs and reasoning_budget of `thinking` (none given: the server's)."""
+        template = getattr(model, "chat_template", None)
+        if self.thinking is None or template is None:  # (llama.cpp's built-in template never thinks)
+            return {}
+        thinks = markers_of(template.source_for(offered)) is not None
+        return {"template_kwargs": {"enable_thinking": self.thinking.type != "disabled"},
+                "reasoning_budget": self.thinking.budget_tokens if thinks else None}
 
     def _openai_messages(self) -> list[dict[str, Any]]:
         """The messages in OpenAI's shape (see the module's doc), for normalize_messages."""
@@ -233,8 +315,8 @@ def _assistant(blocks: list[Block], names: dict[str, str]) -> dict[str, Any]:
 class CountTokensRequest(AnthropicChat):
     """POST /v1/messages/count_tokens: the chat of a Messages request, without max_tokens."""
 
-    def convert(self, limits: Limits) -> tuple[Messages, Tools | None, ToolChoice, bool | None]:
-        return self.chat()
+    def convert(self, limits: Limits, model: Any = None) -> Generation:
+        return self.chat(GenerationRequest(1), model)  # (what is generated does not count: one token)
 
 
 class MessagesRequest(AnthropicChat):
@@ -247,11 +329,14 @@ class MessagesRequest(AnthropicChat):
     top_p: Annotated[float, Between(0.0, 1.0)] = 1.0
     top_k: Annotated[int, Between(0, 1 << 30)] = 40
 
-    def convert(self, limits: Limits) -> Generation:
-        messages, tools, tool_choice, parallel = self.chat()
+    def convert(self, limits: Limits, model: Any = None) -> MessagesTurn:
         if any(not s for s in self.stop_sequences):
             raise APIError(400, "'stop_sequences' must not hold an empty string", param="stop_sequences")
+        budget = self.thinking.budget_tokens if self.thinking is not None else None
+        if budget is not None and budget >= self.max_tokens:  # (Anthropic's rule: thinking counts in max_tokens)
+            raise APIError(400, f"'thinking.budget_tokens' ({budget}) must be less than 'max_tokens' "
+                                f"({self.max_tokens})", param="thinking.budget_tokens")
         sampling = SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         request = GenerationRequest(self.max_tokens, tuple(self.stop_sequences), sampling)
-        return Generation(request, self.stream, messages=messages, tools=tools, tool_choice=tool_choice,
-                          parallel_tool_calls=parallel)
+        return MessagesTurn(self.chat(request, model, self.stream),
+                            self.thinking is None or self.thinking.display != "omitted")

@@ -2,27 +2,33 @@
 items (messages, function_call, function_call_output: responses_items.py) and `instructions` become the chat's
 Messages, its function tools and tool_choice the chat's Tools and ToolChoice, `text.format` the same constraint
 response_format makes (core.constrained.constraint_from). A `previous_response_id` puts the stored
-conversation (server/response_store.py) before this turn's input. What would change the output but is not
-served (built-in tools, images and files, reasoning, background runs, `include`d extras) is a 400 naming it.
+conversation (server/response_store.py) before this turn's input. `reasoning.effort` is the chat's reasoning
+switch: "none" turns the template's thinking off (enable_thinking false), a level is the template's
+`reasoning_effort` variable where it reads one (gpt-oss's), else a 400. What would change the output but is not
+served (built-in tools, images and files, reasoning summaries, background runs, `include`d extras) is a 400
+naming it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, SkipValidation, model_validator
 
 from ...core.chat.messages import normalize_messages
+from ...core.chat.template import compile_template
 from ...core.constrained import constraint_from
 from ...core.generation.request import GenerationRequest
 from ...core.generation.sampling import SamplingParams
 from ...core.toolcalls import NAME_PATTERN, check_tool_choice, check_tools
-from ...errors import about
-from ..errors import APIError
+from ...errors import ChatTemplateError, InvalidArgumentError, about
+from ..errors import APIError, RouteInputs, answer
 from ..response_store import ResponseStore
 from .base import Between, Limits, ProtocolModel, bad
 from .refused_fields import NoOp
-from .requests import Generation, Harmless, MaxTokens
+from .requests import AnswerOptions, Generation, Harmless, MaxTokens
 from .responses_items import Item, chat_messages, input_items
 
 BUILTIN = "this server serves function tools only (no hosted web search, file search, computer use, code " \
@@ -33,14 +39,8 @@ def _none_or(*wanted: Any) -> NoOp:
     return lambda value: value is None or any(value == w and type(value) is type(w) for w in wanted)
 
 
-def _no_reasoning(value: Any) -> bool:
-    return value is None or (isinstance(value, dict) and value.get("effort") in (None, "none")
-                             and value.get("summary") is None and value.get("generate_summary") is None)
-
-
 # field -> (its no-op values, why anything else is refused); see refused_fields.py
 RESPONSES_FIELDS: dict[str, tuple[NoOp, str]] = {
-    "reasoning": (_no_reasoning, "reasoning (effort other than 'none', summaries) is not supported by this model"),
     "background": (_none_or(False), "background responses are not supported: send the request and wait, or stream"),
     "include": (_none_or([]), "nothing this server can add to a response: no reasoning, logprobs, search or "
                               "image outputs"),
@@ -51,10 +51,27 @@ RESPONSES_FIELDS: dict[str, tuple[NoOp, str]] = {
     "prompt": (_none_or(), "stored prompt templates are not served: send input and instructions"),
     "conversation": (_none_or(), "the Conversations API is not served: use previous_response_id"),
     "context_management": (_none_or(), "context management (compaction) is not served"),
-    # llama.cpp's server's stream extensions
-    "timings_per_token": (_none_or(False), "timings per token are not served on /v1/responses"),
-    "return_progress": (_none_or(False), "prompt progress events are not served on /v1/responses"),
 }
+NO_SUMMARY = "reasoning summaries are not served (no summarizer here): the reasoning item's content has the " \
+             "whole reasoning text"
+
+
+# what a prompt too long for a slot, or a template's or tokenizer's refusal, names
+RESPONSES_INPUTS = RouteInputs("input", "input")
+
+
+@contextmanager
+def in_input() -> Iterator[None]:
+    """What the chat path refuses in the messages it renders (their checks, the template, the tokenizer: it names
+    them `messages`), answered naming this API's fields: the conversation is `input` and `instructions`."""
+    try:
+        yield
+    except InvalidArgumentError as e:
+        if not (isinstance(e, ChatTemplateError) or e.param is None or e.param.startswith("messages")):
+            raise
+        error = answer(e, RESPONSES_INPUTS)
+        error.param, error.message = "input", f"{error.message} (in the conversation of 'input' and 'instructions')"
+        raise error from e
 
 
 class FunctionTool(ProtocolModel):
@@ -69,6 +86,25 @@ class FunctionTool(ProtocolModel):
         function = {"name": self.name, **({"description": self.description} if self.description else {}),
                     **({"parameters": self.parameters} if self.parameters is not None else {})}
         return {"type": "function", "function": function}
+
+
+class ReasoningOptions(ProtocolModel):
+    """`reasoning`: effort (see the module's doc); summaries are refused."""
+    refused = {"summary": (_none_or(), NO_SUMMARY), "generate_summary": (_none_or(), NO_SUMMARY)}  # noqa: RUF012
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+
+    def template_kwargs(self, model: Any, offered: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        """The template variables of this effort for `model`'s template (None: the server's defaults)."""
+        template = getattr(model, "chat_template", None)
+        if self.effort is None or template is None:  # (llama.cpp's built-in template never thinks)
+            return None
+        if self.effort == "none":
+            return {"enable_thinking": False}
+        if "reasoning_effort" not in compile_template(template.source_for(offered)):
+            raise APIError(400, f"'reasoning.effort': this model's chat template has no effort levels (it reads no "
+                                f"'reasoning_effort'): only 'none' (thinking off) is served, or leave effort out, "
+                                f"got {self.effort!r}", param="reasoning.effort")
+        return {"enable_thinking": True, "reasoning_effort": self.effort}
 
 
 class NamedFunction(ProtocolModel):
@@ -127,6 +163,10 @@ class ResponsesRequest(Harmless):
     stream: bool = False
     store: bool = Field(True, description="keep the response for previous_response_id and GET (--responses-store)")
     previous_response_id: str | None = Field(None, description="continue a stored response's conversation")
+    reasoning: ReasoningOptions | None = None
+    timings_per_token: bool = Field(False, description="llama-server's: every stream event has the timings so far")
+    return_progress: bool = Field(False, description="llama-server's: a stream reports the prompt's evaluation "
+                                  "(a response.in_progress event with prompt_progress) before the first token")
     _item_keys: list[str] = PrivateAttr(default_factory=list)  # input items' unknown keys, found by convert
 
     @property
@@ -151,9 +191,9 @@ class ResponsesRequest(Harmless):
                       "{type: function, name}", "tool_choice", "type")
         return body
 
-    def convert(self, limits: Limits, store: ResponseStore | None = None) -> ResponsesTurn:
-        """The turn: run in a request thread (a schema compiles here), with the server's store (None: the
-        document's default request, which names no previous response)."""
+    def convert(self, limits: Limits, store: ResponseStore | None = None, model: Any = None) -> ResponsesTurn:
+        """The turn: run in a request thread (a schema compiles here), with the server's store and model (None:
+        the document's default request, which names no previous response)."""
         previous: tuple[Item, ...] = ()
         if self.previous_response_id is not None:
             stored = store.get(self.previous_response_id) if store is not None else None
@@ -166,7 +206,8 @@ class ResponsesRequest(Harmless):
         new = input_items(self.input, self._item_keys)
         conversation = (*previous, *new)
         system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        messages = normalize_messages([*system, *chat_messages(conversation)])
+        with in_input():
+            messages = normalize_messages([*system, *chat_messages(conversation)])
         tools = check_tools([t.chat_tool() for t in self.tools or ()]) or None
         choice = check_tool_choice(self._chat_tool_choice(tools is not None), tools or [])
         response_format = self.text.response_format() if self.text is not None else None
@@ -175,8 +216,11 @@ class ResponsesRequest(Harmless):
         max_tokens = self.max_output_tokens or min(limits.max_tokens_default, limits.max_tokens_limit)
         request = GenerationRequest(max_tokens, sampling=SamplingParams(temperature=self.temperature, top_p=self.top_p),
                                     constraint=constraint)
+        offered = tools if tools is not None and choice.mode != "none" else []
+        thinking = self.reasoning.template_kwargs(model, offered) if self.reasoning is not None else None
         generation = Generation(request, self.stream, messages=messages, tools=tools, tool_choice=choice,
-                                parallel_tool_calls=self.parallel_tool_calls)
+                                parallel_tool_calls=self.parallel_tool_calls, template_kwargs=thinking,
+                                answer=AnswerOptions(self.timings_per_token, self.return_progress))
         return ResponsesTurn(generation, conversation, self.store, self._echo())
 
     def _chat_tool_choice(self, tools: bool) -> Any:
@@ -201,4 +245,5 @@ class ResponsesRequest(Harmless):
                 "text": {"format": (self.text.format if self.text and self.text.format else {"type": "text"})},
                 "tool_choice": self.tool_choice or "auto",
                 "tools": [t.model_dump(exclude_none=True) for t in self.tools or ()], "user": self.user,
-                "truncation": "disabled", "reasoning": {"effort": None, "summary": None}, "background": False}
+                "truncation": "disabled", "background": False,
+                "reasoning": {"effort": self.reasoning.effort if self.reasoning else None, "summary": None}}

@@ -89,12 +89,15 @@ _OUTPUT_ITEM = {"anyOf": [
     _obj("id type status role content", id=STR, type={"const": "message"}, status=STR, role={"const": "assistant"},
          content={"type": "array", "items": _obj("type text", type={"const": "output_text"}, text=STR)}),
     _obj("id type status call_id name arguments", id=STR, type={"const": "function_call"}, status=STR, call_id=STR,
-         name=STR, arguments=STR)]}
+         name=STR, arguments=STR),
+    _obj("id type summary content", id=STR, type={"const": "reasoning"}, status=STR, summary={"type": "array"},
+         content={"type": "array", "items": _obj("type text", type={"const": "reasoning_text"}, text=STR)})]}
 RESPONSE = _obj("id object created_at status model output", id=STR, object={"const": "response"}, created_at=INT,
                 status={"enum": ["completed", "incomplete", "in_progress"]}, model=STR,
                 output={"type": "array", "items": _OUTPUT_ITEM}, incomplete_details={"type": ["object", "null"]},
                 usage=_obj("input_tokens output_tokens total_tokens", input_tokens=INT, output_tokens=INT,
-                           total_tokens=INT))
+                           total_tokens=INT, input_tokens_details=_obj("cached_tokens", cached_tokens=INT),
+                           output_tokens_details=_obj("reasoning_tokens", reasoning_tokens=INT)))
 DELETED_RESPONSE = _obj("id object deleted", id=STR, object={"const": "response.deleted"}, deleted=BOOL)
 MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, created=INT, owned_by=STR,
              aliases={"type": "array", "items": STR}, tags={"type": "array", "items": STR})
@@ -183,8 +186,9 @@ _ANTHROPIC_USAGE = _obj("input_tokens output_tokens", input_tokens=INT, output_t
                         cache_creation_input_tokens=INT, cache_read_input_tokens=INT)
 ANTHROPIC_MESSAGE = _obj(
     "id type role model content stop_reason usage", id=STR, type={"const": "message"}, role={"const": "assistant"},
-    model=STR, content={"type": "array", "items": _obj("type", type={"enum": ["text", "tool_use"]}, text=STR, id=STR,
-                                                          name=STR, input=OBJ)},
+    model=STR, content={"type": "array", "items": _obj("type", type={"enum": ["thinking", "text", "tool_use"]},
+                                                          thinking=STR, signature=STR, text=STR, id=STR, name=STR,
+                                                          input=OBJ)},
     stop_reason={"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use"]},
     stop_sequence={"type": ["string", "null"]}, usage=_ANTHROPIC_USAGE)
 INPUT_TOKENS = _obj("input_tokens", input_tokens=INT)

@@ -14,7 +14,7 @@ from ...core.chat.prepare import prepare_chat
 from ..errors import ANTHROPIC_INPUTS
 from ..generation import generate, ignored_fields
 from ..protocol import openapi as doc
-from ..protocol.anthropic import CountTokensRequest, MessagesRequest
+from ..protocol.anthropic import CountTokensRequest, MessagesRequest, MessagesTurn
 from ..protocol.body import read_request
 from ..protocol.requests import Generation
 from ..responses.anthropic import MessageShape
@@ -28,27 +28,31 @@ router = Family()
     "Anthropic's Messages API: a chat answered as a message, or with stream=true Anthropic's events",
     MessagesRequest, doc.ANTHROPIC_MESSAGE, stream=True))
 async def messages(request: Request, state: State) -> Response:
-    gen: Generation
-    gen, ignored = await read_request(request, state.limits, MessagesRequest, pool=state.executors.parse)
+    turn: MessagesTurn
     engine = state.engine
+    turn, ignored = await read_request(request, state.limits, MessagesRequest, engine.model,
+                                       pool=state.executors.parse)
+    gen = turn.generation
 
     def shape_for(ident: str, prompts: list[list[int]], common: dict[str, Any]) -> MessageShape:
         return MessageShape("msg_" + uuid.uuid4().hex, state.model_name, stops=gen.request.stops,
-                            detokenize=lambda tokens: engine.model.detokenize(tokens, special=True), **common)
+                            detokenize=lambda tokens: engine.model.detokenize(tokens, special=True),
+                            show_thinking=turn.show_thinking, **common)
     return await generate(state, request, gen, ignored, chat=True, shape_for=shape_for)
 
 
-def _count(state: ServerState, chat: tuple[Any, ...]) -> int:
-    """The prompt's tokens, rendered and tokenized as /v1/messages renders them (its usage.input_tokens)."""
-    messages, tools, tool_choice, parallel = chat
-    return len(prepare_chat(state.engine.model, messages, tools=tools, tool_choice=tool_choice,
-                            parallel_tool_calls=parallel).tokens)
+def _count(state: ServerState, gen: Generation) -> int:
+    """The prompt's tokens, rendered and tokenized as /v1/messages renders them (its usage: input_tokens and
+    cache_read_input_tokens)."""
+    assert gen.messages is not None  # (AnthropicChat.chat sets them)
+    return len(prepare_chat(state.engine.model, gen.messages, tools=gen.tools, tool_choice=gen.tool_choice,
+                            parallel_tool_calls=gen.parallel_tool_calls, template_kwargs=gen.template_kwargs).tokens)
 
 
 @router.serve("POST", "/v1/messages/count_tokens", inputs=ANTHROPIC_INPUTS, doc=doc.anthropic(
     "The input tokens of a Messages request (its prompt, tools included)", CountTokensRequest, doc.INPUT_TOKENS))
 async def count_tokens(request: Request, state: State) -> Response:
     text = state.executors.text  # (template and tokenizer work)
-    chat, ignored = await read_request(request, state.limits, CountTokensRequest, pool=text)
-    return JSONResponse({"input_tokens": await text.run(_count, state, chat)},
+    gen, ignored = await read_request(request, state.limits, CountTokensRequest, state.engine.model, pool=text)
+    return JSONResponse({"input_tokens": await text.run(_count, state, gen)},
                         headers=ignored_fields(request, ignored))

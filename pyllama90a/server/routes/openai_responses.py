@@ -9,11 +9,11 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..errors import APIError, RouteInputs
+from ..errors import APIError
 from ..generation import generate
 from ..protocol import openapi as doc
 from ..protocol.body import read_request
-from ..protocol.openai_responses import ResponsesRequest, ResponsesTurn
+from ..protocol.openai_responses import RESPONSES_INPUTS, ResponsesRequest, ResponsesTurn, in_input
 from ..responses.openai import Shape
 from ..responses.openai_responses import ResponseShape
 from ..state import ServerState
@@ -21,8 +21,6 @@ from .family import Family, State
 
 router = Family()
 
-# what a prompt too long for a slot, or a template's or tokenizer's refusal, names
-RESPONSES_INPUTS = RouteInputs("input", "input")
 EVENTS = "server-sent events (`event: <type>` and `data:`), response.created first and response.completed last"
 
 
@@ -31,12 +29,13 @@ EVENTS = "server-sent events (`event: <type>` and `data:`), response.created fir
 async def create_response(request: Request, state: State) -> Response:
     turn: ResponsesTurn
     turn, ignored = await read_request(request, state.limits, ResponsesRequest, state.response_store,
-                                       pool=state.executors.parse)
+                                       state.engine.model, pool=state.executors.parse)
 
     def shape_for(ident: str, prompts: list[list[int]], settings: dict[str, Any]) -> Shape:
         return ResponseShape("resp_" + ident.partition("-")[2], state.model_name, turn, store=state.response_store,
                              **settings)
-    return await generate(state, request, turn.generation, ignored, chat=True, shape_for=shape_for)
+    with in_input():  # (what the template or the tokenizer refuses is in input and instructions)
+        return await generate(state, request, turn.generation, ignored, chat=True, shape_for=shape_for)
 
 
 def _not_found(state: ServerState, response_id: str) -> APIError:
