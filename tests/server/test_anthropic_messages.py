@@ -89,6 +89,16 @@ def test_a_forced_tool_use_and_the_tool_result_turn(client) -> None:
     assert answered.content and answered.content[0].type == "text" and answered.content[0].text.strip()
 
 
+def test_a_forced_tool_use_cut_off_by_max_tokens_keeps_its_text(client) -> None:
+    """LiteLLM's anthropic/ structured output at max_tokens 32 got an empty content (the client matrix): the
+    partial call is kept as text, as chat keeps it as content."""
+    cut = client.messages.create(messages=ASK, tools=[TOOL], tool_choice={"type": "tool", "name": "get_weather"},
+                                 **{**GREEDY, "max_tokens": 8})
+    assert cut.stop_reason == "max_tokens"
+    (block,) = cut.content
+    assert block.type == "text" and block.text.startswith("<tool_call>")  # (the default model's call format)
+
+
 def test_count_tokens_is_the_messages_input_tokens(client) -> None:
     for tools in ([], [TOOL]):
         counted = client.messages.count_tokens(model="m", messages=ASK, system="Be brief.", tools=tools)
