@@ -98,6 +98,15 @@ def _valid_call(item) -> dict:
     return arguments
 
 
+def test_a_forced_call_cut_off_by_max_output_tokens_keeps_its_text(client) -> None:
+    """As chat keeps a cut-off call's text as content (issue 36 item 4): it was an empty output_text."""
+    cut = client.responses.create(input=QUESTION, **{**GREEDY, "max_output_tokens": 8}, tools=[WEATHER_TOOL],
+                                  tool_choice={"type": "function", "name": "get_weather"})
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    (message,) = cut.output
+    assert message.type == "message" and message.content[0].text.startswith("<tool_call>")
+
+
 def test_forced_function_call_and_its_output_round_trip(client) -> None:
     ask = [{"role": "user", "content": QUESTION}]
     forced = {**GREEDY, "max_output_tokens": 64, "tools": [WEATHER_TOOL], "parallel_tool_calls": False,
