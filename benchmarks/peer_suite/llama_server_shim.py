@@ -17,6 +17,8 @@ SAME_VALUE = {"--port": "--port", "--host": "--host", "--temp": "--temp", "--see
 # flags with a value that the default model or this server decides itself
 DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers",
                       "--pooling"}
+# switches this server takes as they are
+SAME_SWITCHES = {"--context-shift", "--no-context-shift"}
 # switches that are this server's behaviour anyway (embeddings, metrics, slots and Jinja are always served)
 SWITCHES_SERVED = {"--cont-batching", "--embedding", "--metrics", "--slots", "--no-slots", "--jinja", "--no-ui",
                    "--kv-unified"}
@@ -37,6 +39,9 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
         elif flag in DROPPED_WITH_VALUE:
             i += 2
         elif flag in SWITCHES_SERVED:
+            i += 1
+        elif flag in SAME_SWITCHES:
+            out.append(flag)
             i += 1
         else:  # (a value that follows an unknown flag is dropped with it)
             takes_value = value is not None and not value.startswith("-")

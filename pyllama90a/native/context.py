@@ -302,6 +302,33 @@ class ContextHandle:
             done = lib.llama_memory_seq_rm(self._memory, seq, -1, -1)
         call.check(done, LlamaError, f"llama.cpp could not clear sequence {seq}")
 
+    @property
+    def can_shift(self) -> bool:
+        """Whether this context's memory can move cells to other positions (llama_memory_can_shift): false for
+        a model with several positions per token (M-RoPE), a recurrent memory, or none."""
+        self._live()
+        return bool(lib.llama_memory_can_shift(self._memory))
+
+    def drop_cells(self, seq: int, start: int, end: int) -> bool:
+        """Drop sequence `seq`'s cells at positions [start, end). False when this memory cannot cut there."""
+        self._live()
+        self._check_sequence(seq)
+        int_in_range("start", start, 0, INT32_MAX)
+        int_in_range("end", end, start, INT32_MAX)
+        return lib.llama_memory_seq_rm(self._memory, seq, start, end)
+
+    def move_cells(self, seq: int, start: int, end: int, delta: int) -> None:
+        """Add `delta` to the positions of sequence `seq`'s cells at [start, end) (llama_memory_seq_add): their
+        K is rotated (RoPE) to the new positions at the next decode. Only where can_shift is true."""
+        self._live()
+        self._check_sequence(seq)
+        int_in_range("start", start, 0, INT32_MAX)
+        int_in_range("end", end, start, INT32_MAX)
+        int_in_range("delta", delta, -start, INT32_MAX - end)  # (no position below 0 or past int32)
+        if not self.can_shift:  # (llama.cpp asserts on a model whose tokens have several positions)
+            raise LlamaError("this context's memory cannot move cells to other positions (llama_memory_can_shift)")
+        lib.llama_memory_seq_add(self._memory, seq, start, end, delta)
+
     def clear(self) -> None:
         """Drop every cell of every sequence."""
         self._live()

@@ -87,6 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a host-RAM prompt cache of this many MiB: the KV cells a request drops from its slot are "
                         "kept there, and a later prompt with their prefix restores them instead of decoding "
                         "(default 0: none)")
+    p.add_argument("--context-shift", action=argparse.BooleanOptionalAction,
+                   default=str(_env("context-shift", "")).lower() in ("1", "true", "yes"),
+                   help="llama-server's: when a slot's cells fill, keep the request's first n_keep tokens, drop half "
+                        "of the rest and go on generating (default off: the generation ends, finish_reason length)")
     p.add_argument("--n-gpu-layers", type=int, default=_env("n-gpu-layers", -1), help="-1: all")
     p.add_argument("--split-mode", default=_env("split-mode", "layer"), choices=["none", "layer", "row"],
                    help="how the offloaded layers are spread over the devices (default layer)")
@@ -355,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                                n_threads=args.threads, queue_size=args.queue_size, chat_template=template,
                                split_mode=args.split_mode, tensor_split=args.tensor_split, main_gpu=args.main_gpu,
                                rpc=args.rpc or (), lora=args.lora, cache_ram_bytes=args.cache_ram << 20,
-                               speculative=speculative)
+                               speculative=speculative, context_shift=args.context_shift)
 
         engine = make_engine()
     except (LlamaError, OSError) as e:

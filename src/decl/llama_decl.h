@@ -126,6 +126,8 @@ void llama_synchronize(struct llama_context * ctx);
 void llama_memory_clear(llama_memory_t mem, bool data);
 bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
 llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
+void llama_memory_seq_add(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1, llama_pos delta);
+bool llama_memory_can_shift(llama_memory_t mem);
 
 /* state: the in-memory API, so pyllama90a writes and verifies state files itself (state_file.py) */
 size_t llama_state_get_size(struct llama_context * ctx);

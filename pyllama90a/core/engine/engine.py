@@ -41,6 +41,7 @@ from ...native import Batch
 from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat
 from ..constrained import Constraint
+from ..generation.context_shift import kept_at_shift, shift
 from ..generation.outputs import Usage
 from ..generation.request import GenerationRequest, RequestOptions
 from ..generation.sequence import GenerationSequence, TokenLogprob
@@ -123,11 +124,12 @@ class BatchEngine:
     def submit(self, prompt: str | Sequence[int], on_chunk: Callable[[Chunk], None], *, max_tokens: int = 256,
                stop: str | Sequence[str] | None = (), logprobs: int | None = None, ignore_eos: bool = False,
                constraint: Constraint | None = None, logit_bias: Mapping[object, object] | None = None,
-               lora: Mapping[int, float] | RequestedLora | None = None, **sampling: Unpack[SamplingOptions]) -> Handle:
+               lora: Mapping[int, float] | RequestedLora | None = None, n_keep: int = 0,
+               **sampling: Unpack[SamplingOptions]) -> Handle:
         """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
 
         logprobs: None, or how many most likely alternatives to report with each token's log-probability.
-        ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks).
+        ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks). n_keep: Model.generate's.
         constraint: a pyllama90a.core.constrained Constraint (JSON schema, regex, grammar) the output must match.
         logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
         lora: {adapter id: scale} for this request (None: the engine's default scales; lora_turns.py).
@@ -135,7 +137,8 @@ class BatchEngine:
         Raises InvalidArgumentError, ContextOverflowError (prompt does not fit a slot) or QueueFullError.
         """
         request = GenerationRequest.of(max_tokens=max_tokens, stop=stop, logprobs=logprobs, ignore_eos=ignore_eos,
-                                       constraint=constraint, logit_bias=logit_bias, lora=lora, **sampling)
+                                       constraint=constraint, logit_bias=logit_bias, lora=lora, n_keep=n_keep,
+                                       **sampling)
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
@@ -154,8 +157,9 @@ class BatchEngine:
         # the sampler chain and the grammar are built here, in the caller's thread: one that cannot be built fails
         # this request with an exception instead of failing a step of the engine thread, where it would stop everyone
         lora = self.lora.scales_for(request.lora)
-        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot), on_chunk, lora=lora,
-                  slot=slot)
+        keep = kept_at_shift(self.model.context_shift, request.n_keep, tokens, self.model.handle, self.n_ctx_slot)
+        job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot, shift_keep=keep), on_chunk,
+                  lora=lora, slot=slot)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -455,6 +459,8 @@ class BatchEngine:
             self._finish(slot, job, step.finish, (*job.unsent, *tokens), logprobs, text)
         else:
             job.to_decode = [tokens[-1]]
+            if len(slot.cached) + 1 >= self.n_ctx_slot:  # (only with context shift: else the step ended there)
+                shift(self._context, slot.seq, slot.cached, job.sequence.shift_keep)
             job.draft = job.sequence.draft(len(slot.cached) + 1)
             if text or logprobs:
                 self._emit(job, Chunk(text, (*job.unsent, *tokens), logprobs))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError, flag, positive_int, utf8
 from ..constrained import Constraint
+from .context_shift import check_n_keep
 from .lora_request import RequestedLora, requested_lora
 from .sampling import SamplingOptions, SamplingParams
 from .thinking import Thinking
@@ -42,8 +43,9 @@ class GenerationRequest:
     alternatives to report per token), ignore_eos (generate max_tokens past end-of-generation tokens, for
     benchmarks), the output constraint and the logit_bias (token id -> bias; checked against a vocabulary when
     GenerationSequence compiles it), the LoRA adapters it runs with ((id, scale) pairs, or {id: scale} made
-    into them; None: the defaults; see lora.py), and a chat's thinking block (thinking.py: its markers, budget,
-    and the constraint waiting for its end)."""
+    into them; None: the defaults; see lora.py), a chat's thinking block (thinking.py: its markers, budget,
+    and the constraint waiting for its end), and n_keep: the prompt tokens a context shift keeps (-1: all;
+    context_shift.py)."""
 
     max_tokens: int = 256
     stops: tuple[str, ...] = ()
@@ -54,6 +56,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     lora: RequestedLora | None = None
     thinking: Thinking | None = None
+    n_keep: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lora", requested_lora(self.lora))
@@ -71,6 +74,7 @@ class GenerationRequest:
             raise InvalidArgumentError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}",
                                        param="logprobs")
         flag("ignore_eos", self.ignore_eos)
+        check_n_keep(self.n_keep)
         if self.thinking is not None and not isinstance(self.thinking, Thinking):
             raise InvalidArgumentError(f"thinking must be a Thinking, got {type(self.thinking).__name__}")
         if self.constraint is not None and self.ignore_eos:
@@ -81,11 +85,11 @@ class GenerationRequest:
     def of(cls, *, max_tokens: int = 256, stop: str | Sequence[str] | None = (), logprobs: int | None = None,
            ignore_eos: bool = False, constraint: Constraint | None = None,
            logit_bias: Mapping[object, object] | None = None, lora: Mapping[int, float] | RequestedLora | None = None,
-           **sampling: Unpack[SamplingOptions]) -> GenerationRequest:
+           n_keep: int = 0, **sampling: Unpack[SamplingOptions]) -> GenerationRequest:
         """A request from the arguments users pass (stop as a str, a list or None; lora as {id: scale}; the
         SamplingParams fields), checked as every request is (so also when a caller's types were wrong)."""
         return cls(max_tokens, check_stops(stop), SamplingParams(**sampling), constraint, logit_bias, logprobs,
-                   ignore_eos, requested_lora(lora))
+                   ignore_eos, requested_lora(lora), n_keep=n_keep)
 
 
 class RequestOptions(SamplingOptions, total=False):
@@ -98,3 +102,4 @@ class RequestOptions(SamplingOptions, total=False):
     constraint: Constraint | None
     logit_bias: Mapping[object, object] | None
     lora: Mapping[int, float] | RequestedLora | None
+    n_keep: int

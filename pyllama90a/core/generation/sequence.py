@@ -45,10 +45,13 @@ class GenerationSequence:
     the constraint's grammar are made here, so a bad one fails the request, not a decode step)."""
 
     def __init__(self, request: GenerationRequest, vocab: ModelHandle, n_ctx_seq: int,
-                 drafter: Drafter | None = None) -> None:
+                 drafter: Drafter | None = None, shift_keep: int | None = None) -> None:
         self.request = request
         self.vocab = vocab
         self.n_ctx_seq = n_ctx_seq  # cells of the sequence: the generation ends one short of them
+        # with context shift: the tokens a shift keeps (context_shift.py), and the caller shifts where the
+        # generation would end for lack of cells; None: it ends there ("length")
+        self.shift_keep = shift_keep
         self.rules = OutputRules.for_request(vocab, request.constraint, request.logit_bias)
         refuse_total_ban(self.rules, vocab.n_vocab)
         self.sampler = SamplerChain(request.sampling, vocab.n_vocab)
@@ -121,7 +124,7 @@ class GenerationSequence:
         logprob = self._logprob(row, token, piece) if row is not None and request.logprobs is not None else None
         if self.text.stopped:
             return Step(token, self.text.flush(), "stop", logprob)
-        if len(self.generated) >= request.max_tokens or n_cached + 1 >= self.n_ctx_seq:
+        if len(self.generated) >= request.max_tokens or (n_cached + 1 >= self.n_ctx_seq and self.shift_keep is None):
             # a character cut off here is dropped, not shown as U+FFFD (its tokens stay generated)
             return Step(token, text + self.text.flush(), "length", logprob)
         return Step(token, text, None, logprob)

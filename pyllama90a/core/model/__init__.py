@@ -6,6 +6,7 @@
     file: the facts of a loaded GGUF that every Model on its weights shares, checked against the settings
     sequence_cache: sequence 0's KV cache on a Model's context: its tokens, a generation's decodes, eval, truncate
     draft_model: speculative decoding's draft model, in a context of its own beside the target's, and its drafters
+    prompt: a generation's prompt as tokens: text tokenized as the model wants it, or token ids checked
     attention_paths: which of pyllama90a's attention kernels a context may use
     attention_policy: what flash_attn="auto" means per backend and KV types, from measured results
     calibration: a device's measured speed, memory and KV quality on file, and what "auto" takes from it

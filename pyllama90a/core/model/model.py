@@ -33,6 +33,7 @@ from ..chat.reasoning import ReasoningOutput
 from ..chat.template import ChatTemplate
 from ..chat.tool_output import ToolCallOutput, completion_of
 from ..constrained import constraint_from
+from ..generation.context_shift import kept_at_shift
 from ..generation.outputs import Completion, Piece
 from ..generation.request import GenerationRequest
 from ..generation.sampling import SamplingParams
@@ -47,6 +48,7 @@ from .kv_auto import resolve_kv_types
 from .lora import LoraAdapters
 from .memory_plan import KVCacheInfo, kv_cache_info
 from .open import checked_file, context_params, load_weights, model_path, open_context
+from .prompt import prompt_tokens
 from .rerank import rerank_prompts, score_prompts
 from .sequence_cache import SequenceCache
 from .settings import ContextSettings
@@ -122,7 +124,7 @@ class Model:
         self._sampling_seed = s.seed
         if s.seed is not None:
             SamplingParams(seed=s.seed)  # validates
-        self.embedding = flag("embedding", s.embedding)
+        self.embedding, self.context_shift = flag("embedding", s.embedding), s.context_shift
         if s.chat_template is not None:  # Jinja text that replaces the GGUF's: compiled now, so errors show here
             ChatTemplate(s.chat_template)
         self._template_source = s.chat_template
@@ -134,7 +136,7 @@ class Model:
               attention_paths: AttentionPaths | None) -> None:
         self._file = file
         context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
-                                                                      attention_paths)
+                                                                      attention_paths, self.context_shift)
         self._handle, self._context = handle, context
         self._cache = SequenceCache(context)  # (sequence 0's cells and tokens)
         self._lora.apply(context, self._lora.scales)
@@ -336,13 +338,14 @@ class Model:
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
                  stop: str | Sequence[str] | None = (), stream: bool = False, response_format: object = None,
                  json_schema: object = None, grammar: str | None = None, regex: str | None = None,
-                 logit_bias: Mapping[object, float] | None = None) -> Completion | Iterator[Piece]:
+                 logit_bias: Mapping[object, float] | None = None, n_keep: int = 0) -> Completion | Iterator[Piece]:
         """Continue `prompt` (text, or token ids used as they are). temperature=0 is greedy.
 
         The output can be constrained by at most one of: json_schema (a dict, JSON text or a pydantic model
         class), response_format (OpenAI's {"type": "json_object"} / {"type": "json_schema", ...}, or a pydantic
         model class), grammar (GBNF text, as llama.cpp takes it) or regex; logit_bias maps token ids to a bias
         in [-100, 100] (-100 bans). Constraints need the llguidance package (pyllama90a[structured]).
+        n_keep: the prompt tokens (BOS not counted; -1: all) a context shift keeps (Model(context_shift=True)).
 
         With stream=True, an iterator of Pieces; the Model is busy from its first piece until it ends or is closed.
         """
@@ -352,32 +355,25 @@ class Model:
         request = GenerationRequest.of(
             max_tokens=max_tokens, stop=stop, constraint=constraint, logit_bias=logit_bias, temperature=temperature,
             top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed, n_keep=n_keep)
         return self._start(tokens, request, stream, None)
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
         """A prompt's tokens: text tokenized with BOS as the model wants, or a list of token ids, checked."""
-        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
-            with self._using_model() as handle:
-                return handle.check_token_ids(prompt)
-        if not isinstance(prompt, str):
-            raise InvalidArgumentError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
-        if not prompt:
-            raise InvalidArgumentError("prompt is empty")
-        return self.tokenize(prompt, add_special=True, parse_special=False)
+        return prompt_tokens(self.handle, prompt)  # (without the lock, as tokenize)
 
     def chat(self, messages: Sequence[dict[str, Any]] | Messages, *, max_tokens: int = 256, temperature: float = 0.8,
              top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
              frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
-             stop: str | Sequence[str] | None = (), stream: bool = False,
+             stop: str | Sequence[str] | None = (), stream: bool = False, n_keep: int = 0,
              tools: Sequence[dict[str, Any]] | None = None, tool_choice: object = None,
              parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str | None = None,
              reasoning_budget: int | None = None, continue_final_message: bool = False) -> Completion | Iterator[Piece]:
         """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
-        tool_calls, tool results) with the model's chat template (see chat_template). The sampling and
-        constraint arguments are generate()'s.
+        tool_calls, tool results) with the model's chat template (see chat_template). The sampling, constraint
+        and n_keep arguments are generate()'s.
 
         tools: OpenAI's function tools; tool_choice "auto" (the default with tools), "none", "required" or
         {"type": "function", "function": {"name": ...}}. A required or named call is guaranteed to be a call of
@@ -395,7 +391,7 @@ class Model:
         request = GenerationRequest.of(
             max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed)
+            presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed, n_keep=n_keep)
         prepared = prepare_chat(
             self, normalize_messages(messages), tools=tools, tool_choice=tool_choice, constraint=constraint,
             parallel_tool_calls=parallel_tool_calls, template_kwargs=chat_template_kwargs,
@@ -429,7 +425,8 @@ class Model:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
         with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
             drafter = self.drafting.drafter(tokens) if self.drafting is not None else None
-            sequence = GenerationSequence(request, handle, n_ctx, drafter)
+            keep = kept_at_shift(self.context_shift, request.n_keep, tokens, handle, n_ctx)
+            sequence = GenerationSequence(request, handle, n_ctx, drafter, keep)
         pieces = self._run(tokens, sequence)
         self._stream = weakref.ref(pieces)
         read: Iterator[Piece] = pieces if reasoning is None else reasoning.split(pieces)  # (then the tool calls)

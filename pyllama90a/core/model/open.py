@@ -10,6 +10,7 @@ from pathlib import Path
 from ...errors import INT32_MAX, ModelFormatError, fs_path, int_in_range
 from ...native import ContextHandle, ContextParams, ModelHandle
 from ...native.placement import Placement
+from ..generation.context_shift import require_shift
 from ..gguf.header import read_header
 from ..gguf.tensor_roles import check_tensors
 from .attention_paths import AttentionPaths
@@ -73,9 +74,11 @@ def calibrated_shape(file: ModelFile) -> AttentionShape | None:
 
 
 def open_context(file: ModelFile, handle: ModelHandle, params: ContextParams, embedding: bool,
-                 attention_paths: AttentionPaths | None) -> tuple[ContextHandle, AttentionChoice, AttentionPaths]:
+                 attention_paths: AttentionPaths | None,
+                 context_shift: bool = False) -> tuple[ContextHandle, AttentionChoice, AttentionPaths]:
     """The context, with flash_attn "auto" resolved by the attention policy, pooling for embeddings and the
-    attention paths set before anything is decoded; with the choice and the paths."""
+    attention paths set before anything is decoded; with the choice and the paths. With context_shift, a context
+    that cannot shift is refused here (ContextError), not when a generation fills its cells."""
     attention = choose(params.flash_attn, params.type_k, params.type_v, file.n_gpu_layers, handle.workers,
                        calibrated_shape(file), params.n_ctx)
     if attention_paths is None and attention.fused_decode:  # the policy's choice of kernel, unless paths are given
@@ -84,4 +87,6 @@ def open_context(file: ModelFile, handle: ModelHandle, params: ContextParams, em
     pooling = pooling_for(file.header) if embedding else "model"
     context = ContextHandle(handle, replace(params, flash_attn=attention.flash_attn, pooling=pooling),
                             attention_paths=paths.bits)
+    if context_shift:
+        require_shift(context)
     return context, attention, paths

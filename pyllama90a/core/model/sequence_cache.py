@@ -1,6 +1,7 @@
 """Sequence 0's KV cache on a Model's context: the tokens whose K and V its cells hold, and every change to them
-(a generation's decodes, reuse of a cached prefix, eval, truncate, start over, a state file). Model owns one per
-context and calls it under its rule of one user at a time: this module knows nothing of threads."""
+(a generation's decodes and context shifts, reuse of a cached prefix, eval, truncate, start over, a state file).
+Model owns one per context and calls it under its rule of one user at a time: this module knows nothing of
+threads."""
 from __future__ import annotations
 
 import time
@@ -10,6 +11,7 @@ import numpy as np
 
 from ...errors import ContextOverflowError, InvalidArgumentError, LlamaError
 from ...native import Batch, ContextHandle
+from ..generation.context_shift import shift
 from ..generation.outputs import Completion, Piece, Timings, Usage
 from ..generation.prefix_cache import keep_cached_prefix
 from ..generation.sequence import GenerationSequence, Step
@@ -79,6 +81,8 @@ class SequenceCache:
     def _next_steps(self, token: int, sequence: GenerationSequence) -> list[Step]:
         """Decode `token` (and a draft after it, if the sequence guesses one) and run the steps that follow."""
         context = self.context
+        if len(self.tokens) + 1 >= context.n_ctx_seq:  # (only with context shift: else the step ended there)
+            shift(context, 0, self.tokens, sequence.shift_keep)
         draft = sequence.draft(len(self.tokens) + 1)[:context.n_batch - 1]
         if not draft:
             self._decode([token])

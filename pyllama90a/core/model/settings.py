@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import InvalidArgumentError, number_in_range, positive_int
+from ...errors import InvalidArgumentError, flag, number_in_range, positive_int
 from .attention_paths import AttentionPaths
 
 
@@ -16,7 +16,9 @@ class ContextSettings:
     seed of generate/chat. embedding: a context for embed().
     n_seq_max: sequences with n_ctx / n_seq_max cells each (BatchEngine's slots; a Model's own calls use
     sequence 0). chat_template: Jinja text that replaces the GGUF's. attention_paths: which of pyllama90a's
-    attention kernels the graphs use. Checked when the Model is made (Model._settle), before llama.cpp sees them.
+    attention kernels the graphs use. context_shift: when a generation fills its cells, drop half of those after
+    the first n_keep tokens and go on (llama-server's --context-shift; generation/context_shift.py); off, it
+    ends with finish_reason "length". Checked when the Model is made (Model._settle), before llama.cpp sees them.
     """
 
     ctk: str = "f16"
@@ -33,9 +35,13 @@ class ContextSettings:
     attention_paths: AttentionPaths | None = None
     kv_quality: float | None = None
     kv_budget: int | None = None
+    context_shift: bool = False
 
     def __post_init__(self) -> None:
         check_kv_auto(self)
+        if flag("context_shift", self.context_shift) and self.embedding:
+            raise InvalidArgumentError("context_shift is for generation: a context made with embedding=True embeds",
+                                       param="context_shift")
 
 
 def check_kv_auto(settings: ContextSettings) -> None:

@@ -298,6 +298,8 @@ class GenerationBody(Harmless):
     verbose: bool = Field(False, description="llama-server's: a whole answer has `__verbose` (the prompt's text)")
     id_slot: Annotated[int, Between(-1, 2**31 - 1)] = Field(-1, description="llama-server's: the slot the request "
                                                             "runs in (it waits for that one); -1: the server picks")
+    n_keep: Annotated[int, Between(-1, 2**31 - 1)] = Field(0, description="llama-server's: the prompt tokens a "
+                                                           "context shift keeps (--context-shift); -1: all of them")
 
     @model_validator(mode="after")
     def _server_defaults(self, info: ValidationInfo) -> GenerationBody:
@@ -330,7 +332,7 @@ class GenerationBody(Harmless):
             sampling["seed"] = None if seed == RANDOM_SEED else seed
         request = GenerationRequest(max_tokens, self.stop, SamplingParams(**sampling), self._constraint(),
                                     bias_by_id(list(self.logit_bias), model) or None, logprobs, self.ignore_eos,
-                                    None if self.lora is None else lora_pairs(self.lora))
+                                    None if self.lora is None else lora_pairs(self.lora), n_keep=self.n_keep)
         answer = AnswerOptions(self.timings_per_token, self.return_progress, self.verbose,
                                tuple(getattr(self, "response_fields", ())))
         return Generation(request, self.stream, self.stream_options.include_usage, self.n, **how, answer=answer,
