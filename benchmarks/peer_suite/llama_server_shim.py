@@ -13,7 +13,10 @@ SAME_VALUE = {"--port": "--port", "--host": "--host", "--temp": "--temp", "--see
               "--threads": "--threads", "--ctx-size": "--n-ctx", "--parallel": "--parallel", "-ctk": "--ctk",
               "-ctv": "--ctv", "-fa": "--flash-attn", "--n-predict": "--max-tokens-default",
               "--slot-save-path": "--slot-save-path", "--lora": "--lora", "--api-key": "--api-key",
-              "--chat-template-file": "--chat-template-file"}
+              "--chat-template-file": "--chat-template-file", "--cache-ram": "--cache-ram",
+              "--reasoning-format": "--reasoning-format", "--reasoning": "--reasoning",
+              "--reasoning-budget": "--reasoning-budget", "--spec-type": "--spec-type",
+              "--spec-draft-n-max": "--spec-draft-n-max", "--spec-draft-n-min": "--spec-draft-n-min"}
 # flags with a value that the default model or this server decides itself
 DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers",
                       "--pooling"}
