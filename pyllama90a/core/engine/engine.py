@@ -139,9 +139,11 @@ class BatchEngine:
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
-                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None) -> Handle:
+                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None,
+                       progress: bool = False) -> Handle:
         """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
-        the server's n choices share them); `slot`: the slot it must run in (it waits until that one is free)."""
+        the server's n choices share them); `slot`: the slot it must run in (it waits until that one is free);
+        `progress`: a Chunk with `progress` set after each batch that decodes part of the prompt."""
         if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.parallel):
             raise InvalidArgumentError(f"slot must be one of this engine's {self.parallel} slots (0 to "
                                        f"{self.parallel - 1}), got {slot!r}", param="id_slot")
@@ -156,7 +158,7 @@ class BatchEngine:
         lora = self.lora.scales_for(request.lora)
         drafter = self.speculative.drafter(tokens) if self.speculative is not None else None
         job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot, drafter), on_chunk,
-                  lora=lora, slot=slot)
+                  lora=lora, slot=slot, progress=progress)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -381,6 +383,8 @@ class BatchEngine:
         for slot, job, n_tokens, out_index in plan:
             slot.cached.extend(job.to_decode[:n_tokens])
             del job.to_decode[:n_tokens]
+            if job.progress and not job.generated and n_tokens:  # (before the first token's chunk)
+                self._emit(job, Chunk(progress=(job.cached, len(slot.cached), len(job.prompt))))
             if out_index is not None:
                 n_sampled += self._sample(slot, job, out_index)
         with self._cv:

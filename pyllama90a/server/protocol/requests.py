@@ -225,7 +225,7 @@ class AnswerOptions:
     def shape_settings(self, model: Any, prompt: list[int]) -> dict[str, Any]:
         """The Shape's settings for a request whose prompt is `prompt` on `model`."""
         return {"prompt_tokens": len(prompt), "timings_per_token": self.timings_per_token,
-                "return_progress": self.return_progress, "response_fields": self.response_fields,
+                "response_fields": self.response_fields,
                 "verbose_prompt": (lambda: model.detokenize(prompt, special=True)) if self.verbose else None}
 
 
@@ -294,7 +294,7 @@ class GenerationBody(Harmless):
                                          "absent: the server's default scales")
     timings_per_token: bool = Field(False, description="llama-server's: every stream event has the timings so far")
     return_progress: bool = Field(False, description="llama-server's: a stream reports the prompt's evaluation "
-                                  "(prompt_progress) before the first token")
+                                  "(prompt_progress) after each batch of it, before the first token")
     verbose: bool = Field(False, description="llama-server's: a whole answer has `__verbose` (the prompt's text)")
     id_slot: Annotated[int, Between(-1, 2**31 - 1)] = Field(-1, description="llama-server's: the slot the request "
                                                             "runs in (it waits for that one); -1: the server picks")

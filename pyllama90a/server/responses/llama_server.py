@@ -75,21 +75,21 @@ class NativeCompletionShape(Shape):
         return []
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        if chunk.progress is not None:
+            return [{"content": "", "tokens": [], "stop": False, **self._counts(choice), "prompt_progress": r}
+                    for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         self._generated[choice] += chunk.tokens
-        progress = self._progress(choice, chunk)
-        opening = [] if progress is None else [{"content": "", "tokens": [], "stop": False, **self._counts(choice),
-                                                "prompt_progress": progress}]
         if chunk.finish_reason is not None:
-            return [*opening, self._final(choice, chunk.text, list(chunk.tokens), chunk.logprobs,
-                                          chunk.finish_reason, stream=True)]
+            return [self._final(choice, chunk.text, list(chunk.tokens), chunk.logprobs, chunk.finish_reason,
+                                stream=True)]
         if not (chunk.text or chunk.tokens):
-            return opening
+            return []
         event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts(choice),
                  **self._timings_if_finished()}
         if self.probabilities:
             event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
-        return [*opening, event]
+        return [event]
 
     def _stop(self, choice: int, reason: str) -> tuple[str, str]:
         """stop_type and stopping_word: a stop string is the first of them in the generated text."""

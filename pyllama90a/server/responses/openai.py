@@ -63,21 +63,20 @@ class Shape:
 
     def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
                  timer: RequestTimer | None = None, prompt_tokens: int = 0, timings_per_token: bool = False,
-                 return_progress: bool = False, verbose_prompt: Callable[[], str] | None = None,
+                 verbose_prompt: Callable[[], str] | None = None,
                  response_fields: tuple[str, ...] = ()) -> None:
         """llama-server's request extensions: timings_per_token (every stream event has the timings so far),
-        return_progress (a stream reports the prompt's evaluation: prompt_progress), verbose (a whole answer
-        has `__verbose`: the prompt's text, `verbose_prompt` makes it), response_fields (/completion)."""
+        verbose (a whole answer has `__verbose`: the prompt's text, `verbose_prompt` makes it), response_fields
+        (/completion). (return_progress: the engine sends progress chunks, which events() reports.)"""
         self.ident, self.model, self.created, self.n = ident, model, int(time.time()), n
         self.fingerprint = fingerprint  # system_fingerprint: the server's version and settings
         self.timer = timer or RequestTimer()
-        self.prompt_tokens, self.timings_per_token, self.return_progress = prompt_tokens, timings_per_token, \
-            return_progress
+        self.prompt_tokens, self.timings_per_token = prompt_tokens, timings_per_token
         self.verbose_prompt, self.response_fields = verbose_prompt, response_fields
         if verbose_prompt is not None:
             self.ends_in_model = True  # (the prompt's text is detokenized under the model's lock)
         self._generated_n = 0  # tokens generated so far, over all choices
-        self._progressed = [False] * n  # each choice's prompt_progress sent (return_progress)
+        self._progressed = [False] * n  # each choice's first prompt_progress report sent (return_progress)
         self.parts: list[list[Chunk]] = [[] for _ in range(n)]  # whole answers: each choice's chunks
         self.last: list[Chunk | None] = [None] * n               # each choice's last chunk, once it finished
 
@@ -122,15 +121,17 @@ class Shape:
             return {"timings": self.timer.timings(self.prompt_tokens, self._generated_n)}
         return {}
 
-    def _progress(self, choice: int, chunk: Chunk) -> dict[str, Any] | None:
-        """llama-server's prompt_progress, once per choice (return_progress), with its first chunk: the engine
-        evaluates a prompt without reporting its batches, so the one report says the prompt is evaluated."""
-        if not self.return_progress or self._progressed[choice]:
-            return None
+    def _progress_reports(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """llama-server's prompt_progress reports of a progress chunk (return_progress, a stream: the engine sends
+        one after each batch of the prompt); the first also sends the report from before any batch (processed =
+        cache), as llama-server's first one is."""
+        assert chunk.progress is not None
+        cache, processed, total = chunk.progress
+        ms = round((time.perf_counter() - self.timer.queued) * 1e3)
+        first = not self._progressed[choice]
         self._progressed[choice] = True
-        first = self.timer.first if self.timer.first is not None else self.timer.last or self.timer.queued
-        return {"total": self.prompt_tokens, "cache": 0, "processed": self.prompt_tokens,
-                "time_ms": round((first - self.timer.queued) * 1e3)}
+        return [{"total": total, "cache": cache, "processed": n, "time_ms": ms}
+                for n in ((cache, processed) if first else (processed,))]
 
     def _verbose(self, content: str) -> dict[str, Any]:
         """llama-server's `__verbose` (verbose: true) of a whole answer: its native fields, the prompt's text."""
@@ -181,17 +182,18 @@ class CompletionShape(Shape):
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`."""
+        if chunk.progress is not None:
+            return [{**self._base(), "choices": [], "prompt_progress": r}
+                    for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
-        progress = self._progress(choice, chunk)
-        opening = [] if progress is None else [{**self._base(), "choices": [], "prompt_progress": progress}]
         if not (chunk.text or chunk.logprobs or chunk.finish_reason):
-            return opening
+            return []
         logprobs = None
         if chunk.logprobs:
             logprobs = self._logprobs(list(chunk.logprobs), self._offsets[choice])
-        return [*opening, {**self._base(), "choices": [{"index": choice, "text": chunk.text,
-                                                        "finish_reason": chunk.finish_reason, "logprobs": logprobs}],
-                           **self._timings_if_finished()}]
+        return [{**self._base(), "choices": [{"index": choice, "text": chunk.text,
+                                              "finish_reason": chunk.finish_reason, "logprobs": logprobs}],
+                 **self._timings_if_finished()}]
 
     def whole(self) -> dict[str, Any]:
         choices = []
@@ -253,6 +255,9 @@ class ChatShape(Shape):
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
         with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
+        if chunk.progress is not None:  # (llama-server's progress event: the role's delta again, and the report)
+            return [{**self._chunk(choice, {"role": "assistant", "content": None}), "prompt_progress": r}
+                    for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         parser, thoughts = self._parsers[choice], self._thoughts[choice]
         last = chunk.finish_reason is not None
@@ -270,10 +275,6 @@ class ChatShape(Shape):
         token_timings = self._timings_if_finished() if self.timings_per_token else {}
         events = [{**self._chunk(choice, d, logprobs=logprobs if j == 0 else None), **token_timings}
                   for j, d in enumerate(deltas)]
-        progress = self._progress(choice, chunk)
-        if progress is not None:  # (llama-server's progress event: the role's delta again, and the report)
-            events.insert(0, {**self._chunk(choice, {"role": "assistant", "content": None}),
-                              "prompt_progress": progress})
         if chunk.finish_reason is not None:  # (last)
             reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)
             events.append({**self._chunk(choice, {}, reason), **self._timings_if_finished()})
