@@ -221,7 +221,7 @@ class ChatShape(Shape):
         self._thoughts: list[ReasoningSplitter | None] = [reasoning.splitter() if reasoning is not None else None
                                                           for _ in range(n)]
         self._raw = [""] * n  # each choice's content text, with tools (a call cut off by max_tokens keeps it)
-        self._sent: list[list[Any]] = [["", False] for _ in range(n)]  # its content sent, and whether a call was
+        self._sent = [""] * n  # each choice's content sent
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -237,15 +237,18 @@ class ChatShape(Shape):
 
     def _cut_off_call(self, choice: int, text: str, finish_reason: str | None,
                       deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A stream's last content delta when max_tokens cut off a call before any of it went out: the text
-        the parser held back, as a whole answer keeps it (whole()), never dropped."""
+        """A stream's last content delta when max_tokens cut off a call: the generated text its content deltas
+        have not carried, so that the stream's content is the whole answer's (whole(): a call whose arguments do
+        not parse is no call, its text is the content), as llama-server's last delta sends it; the call's
+        tool_calls deltas already sent stay."""
         raw = self._raw[choice] = self._raw[choice] + text
-        sent = self._sent[choice]
-        sent[0] += "".join(d.get("content") or "" for d in deltas)
-        sent[1] = sent[1] or any("tool_calls" in d for d in deltas)
-        if finish_reason != "length" or sent[1] or not raw.startswith(sent[0]) or len(raw) == len(sent[0]):
+        sent = self._sent[choice] = self._sent[choice] + "".join(d.get("content") or "" for d in deltas)
+        if finish_reason != "length" or len(raw) == len(sent) or not raw.startswith(sent):
             return []
-        return [{"content": raw[len(sent[0]):]}]
+        assert self.output is not None  # (with tools)
+        if self.output.whole(raw, finish_reason)[0].tool_calls:  # (calls that parse: no content, as whole())
+            return []
+        return [{"content": raw[len(sent):]}]
 
     def opening(self) -> list[dict[str, Any]]:
         # the role alone, its content null until text comes (as OpenAI and llama-server send it); the content
