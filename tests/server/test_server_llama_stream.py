@@ -56,3 +56,36 @@ def test_return_progress_reports_each_batch_of_the_prompt(http, path, body) -> N
             assert total == events[-1]["tokens_evaluated"]
     plain = _events(http, path, body)  # (asked for only)
     assert not _progress(plain)
+
+
+PROBS = {"prompt": "Today was the day. Today I would finally become a", "n_probs": 10, "n_predict": 4,
+         "post_sampling_probs": True}
+
+
+def test_post_sampling_probs_are_over_the_candidates_the_sampler_kept(http) -> None:
+    for sampling, most in (({"temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0}, 3),
+                           ({"temperature": 0.7}, 10), ({"temperature": 0.0}, 1)):
+        response = http.post("/completion", json={**PROBS, **sampling, "seed": 3})
+        assert response.status_code == 200, response.text
+        steps = response.json()["completion_probabilities"]
+        assert len(steps) == 4
+        for step in steps:
+            top = step["top_probs"]
+            assert "logprob" not in step and 0.0 < step["prob"] <= 1.0
+            assert 1 <= len(top) <= most and all(0.0 < t["prob"] <= 1.0 for t in top)
+            assert [t["prob"] for t in top] == sorted((t["prob"] for t in top), reverse=True)
+            assert step["prob"] == next(t["prob"] for t in top if t["id"] == step["id"])  # (it was kept)
+            if len(top) < 10:  # all the kept candidates: their probabilities sum to 1
+                assert sum(t["prob"] for t in top) == pytest.approx(1.0)
+        if most == 1:
+            assert all(step["prob"] == 1.0 for step in steps)
+    plain = http.post("/completion", json={**PROBS, "post_sampling_probs": False, "temperature": 1.0}).json()
+    assert "logprob" in plain["completion_probabilities"][0]
+
+
+@pytest.mark.parametrize("path,body", [("/v1/completions", {"prompt": "Hi", "logprobs": 2}),
+                                       ("/completion", {**PROBS, "repeat_penalty": 1.3})])
+def test_post_sampling_probs_where_they_cannot_be_served_are_a_400_naming_the_field(http, path, body) -> None:
+    response = http.post(path, json={**body, "post_sampling_probs": True})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "post_sampling_probs"

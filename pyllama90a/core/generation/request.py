@@ -54,6 +54,8 @@ class GenerationRequest:
     ignore_eos: bool = False
     lora: RequestedLora | None = None
     thinking: Thinking | None = None
+    # llama-server's: logprobs are of the probabilities after the sampler chain's truncations (post_sampling.py)
+    post_sampling_probs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lora", requested_lora(self.lora))
@@ -71,6 +73,9 @@ class GenerationRequest:
             raise InvalidArgumentError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}",
                                        param="logprobs")
         flag("ignore_eos", self.ignore_eos)
+        if flag("post_sampling_probs", self.post_sampling_probs) and self.sampling.penalized:
+            raise InvalidArgumentError("post_sampling_probs cannot be combined with repeat, frequency or presence "
+                                       "penalties", param="post_sampling_probs")
         if self.thinking is not None and not isinstance(self.thinking, Thinking):
             raise InvalidArgumentError(f"thinking must be a Thinking, got {type(self.thinking).__name__}")
         if self.constraint is not None and self.ignore_eos:

@@ -399,6 +399,7 @@ class NativeCompletionRequest(CompletionRequest):
     n_predict: Annotated[int, Between(-1, LIMIT)] | None = None
     n_probs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] = 0
     return_tokens: bool = False
+    post_sampling_probs: bool = Field(False, description="llama-server's: `prob`, `top_probs` after the sampler chain")
     response_fields: list[str] = Field([], description="llama-server's: only these fields of the answer, each by "
                                        "its path (\"generation_settings/n_predict\")")
 
@@ -417,8 +418,11 @@ class NativeCompletionRequest(CompletionRequest):
     def native(self, limits: Limits, prompt: str | list[int], model: Any = None) -> Generation:
         n_predict = limits.max_tokens_limit if self.n_predict == -1 else self.n_predict
         max_tokens = n_predict or self._max_tokens(limits, limits.max_tokens_default)  # (not /v1/completions' 16)
-        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt, model=model,
-                                return_tokens=self.return_tokens, n_probs=self.n_probs)
+        gen = self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt, model=model,
+                               return_tokens=self.return_tokens, n_probs=self.n_probs)
+        with about("post_sampling_probs"):  # (its checks: GenerationRequest's)
+            return dataclasses.replace(gen, request=dataclasses.replace(gen.request, post_sampling_probs=True)) \
+                if self.post_sampling_probs else gen
 
     def convert(self, limits: Limits, model: Any = None) -> Generation:
         """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text;

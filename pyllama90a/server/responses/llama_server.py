@@ -5,6 +5,7 @@ so far) and a last one with stop: true and the whole answer's fields; it ends wi
 llama-server's does."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,7 +15,13 @@ from ...core.generation.sequence import TokenLogprob
 from .openai import Shape, _text  # one decoding of a token piece for both answer formats
 
 
-def completion_probabilities(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+def completion_probabilities(items: Sequence[TokenLogprob], post_sampling: bool = False) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities: logprob and top_logprobs, or (post_sampling_probs) prob and
+    top_probs, the probabilities after the sampler chain (core/generation/post_sampling.py)."""
+    if post_sampling:
+        return [{"id": i.token, "token": _text(i.piece), "bytes": list(i.piece), "prob": math.exp(i.logprob),
+                 "top_probs": [{"id": t, "token": _text(p), "bytes": list(p), "prob": math.exp(lp)}
+                               for t, p, lp in i.top]} for i in items]
     return [{"id": i.token, "token": _text(i.piece), "bytes": list(i.piece), "logprob": i.logprob,
              "top_logprobs": [{"id": t, "token": _text(p), "bytes": list(p), "logprob": lp} for t, p, lp in i.top]}
             for i in items]
@@ -55,12 +62,14 @@ class NativeCompletionShape(Shape):
 
     def __init__(self, ident: str, model: str, *, prompts: list[list[int]], settings: dict[str, Any],
                  detokenize: Callable[[list[int]], str], return_tokens: bool, probabilities: bool,
-                 several: bool = False, **common: Any) -> None:
-        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone);
-        several: the request gave a list of prompts (a whole answer is a list, even of one)."""
+                 several: bool = False, post_sampling: bool = False, **common: Any) -> None:
+        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone), after
+        the sampler chain with post_sampling; several: the request gave a list of prompts (a whole answer is a
+        list, even of one)."""
         super().__init__(ident, model, len(prompts), **common)
         self.prompts, self.settings, self.detokenize = prompts, settings, detokenize
         self.return_tokens, self.probabilities, self.several = return_tokens, probabilities, several
+        self.post_sampling = post_sampling
         self._generated: list[list[int]] = [[] for _ in prompts]
 
     def _counts(self, choice: int) -> dict[str, Any]:
@@ -88,7 +97,7 @@ class NativeCompletionShape(Shape):
         event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts(choice),
                  **self._timings_if_finished()}
         if self.probabilities:
-            event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
+            event["completion_probabilities"] = completion_probabilities(chunk.logprobs, self.post_sampling)
         return [event]
 
     def _stop(self, choice: int, reason: str) -> tuple[str, str]:
@@ -113,7 +122,7 @@ class NativeCompletionShape(Shape):
                   "truncated": reason == "length" and len(prompt) + len(self._generated[choice]) >= n_ctx,
                   "timings": self.timings()}
         if self.probabilities and (logprobs or not stream):
-            answer["completion_probabilities"] = completion_probabilities(logprobs)
+            answer["completion_probabilities"] = completion_probabilities(logprobs, self.post_sampling)
         return picked(answer, self.response_fields) if self.response_fields else answer
 
     def whole(self) -> Any:
