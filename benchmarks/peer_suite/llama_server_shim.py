@@ -35,6 +35,9 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
         if flag in SAME_VALUE and value is not None:
             if flag == "-fa":
                 value = {"on": "on", "off": "off", "auto": "auto"}.get(value, value)
+            if flag == "--n-predict" and value == "-1":  # (llama-server's -1: until the slot is full)
+                from pyllama90a.server.protocol.base import Limits
+                value = str(Limits.max_tokens_limit)
             out += [SAME_VALUE[flag], value]
             i += 2
         elif flag in DROPPED_WITH_VALUE:

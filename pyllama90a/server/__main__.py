@@ -158,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "origin is then echoed (default off here, on in llama-server: this server's key is a header)")
     p.add_argument("-a", "--alias", default=_env("alias", ""),
                    help="llama-server's: comma-separated names the model answers to in /v1/models and a request's "
-                        "model; the first is its id (unless --model-name)")
+                        "model; the alphabetically first is its id, as llama-server's (unless --model-name)")
     p.add_argument("--tags", default=_env("tags", ""),
                    help="llama-server's: comma-separated tags shown in /v1/models (informational)")
     p.add_argument("--seed", type=int, default=_env("seed", -1),
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     except (LlamaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    name = args.model_name or (args.alias[0] if args.alias else Path(engine.model.path).name)
+    name = args.model_name or (min(args.alias) if args.alias else Path(engine.model.path).name)
     if args.reranking and not is_reranker(engine.model.handle):
         engine.close()
         print(f"error: --reranking: {name} is not a reranker (its GGUF's pooling type is not rank); use a reranker "
