@@ -21,8 +21,8 @@ SAME_VALUE = {"--port": "--port", "--host": "--host", "--temp": "--temp", "--see
 DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers",
                       "--pooling"}
 # switches that are this server's behaviour anyway (embeddings, metrics, slots and Jinja are always served)
-SWITCHES_SERVED = {"--cont-batching", "--embedding", "--metrics", "--slots", "--no-slots", "--jinja", "--no-ui",
-                   "--kv-unified"}
+SWITCHES_SERVED = {"--cont-batching", "--embedding", "--jinja", "--no-ui", "--kv-unified"}
+SAME_SWITCH = {"--slots", "--no-slots", "--metrics"}  # (without --metrics llama-server answers /metrics 501)
 
 
 def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
@@ -44,10 +44,15 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
             i += 2
         elif flag in SWITCHES_SERVED:
             i += 1
+        elif flag in SAME_SWITCH:
+            out.append(flag)
+            i += 1
         else:  # (a value that follows an unknown flag is dropped with it)
             takes_value = value is not None and not value.startswith("-")
             dropped += [flag, value] if takes_value else [flag]
             i += 2 if takes_value else 1
+    if "--metrics" not in argv:
+        out.append("--no-metrics")
     return out, [d for d in dropped if d is not None]
 
 

@@ -143,6 +143,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-public", action="store_true",
                    default=str(_env("metrics-public", "")).lower() in ("1", "true", "yes"),
                    help="answer /metrics without the API key (default: it needs the key, as llama-server's does)")
+    for name, what in (("slots", "GET /slots"), ("metrics", "GET /metrics")):  # (llama-server's switches)
+        p.add_argument(f"--{name}", action=argparse.BooleanOptionalAction,
+                       default=str(_env(name, "1")).lower() in ("1", "true", "yes"),
+                       help=f"serve {what} (default on; off: 501, as llama-server answers without --{name})")
     p.add_argument("--cors-origins", default=_env("cors-origins", ""),
                    help="comma-separated origins whose web pages may call this server (CORS): '*' for any, "
                         "'localhost' for pages served from this machine (any port), or origins such as "
@@ -360,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                                       args.unknown_fields, seed=None if args.seed == -1 else args.seed,
                                       temperature=args.temp), reopen=make_engine if args.rpc else None,
                         slot_folder=slot_folder_of(args), executors=Executors(args.pool_queue_size),
-                        metrics_public=args.metrics_public, response_store=ResponseStore(args.responses_store))
+                        metrics_public=args.metrics_public, response_store=ResponseStore(args.responses_store),
+                        slots_served=args.slots, metrics_served=args.metrics)
     kv, att = state.kv_cache, engine.model.attention  # (the KV cache's facts as ServerState read them)
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "

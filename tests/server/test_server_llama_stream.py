@@ -89,3 +89,13 @@ def test_post_sampling_probs_where_they_cannot_be_served_are_a_400_naming_the_fi
     response = http.post(path, json={**body, "post_sampling_probs": True})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "post_sampling_probs"
+
+
+def test_no_slots_and_no_metrics_answer_501_as_llama_server_does(model_path) -> None:
+    with ServerProcess(["--model", str(model_path), "--parallel", "1", "--n-ctx", "512", "--threads", "2",
+                        "--no-slots", "--no-metrics"]) as srv:
+        for path in ("/slots", "/metrics"):
+            response = httpx.get(srv.base_url + path, timeout=60)
+            assert response.status_code == 501
+            assert response.json()["error"]["type"] == "not_supported_error"
+        assert httpx.get(srv.base_url + "/health", timeout=60).status_code == 200
