@@ -3,6 +3,7 @@ after each batch of the prompt. One real server on the default model with a smal
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import pytest
@@ -99,3 +100,28 @@ def test_no_slots_and_no_metrics_answer_501_as_llama_server_does(model_path) -> 
             assert response.status_code == 501
             assert response.json()["error"]["type"] == "not_supported_error"
         assert httpx.get(srv.base_url + "/health", timeout=60).status_code == 200
+
+
+def test_several_host_addresses_are_each_served(model_path) -> None:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with ServerProcess(["--model", str(model_path), "--parallel", "1", "--n-ctx", "512", "--threads", "2",
+                        "--host", "127.0.0.1,::1", "--api-key", "k"]) as srv:
+        for host in ("127.0.0.1", "[::1]"):
+            base = f"http://{host}:{srv.port}"
+            assert httpx.get(base + "/health", timeout=60).status_code == 200
+            assert httpx.post(base + "/v1/completions", json={}, timeout=60).status_code == 401
+            answer = httpx.post(base + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                                headers={"Authorization": "Bearer k"}, timeout=60)
+            assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:  # (an address in use: a clear exit)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = ServerProcess(["--model", str(model_path), "--host", "::1,127.0.0.1"], timeout=60)
+        busy.port = taken.getsockname()[1]
+        busy.argv[-1] = str(busy.port)
+        with pytest.raises(RuntimeError, match=r"--host .127\.0\.0\.1., port"):
+            busy.start()
