@@ -125,3 +125,9 @@ def test_several_host_addresses_are_each_served(model_path) -> None:
         busy.argv[-1] = str(busy.port)
         with pytest.raises(RuntimeError, match=r"--host .127\.0\.0\.1., port"):
             busy.start()
+
+
+def test_an_embedding_input_over_the_batch_is_too_large_in_llama_servers_words(http) -> None:
+    response = http.post("/v1/embeddings", json={"input": "This is a test " * 1000})
+    assert response.status_code == 400
+    assert "too large" in response.json()["error"]["message"]
