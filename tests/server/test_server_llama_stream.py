@@ -131,3 +131,13 @@ def test_an_embedding_input_over_the_batch_is_too_large_in_llama_servers_words(h
     response = http.post("/v1/embeddings", json={"input": "This is a test " * 1000})
     assert response.status_code == 400
     assert "too large" in response.json()["error"]["message"]
+
+
+def test_generation_settings_show_the_logit_bias_in_llama_servers_list_form(http) -> None:
+    hello = http.post("/tokenize", json={"content": " Hello"}).json()["tokens"]
+    body = {"prompt": "I believe", "n_predict": 2, "temperature": 0}
+    plain = http.post("/completion", json=body).json()
+    assert plain["generation_settings"]["logit_bias"] == []
+    biased = http.post("/completion", json={**body, "logit_bias": [[7, -5.5], [" Hello", False]]}).json()
+    assert biased["generation_settings"]["logit_bias"] == [{"token": 7, "bias": -5.5},
+                                                           *({"token": t, "bias": -100.0} for t in hello)]

@@ -36,7 +36,9 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
             "min_p": sampling.min_p, "repeat_last_n": 64, "repeat_penalty": sampling.repeat_penalty,
             "presence_penalty": sampling.presence_penalty, "frequency_penalty": sampling.frequency_penalty,
             "stop": list(request.stops), "ignore_eos": request.ignore_eos, "stream": stream,
-            "n_probs": request.logprobs or 0, "constrained": request.constraint is not None}
+            "n_probs": request.logprobs or 0, "constrained": request.constraint is not None,
+            # llama-server's list form, the bias each token gets (a ban, false, is -100 here)
+            "logit_bias": [{"token": token, "bias": bias} for token, bias in (request.logit_bias or {}).items()]}
 
 
 def picked(answer: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
