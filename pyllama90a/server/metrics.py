@@ -27,7 +27,7 @@ def _number(value: float) -> str:
 
 
 def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mapping[str, float]) -> None:
-    """llama-server's metrics that this server can count truly (no decode-call counts: the engine keeps none).
+    """llama-server's metrics, counted as it counts them (n_tokens_max: its type, a counter, though a maximum).
     Its prompt tokens are the decoded ones; the seconds are the server's timings of finished requests (a
     request's prompt time includes its wait for a slot). `stats`: the scrape's one reading of the engine."""
     prompt_s, predicted_s = seconds.get("prompt", 0.0), seconds.get("predicted", 0.0)
@@ -50,7 +50,13 @@ def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mappin
              "Total draft tokens generated (0 when spec-decode is off).", stats.draft_tokens_total),
             ("spec_decode_num_accepted_tokens_total", "counter",
              "Total draft tokens accepted by the target model (0 when spec-decode is off).",
-             stats.draft_accepted_total)):
+             stats.draft_accepted_total),
+            ("spec_decode_num_drafts_total", "counter", "Total drafts verified (0 when spec-decode is off).",
+             stats.drafts_total),
+            ("n_decode_total", "counter", "Total number of llama_decode() calls.", stats.decodes_total),
+            ("n_tokens_max", "counter", "Largest observed n_tokens.", stats.tokens_max),
+            ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call.",
+             stats.decode_slots_total / stats.decodes_total if stats.decodes_total else 0)):
         _family(lines, name, kind, text, [("", value)], prefix=LLAMA_SERVER_PREFIX)
 
 

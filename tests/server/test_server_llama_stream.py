@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import httpx
 import pytest
@@ -141,3 +142,38 @@ def test_generation_settings_show_the_logit_bias_in_llama_servers_list_form(http
     biased = http.post("/completion", json={**body, "logit_bias": [[7, -5.5], [" Hello", False]]}).json()
     assert biased["generation_settings"]["logit_bias"] == [{"token": 7, "bias": -5.5},
                                                            *({"token": t, "bias": -100.0} for t in hello)]
+
+
+def test_progress_reports_carry_the_timings_so_far_with_timings_per_token(http) -> None:
+    events = _events(http, "/completion", {"prompt": "This is a test. " * 12, "n_predict": 3,
+                                           "return_progress": True, "timings_per_token": True})
+    timings = [e["timings"] for e in events if "prompt_progress" in e]
+    assert len(timings) > 2 and timings[0]["prompt_n"] == timings[0]["prompt_ms"] == timings[0]["predicted_n"] == 0
+    assert [t["prompt_n"] for t in timings] == [e["prompt_progress"]["processed"] - e["prompt_progress"]["cache"]
+                                               for e in events if "prompt_progress" in e]
+    assert [t["prompt_ms"] for t in timings] == sorted(t["prompt_ms"] for t in timings) and timings[-1]["prompt_ms"] > 0
+    assert all(v is not None and v >= 0 for t in timings for v in t.values())
+
+
+def test_predicted_rates_are_over_the_tokens_after_the_first(http) -> None:
+    one = http.post("/completion", json={"prompt": "I believe", "n_predict": 1}).json()["timings"]
+    assert one["predicted_n"] == 1 and one["predicted_per_second"] == one["predicted_per_token_ms"] == 0.0
+    more = http.post("/completion", json={"prompt": "I believe", "n_predict": 8, "ignore_eos": True}).json()["timings"]
+    assert more["predicted_n"] == 8
+    assert more["predicted_per_second"] == pytest.approx(1e3 * 7 / more["predicted_ms"])
+
+
+def test_metrics_have_llama_servers_decode_counts_and_start_time(http) -> None:
+    before = http.get("/metrics")
+    assert int(before.headers["Process-Start-Time-Unix"]) <= time.time()
+    http.post("/completion", json={"prompt": "This is a test. " * 4, "n_predict": 3, "ignore_eos": True})
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in http.get("/metrics").text.splitlines()
+              if line.startswith("llamacpp:")}
+    old = {line.split(" ")[0]: float(line.split(" ")[1]) for line in before.text.splitlines()
+           if line.startswith("llamacpp:")}
+    # a prompt of about 20 tokens in batches of 16, then 2 decodes of one token each (the first comes with the
+    # prompt's last batch)
+    assert 3 <= values["llamacpp:n_decode_total"] - old["llamacpp:n_decode_total"] <= 5
+    assert values["llamacpp:n_tokens_max"] >= 20 and values["llamacpp:n_busy_slots_per_decode"] == 1
+    assert values["llamacpp:spec_decode_num_drafts_total"] == 0
+    assert "# TYPE llamacpp:n_decode_total counter" in before.text

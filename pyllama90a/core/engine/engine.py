@@ -139,8 +139,7 @@ class BatchEngine:
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
-                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None,
-                       progress: bool = False) -> Handle:
+                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None, progress: bool = False) -> Handle:
         """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
         the server's n choices share them); `slot`: the slot it must run in (it waits until that one is free);
         `progress`: a Chunk with `progress` set after each batch that decodes part of the prompt."""
@@ -252,7 +251,8 @@ class BatchEngine:
             return EngineStats(self._counts["requests"], self._counts["failed"], self._counts["prompt_tokens"],
                                self._counts["prompt_decoded"], self._counts["completion_tokens"],
                                len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate,
-                               self._counts["draft_tokens"], self._counts["draft_accepted"])
+                               *(self._counts[k] for k in ("draft_tokens", "draft_accepted", "drafts", "decodes",
+                                                           "decode_slots", "tokens_max")))
 
     def prompt_cache_stats(self) -> PromptCacheStats | None:
         """The host-RAM prompt cache's entries, bytes and hits (None without one: cache_ram_bytes=0)."""
@@ -387,7 +387,9 @@ class BatchEngine:
                 self._emit(job, Chunk(progress=(job.cached, len(slot.cached), len(job.prompt))))
             if out_index is not None:
                 n_sampled += self._sample(slot, job, out_index)
-        with self._cv:
+        with self._cv:  # (llama-server's metrics: decode calls, slots per call, the most cells a slot held)
+            self._counts.update(decodes=1, decode_slots=len(plan))
+            self._counts["tokens_max"] = max(self._counts["tokens_max"], *(len(s.cached) for s, *_ in plan))
             self._recent.append((now, n_sampled))
             self._forget_old_steps(now)
         return True
@@ -448,7 +450,7 @@ class BatchEngine:
         if draft:  # the drafted tokens kept join the cache; the cells of the rest are dropped
             slot.cached.extend(draft[:len(steps) - 1])
             self._context.trim_sequence(slot.seq, len(slot.cached))
-            self._counts["draft_tokens"] += len(draft)
+            self._counts.update(draft_tokens=len(draft), drafts=1)
             self._counts["draft_accepted"] += sum(s.token == t for s, t in zip(steps, draft, strict=False))
         step = steps[-1]
         tokens = tuple(s.token for s in steps if s.token is not None)

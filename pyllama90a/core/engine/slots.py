@@ -80,3 +80,7 @@ class EngineStats:
     tokens_per_s: float            # generated tokens per second over the last few seconds
     draft_tokens_total: int = 0    # speculative decoding: tokens drafted and decoded for verification
     draft_accepted_total: int = 0  # of those, the ones kept
+    drafts_total: int = 0          # drafts verified (each one or more tokens)
+    decodes_total: int = 0         # decode calls (each a batch of one or more slots' tokens)
+    decode_slots_total: int = 0    # slots in those calls, summed
+    tokens_max: int = 0            # the most tokens a slot's cells held at the end of a decode

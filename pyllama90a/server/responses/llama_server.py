@@ -87,7 +87,7 @@ class NativeCompletionShape(Shape):
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         if chunk.progress is not None:
-            return [{"content": "", "tokens": [], "stop": False, **self._counts(choice), "prompt_progress": r}
+            return [{"content": "", "tokens": [], "stop": False, **self._counts(choice), **r}
                     for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         self._generated[choice] += chunk.tokens

@@ -122,15 +122,17 @@ class Shape:
         return {}
 
     def _progress_reports(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
-        """llama-server's prompt_progress reports of a progress chunk (return_progress, a stream: the engine sends
-        one after each batch of the prompt); the first also sends the report from before any batch (processed =
-        cache), as llama-server's first one is."""
+        """The fields llama-server's prompt_progress events add, of a progress chunk (return_progress, a stream:
+        the engine sends one after each batch of the prompt); the first also sends the report from before any
+        batch (processed = cache), as llama-server's first one is. With timings_per_token each has the timings
+        so far (the first all zero: nothing decoded yet)."""
         assert chunk.progress is not None
         cache, processed, total = chunk.progress
         ms = round((time.perf_counter() - self.timer.queued) * 1e3)
         first = not self._progressed[choice]
         self._progressed[choice] = True
-        return [{"total": total, "cache": cache, "processed": n, "time_ms": ms}
+        return [{"prompt_progress": {"total": total, "cache": cache, "processed": n, "time_ms": ms},
+                 **({"timings": self.timer.prompt_so_far(n - cache, cache)} if self.timings_per_token else {})}
                 for n in ((cache, processed) if first else (processed,))]
 
     def _verbose(self, content: str) -> dict[str, Any]:
@@ -183,8 +185,7 @@ class CompletionShape(Shape):
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`."""
         if chunk.progress is not None:
-            return [{**self._base(), "choices": [], "prompt_progress": r}
-                    for r in self._progress_reports(choice, chunk)]
+            return [{**self._base(), "choices": [], **r} for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         if not (chunk.text or chunk.logprobs or chunk.finish_reason):
             return []
@@ -259,7 +260,7 @@ class ChatShape(Shape):
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
         with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
         if chunk.progress is not None:  # (llama-server's progress event: the role's delta again, and the report)
-            return [{**self._chunk(choice, {"role": "assistant", "content": None}), "prompt_progress": r}
+            return [{**self._chunk(choice, {"role": "assistant", "content": None}), **r}
                     for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         parser, thoughts = self._parsers[choice], self._thoughts[choice]

@@ -43,6 +43,8 @@ async def health(state: State) -> JSONResponse:
 async def metrics(state: State) -> PlainTextResponse:
     if not state.metrics_served:
         raise APIError(501, "GET /metrics is off on this server (--no-metrics)", type="not_supported_error")
+    # (llama-server's header: when the server started, for rates over its whole life)
     return PlainTextResponse(render_metrics(state.engine, state.kv_cache, state.responses, state.timed,
                                             state.workers, state.executors.usage()),
-                             media_type="text/plain; version=0.0.4")
+                             media_type="text/plain; version=0.0.4",
+                             headers={"Process-Start-Time-Unix": str(state.created)})
