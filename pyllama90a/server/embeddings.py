@@ -102,6 +102,8 @@ async def embeddings(state: ServerState, request: Request, *, native: bool) -> R
     if done is None:
         return Response(status_code=499)
     vectors, n_tokens = done
+    # (llama-server's metrics count an embedding's prompt and its decodes, one per input, as a generation's)
+    state.timed.update(embedding_tokens=n_tokens, embedding_decodes=len(vectors))
     headers = ignored_fields(request, ignored)
     values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.encoding_format == "base64"
                          else vec.astype(float).tolist() for vec in vectors]

@@ -177,3 +177,15 @@ def test_metrics_have_llama_servers_decode_counts_and_start_time(http) -> None:
     assert values["llamacpp:n_tokens_max"] >= 20 and values["llamacpp:n_busy_slots_per_decode"] == 1
     assert values["llamacpp:spec_decode_num_drafts_total"] == 0
     assert "# TYPE llamacpp:n_decode_total counter" in before.text
+
+
+def test_llama_servers_metrics_count_an_embeddings_prompt_and_decodes(http) -> None:
+    def values() -> dict[str, float]:
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in http.get("/metrics").text.splitlines()
+                if line.startswith("llamacpp:")}
+    before = values()
+    usage = http.post("/v1/embeddings", json={"input": ["hello world", "goodbye world"]}).json()["usage"]
+    after = values()
+    assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == usage["prompt_tokens"]
+    assert after["llamacpp:n_decode_total"] - before["llamacpp:n_decode_total"] == 2
+    assert after["llamacpp:tokens_predicted_total"] == before["llamacpp:tokens_predicted_total"]
