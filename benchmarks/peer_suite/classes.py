@@ -119,4 +119,29 @@ RULES: list[tuple[str, str, str | None, str, str]] = [
      "predicted rates over the tokens after the first"),
     ("metrics", r"^test_metrics_timings_on_prompt_progress$", r"KeyError", FIXED,
      "progress events carry the timings with timings_per_token"),
+    # test_tool_call
+    ("tool_call", r".", r"download refused|Template file .* does not exist|died", DOWNLOAD,
+     "a tool-calling model or its template file from the Hub (models/templates is not in the sdist)"),
+    ("tool_call", r".", r"Expected 1 tool call in|Expected no tool call in", MODEL,
+     "the 135M default model answers in text where the suite's tool-calling model calls (or calls where it "
+     "answers); the message is a well-formed assistant message"),
+    ("tool_call", r".", r"tool arguments:|location not found|code not found|Expected Istanbul|Expected hello world",
+     MODEL, "the arguments the 135M model wrote; the call itself is well formed"),
+    ("tool_call", r".", r"Expected something like|Expected \^The sum|Expected To find the sum", MODEL,
+     "the 135M model's answer after the tool result (the suite's model writes the expected sentence)"),
+    ("tool_call", r".", r"ReadTimeout", HARNESS, "the suite's 60 s read timeout on the loaded 2-core machine"),
+    # test_tokenize
+    ("tokenize", r"^test_tokenize_with_bos$", r"== 1", MODEL, "the default model adds no BOS (tinyllama-2's is 1)"),
+    # test_security
+    ("security", r"^test_access_static_assets_without_api_key$", None, NOT_SERVED, "the web UI's static assets"),
+    ("security", r"^test_cors_options\[", r"401", SHAPE,
+     "no CORS headers without --cors-origins here (llama-server allows every origin by default), so a preflight "
+     "is an ordinary request that needs the key"),
+    ("security", r"^test_cors_origins_localhost_reflects\[", r"Access-Control-Allow-Origin", SHAPE,
+     "the router preset sets no --cors-origins: no CORS here by default (llama-server's default reflects local "
+     "origins); --cors-origins localhost does it (tests/server/test_server_llama_shapes.py)"),
+    ("security", r"^test_cors_origins_defaults_to_localhost_with_tools_enabled$", None, NOT_SERVED,
+     "llama-server's built-in tools (--tools)"),
+    ("security", r"^test_cors_proxy", None, NOT_SERVED, "the web UI's CORS proxy"),
+    ("security", r"^test_local_media_file\[", None, NOT_SERVED, "images (local media files)"),
 ]
