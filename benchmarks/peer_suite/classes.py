@@ -148,4 +148,8 @@ RULES: list[tuple[str, str, str | None, str, str]] = [
      "32 x the prompt is 224 tokens with the default model's tokenizer, under the slot's 256 (tinyllama-2's is over)"),
     ("completion", r"^test_completion_response_fields\[", r"<s>", MODEL,
      "tinyllama-2's BOS '<s>' in the prompt's text; the default model adds none"),
+    ("slot_save", r"^test_slot_(save_restore|erase)$", r"Whiskers", MODEL,
+     "tinyllama-2's text; the default model at temperature 0 ends at once on this bare prompt (content '')"),
+    ("slot_save", r"^test_slot_restore_legacy_token_list$", r"== 84", MODEL,
+     "84 saved tokens are tinyllama-2's; the file here holds the default model's 7 (and this server's format)"),
 ]
