@@ -24,6 +24,9 @@ TEMPLATE_FILE = "the suite's models/templates/*.jinja are not in the sdist (noth
 BUILTIN_NAME = "--chat-template NAME (llama.cpp's built-in templates by name) is not served: --chat-template-file"
 
 RULES: list[tuple[str, str, str | None, str, str]] = [
+    ("metrics", r".", r"'process-start-time-unix'", SHAPE,
+     "the header is sent (uvicorn's h11 writes header names lowercase; HTTP names are case-insensitive), the "
+     "suite looks for 'Process-Start-Time-Unix' in a plain dict of them"),
     # test_basic
     ("basic", r"^test_server_multiple_addresses$", None, NOT_SERVED, "several --host addresses: one here"),
     ("basic", r"^test_server_slots$", r"501", SHAPE, "/slots is always served (llama-server's --no-slots: 501)"),
