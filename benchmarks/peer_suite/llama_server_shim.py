@@ -13,15 +13,17 @@ SAME_VALUE = {"--port": "--port", "--host": "--host", "--temp": "--temp", "--see
               "--threads": "--threads", "--ctx-size": "--n-ctx", "--parallel": "--parallel", "-ctk": "--ctk",
               "-ctv": "--ctv", "-fa": "--flash-attn", "--n-predict": "--max-tokens-default",
               "--slot-save-path": "--slot-save-path", "--lora": "--lora", "--api-key": "--api-key",
-              "--chat-template-file": "--chat-template-file"}
+              "--chat-template-file": "--chat-template-file", "--cache-ram": "--cache-ram",
+              "--reasoning-format": "--reasoning-format", "--reasoning": "--reasoning",
+              "--reasoning-budget": "--reasoning-budget", "--spec-type": "--spec-type",
+              "--spec-draft-n-max": "--spec-draft-n-max", "--spec-draft-n-min": "--spec-draft-n-min"}
 # flags with a value that the default model or this server decides itself
 DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers",
                       "--pooling"}
-# switches this server takes as they are
-SAME_SWITCHES = {"--context-shift", "--no-context-shift"}
+# switches this server takes as they are (without --metrics llama-server answers /metrics 501)
+SAME_SWITCHES = {"--context-shift", "--no-context-shift", "--slots", "--no-slots", "--metrics"}
 # switches that are this server's behaviour anyway (embeddings, metrics, slots and Jinja are always served)
-SWITCHES_SERVED = {"--cont-batching", "--embedding", "--metrics", "--slots", "--no-slots", "--jinja", "--no-ui",
-                   "--kv-unified"}
+SWITCHES_SERVED = {"--cont-batching", "--embedding", "--jinja", "--no-ui", "--kv-unified"}
 
 
 def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
@@ -34,6 +36,9 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
         if flag in SAME_VALUE and value is not None:
             if flag == "-fa":
                 value = {"on": "on", "off": "off", "auto": "auto"}.get(value, value)
+            if flag == "--n-predict" and value == "-1":  # (llama-server's -1: until the slot is full)
+                from pyllama90a.server.protocol.base import Limits
+                value = str(Limits.max_tokens_limit)
             out += [SAME_VALUE[flag], value]
             i += 2
         elif flag in DROPPED_WITH_VALUE:
@@ -47,6 +52,8 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
             takes_value = value is not None and not value.startswith("-")
             dropped += [flag, value] if takes_value else [flag]
             i += 2 if takes_value else 1
+    if "--metrics" not in argv:
+        out.append("--no-metrics")
     return out, [d for d in dropped if d is not None]
 
 

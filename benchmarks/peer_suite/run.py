@@ -12,6 +12,7 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,12 +38,21 @@ def counts(report: Path) -> tuple[int, int, int]:
     return total - failed - skipped, failed, skipped
 
 
+def free_port() -> int:
+    """A loopback port no one listens on now: the suite's fixed 8080 would be shared by two runs at once (another
+    run's server then answers this run's requests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("llama_cpp", type=Path, help="the sdist's vendor/llama.cpp folder")
     p.add_argument("files", nargs="*", help="test file names (default: all), e.g. test_security.py")
     p.add_argument("--out", type=Path, default=None, help="where the JUnit reports go (default: a temp folder)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per file")
+    p.add_argument("--port", type=int, default=0, help="the servers' port (default: a free one, the suite's PORT)")
     args = p.parse_args()
     import pyllama90a as pl
 
@@ -58,7 +68,7 @@ def main() -> int:
     launcher.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
     launcher.chmod(0o755)
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(launcher), "PEER_SUITE_MODEL": model,
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO), "PORT": str(args.port or free_port())}
     files = args.files or sorted(f.name for f in (tests / "unit").glob("test_*.py"))
     totals = [0, 0, 0]
     for name in files:

@@ -35,6 +35,11 @@ class SamplerSettings:
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
 
+    @property
+    def penalized(self) -> bool:
+        """The chain starts with llama.cpp's penalties sampler (repeat, frequency or presence)."""
+        return (self.repeat_penalty, self.frequency_penalty, self.presence_penalty) != (1.0, 0.0, 0.0)
+
 
 class SamplerChain:
     """A llama.cpp sampler chain for one generation (it remembers the tokens it picked, for the penalties). It
@@ -45,7 +50,7 @@ class SamplerChain:
             chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         call.check(chain != ffi.NULL, LlamaError, "could not create a sampler chain")
         self._ptr = ffi.gc(chain, lib.llama_sampler_free)
-        penalties = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0)
+        penalties = params.penalized
         # greedy without penalties is the logits row's argmax (the first of equal maxima, as llama.cpp's greedy
         # sampler picks): numpy finds it without llama.cpp building its n_vocab candidate array per token
         self.argmax_only = params.greedy and not penalties

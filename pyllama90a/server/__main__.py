@@ -6,6 +6,7 @@ import copy
 import math
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -139,7 +140,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slot-max-bytes", type=byte_size, default=_env("slot-max-bytes", DEFAULT_MAX_BYTES),
                    help="bytes the slot folder's files may take, e.g. 512M or 4G; a save past it is a 409 "
                         f"(default {DEFAULT_MAX_BYTES >> 30}G)")
-    p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
+    p.add_argument("--host", default=_env("host", "127.0.0.1"),
+                   help="address to bind (default 127.0.0.1); several, comma-separated, as llama-server's")
     p.add_argument("--port", type=int, default=_env("port", 8000))
     p.add_argument("--api-key", default=_env("api-key", None),
                    help="require 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' on every route but /health "
@@ -147,6 +149,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-public", action="store_true",
                    default=str(_env("metrics-public", "")).lower() in ("1", "true", "yes"),
                    help="answer /metrics without the API key (default: it needs the key, as llama-server's does)")
+    for name, what in (("slots", "GET /slots"), ("metrics", "GET /metrics")):  # (llama-server's switches)
+        p.add_argument(f"--{name}", action=argparse.BooleanOptionalAction,
+                       default=str(_env(name, "1")).lower() in ("1", "true", "yes"),
+                       help=f"serve {what} (default on; off: 501, as llama-server answers without --{name})")
     p.add_argument("--cors-origins", default=_env("cors-origins", ""),
                    help="comma-separated origins whose web pages may call this server (CORS): '*' for any, "
                         "'localhost' for pages served from this machine (any port), or origins such as "
@@ -162,7 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "origin is then echoed (default off here, on in llama-server: this server's key is a header)")
     p.add_argument("-a", "--alias", default=_env("alias", ""),
                    help="llama-server's: comma-separated names the model answers to in /v1/models and a request's "
-                        "model; the first is its id (unless --model-name)")
+                        "model; the alphabetically first is its id, as llama-server's (unless --model-name)")
     p.add_argument("--tags", default=_env("tags", ""),
                    help="llama-server's: comma-separated tags shown in /v1/models (informational)")
     p.add_argument("--seed", type=int, default=_env("seed", -1),
@@ -298,6 +304,30 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
+def listeners(hosts: list[str], port: int) -> list[socket.socket]:
+    """A listening socket on each of several --host addresses (uvicorn binds one host itself); IPv6 ones only
+    IPv6, so that '0.0.0.0,::' binds both. Raises OSError naming the address that could not be bound."""
+    bound: list[socket.socket] = []
+    try:
+        for host in hosts:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as e:
+                raise OSError(f"--host {host!r}, port {port}: {e.strerror or e}") from e
+            sock.listen(2048)
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
 def whole_slots(n_ctx: int, parallel: int) -> int:
     """n_ctx, raised where it gives the slots fewer cells each than llama.cpp's smallest stream (256): llama.cpp
     pads every sequence's cells up to that (as llama-server's -c 512 -np 4 gets 4 slots of 256), and Model
@@ -329,6 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     from .shutdown import GracefulServer
     from .state import CorsFlags
 
+    hosts = [h.strip().removeprefix("[").removesuffix("]") for h in args.host.split(",")]
+    try:  # (several addresses: bound here, before the model loads; one: by uvicorn, as before)
+        sockets = listeners(hosts, args.port) if len(hosts) > 1 else []
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     n_ctx = whole_slots(args.n_ctx, args.parallel)
     if n_ctx != args.n_ctx:
         print(f"pyllama90a server: --n-ctx {args.n_ctx} gives {args.parallel} slots fewer than 256 cells each, "
@@ -365,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     except (LlamaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    name = args.model_name or (args.alias[0] if args.alias else Path(engine.model.path).name)
+    name = args.model_name or (min(args.alias) if args.alias else Path(engine.model.path).name)
     if args.reranking and not is_reranker(engine.model.handle):
         engine.close()
         print(f"error: --reranking: {name} is not a reranker (its GGUF's pooling type is not rank); use a reranker "
@@ -378,22 +414,25 @@ def main(argv: list[str] | None = None) -> int:
                                       args.unknown_fields, seed=None if args.seed == -1 else args.seed,
                                       temperature=args.temp), reopen=make_engine if args.rpc else None,
                         slot_folder=slot_folder_of(args), executors=Executors(args.pool_queue_size),
-                        metrics_public=args.metrics_public, response_store=ResponseStore(args.responses_store))
+                        metrics_public=args.metrics_public, response_store=ResponseStore(args.responses_store),
+                        slots_served=args.slots, metrics_served=args.metrics)
     kv, att = state.kv_cache, engine.model.attention  # (the KV cache's facts as ServerState read them)
     print(f"pyllama90a server: {name}\n"
           f"  KV cache: K {kv.type_k} {kv.k_bytes / 2**20:.1f} MiB + V {kv.type_v} {kv.v_bytes / 2**20:.1f} MiB, "
           f"{args.parallel} slots x {engine.n_ctx_slot} tokens\n"
           f"  attention: flash_attn={att.flash_attn} on {att.backend} ({att.reason})\n"
-          f"  listening on http://{args.host}:{args.port}/v1" + ("  (API key required)" if state.api_key else ""),
+          "  listening on " + ", ".join(f"http://{'[' + h + ']' if ':' in h else h}:{args.port}/v1" for h in hosts)
+          + ("  (API key required)" if state.api_key else ""),
           flush=True)
     # the server's own warnings (unknown request fields) go where uvicorn's go, at the same --log-level
     log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     log_config["loggers"]["pyllama90a.server"] = {"handlers": ["default"], "level": args.log_level.upper(),
                                                   "propagate": False}
-    config = uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level=args.log_level,
+    config = uvicorn.Config(create_app(state), host=hosts[0], port=args.port, log_level=args.log_level,
                             log_config=log_config, http=protocol_with_header_timeout(args.header_timeout))
     try:
-        GracefulServer(config, state, args.shutdown_grace).run()  # returns after Ctrl-C or SIGTERM
+        # returns after Ctrl-C or SIGTERM
+        GracefulServer(config, state, args.shutdown_grace).run(sockets=sockets or None)
     finally:
         state.workers.close()
         state.executors.shutdown()  # (work still waiting is dropped: its requests are gone)

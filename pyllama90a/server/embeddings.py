@@ -17,7 +17,8 @@ from ..core.model.model import Model
 from .errors import APIError
 from .generation import DISCONNECT_POLL_S, ignored_fields
 from .protocol.body import read_request
-from .protocol.requests import EmbeddingRequest, EmbeddingText, mixed_tokens
+from .protocol.embeddings import EmbeddingRequest
+from .protocol.requests import EmbeddingText, mixed_tokens
 from .state import ServerState
 
 
@@ -102,6 +103,8 @@ async def embeddings(state: ServerState, request: Request, *, native: bool) -> R
     if done is None:
         return Response(status_code=499)
     vectors, n_tokens = done
+    # (llama-server's metrics count an embedding's prompt and its decodes, one per input, as a generation's)
+    state.timed.update(embedding_tokens=n_tokens, embedding_decodes=len(vectors))
     headers = ignored_fields(request, ignored)
     values: list[Any] = [base64.b64encode(vec.astype("<f4").tobytes()).decode() if req.encoding_format == "base64"
                          else vec.astype(float).tolist() for vec in vectors]

@@ -71,13 +71,14 @@ def _submit(state: ServerState, gen: Generation, deliver: list[Any], *,
     # (llama-server's list of prompts on /completion: one generation each; else n of the one prompt)
     prompts = [engine.tokenize_prompt(p) for p in gen.prompts] if gen.prompts else [prompt] * len(deliver)
     seed = request.sampling.seed
+    progress = gen.stream and gen.answer.return_progress  # (llama-server reports progress on streams only)
     handles: list[Handle] = []
     try:
         for i, send in enumerate(deliver):
             # choices differ by their seed (seed + i when the request gives one)
             choice = request if seed is None else replace(
                 request, sampling=replace(request.sampling, seed=(seed + i) % 0xFFFFFFFF))
-            handles.append(engine.submit_request(prompts[i], choice, send, slot=gen.slot))
+            handles.append(engine.submit_request(prompts[i], choice, send, slot=gen.slot, progress=progress))
     except BaseException:
         for handle in handles:
             handle.cancel()

@@ -27,13 +27,15 @@ def _number(value: float) -> str:
 
 
 def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mapping[str, float]) -> None:
-    """llama-server's metrics that this server can count truly (no decode-call counts: the engine keeps none).
+    """llama-server's metrics, counted as it counts them (embeddings' prompts and decodes too; n_tokens_max: its
+    type, a counter, though a maximum).
     Its prompt tokens are the decoded ones; the seconds are the server's timings of finished requests (a
     request's prompt time includes its wait for a slot). `stats`: the scrape's one reading of the engine."""
     prompt_s, predicted_s = seconds.get("prompt", 0.0), seconds.get("predicted", 0.0)
     timed_prompt, timed_predicted = seconds.get("prompt_n", 0), seconds.get("predicted_n", 0)
     for name, kind, text, value in (
-            ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", stats.prompt_tokens_decoded),
+            ("prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+             stats.prompt_tokens_decoded + seconds.get("embedding_tokens", 0)),
             ("prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from a slot's cache.",
              stats.prompt_tokens_total - stats.prompt_tokens_decoded),
             ("prompt_seconds_total", "counter", "Prompt process time in seconds.", prompt_s),
@@ -50,7 +52,14 @@ def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mappin
              "Total draft tokens generated (0 when spec-decode is off).", stats.draft_tokens_total),
             ("spec_decode_num_accepted_tokens_total", "counter",
              "Total draft tokens accepted by the target model (0 when spec-decode is off).",
-             stats.draft_accepted_total)):
+             stats.draft_accepted_total),
+            ("spec_decode_num_drafts_total", "counter", "Total drafts verified (0 when spec-decode is off).",
+             stats.drafts_total),
+            ("n_decode_total", "counter", "Total number of llama_decode() calls.",
+             stats.decodes_total + seconds.get("embedding_decodes", 0)),
+            ("n_tokens_max", "counter", "Largest observed n_tokens.", stats.tokens_max),
+            ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call.",
+             stats.decode_slots_total / stats.decodes_total if stats.decodes_total else 0)):
         _family(lines, name, kind, text, [("", value)], prefix=LLAMA_SERVER_PREFIX)
 
 
@@ -59,7 +68,8 @@ def render_metrics(engine: BatchEngine, kv: KVCacheInfo, responses: Mapping[tupl
                    pools: Sequence[PoolUsage] = ()) -> str:
     """The engine's counters and configuration (`kv`: its KV cache's, read once: ServerState.kv_cache), the HTTP
     responses counted by (route, status code), and llama-server's families; `seconds`: the summed timings of
-    finished requests (prompt, predicted seconds and the token counts they timed); `workers`: the RPC workers'
+    finished requests (prompt, predicted seconds and the token counts they timed) and embeddings' tokens and
+    decodes (embedding_tokens, embedding_decodes); `workers`: the RPC workers'
     losses and the reloads after them; `pools`: the worker threads' use by kind of work (server/executors.py)."""
     stats = engine.stats()
     attention = engine.model.attention

@@ -47,6 +47,8 @@ class ServerState:
     slot_folder: SlotFolder | None = None  # --slot-save-path and its secret and quota (None: the slot actions are 501)
     executors: Executors = field(default_factory=Executors)  # the worker threads, one bounded pool per kind of work
     metrics_public: bool = False  # --metrics-public: /metrics answered without the API key
+    slots_served: bool = True  # --no-slots: GET /slots is a 501, as llama-server's
+    metrics_served: bool = True  # --no-metrics: GET /metrics is a 501, as llama-server's without --metrics
     response_store: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses' (--responses-store)
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     draining: bool = field(init=False, default=False)  # shutting down: new requests get 503

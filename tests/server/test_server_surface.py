@@ -59,9 +59,11 @@ def _check_timings(timings: dict, n_prompt: int, predicted_n: int) -> None:
     prompt_n = timings["prompt_n"]
     assert prompt_n + timings["cache_n"] == n_prompt and prompt_n >= 1 and timings["predicted_n"] == predicted_n
     assert timings["prompt_ms"] > 0 and timings["predicted_ms"] >= 0
-    if predicted_n and timings["predicted_ms"] > 0:
-        assert timings["predicted_per_second"] == pytest.approx(1e3 * predicted_n / timings["predicted_ms"])
-        assert timings["predicted_per_token_ms"] == pytest.approx(timings["predicted_ms"] / predicted_n)
+    if predicted_n > 1 and timings["predicted_ms"] > 0:  # (the rates of the tokens after the first)
+        assert timings["predicted_per_second"] == pytest.approx(1e3 * (predicted_n - 1) / timings["predicted_ms"])
+        assert timings["predicted_per_token_ms"] == pytest.approx(timings["predicted_ms"] / (predicted_n - 1))
+    elif predicted_n == 1:
+        assert timings["predicted_per_second"] == timings["predicted_per_token_ms"] == 0.0
     assert timings["prompt_per_second"] == pytest.approx(1e3 * prompt_n / timings["prompt_ms"])
 
 

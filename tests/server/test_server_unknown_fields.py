@@ -15,7 +15,8 @@ import pyllama90a as pl
 from pyllama90a.server import ServerState, create_app
 from pyllama90a.server.app import openapi_document
 from pyllama90a.server.protocol.base import Limits
-from pyllama90a.server.protocol.requests import ChatRequest, CompletionRequest, EmbeddingRequest
+from pyllama90a.server.protocol.embeddings import EmbeddingRequest
+from pyllama90a.server.protocol.requests import ChatRequest, CompletionRequest
 from pyllama90a.tools.server_process import ServerProcess
 
 pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)

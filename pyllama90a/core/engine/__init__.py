@@ -2,6 +2,7 @@
 
     engine: `BatchEngine`: the queue, the engine thread's decode loop, cancel and shutdown
     slots: what the engine keeps per request (Job, its Chunks) and per slot (Slot), shared by the modules here
+    counts: the engine's counts behind stats() and the metrics (requests, tokens, drafts, decode calls, rate)
     async_api: asyncio over a BatchEngine (astream, acomplete)
     lora_turns: LoRA adapter sets per request, switched between decode steps
     prefix_reuse: which free slot a request takes, and its prompt's cached prefix from any slot or the RAM cache

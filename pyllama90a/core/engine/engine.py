@@ -47,6 +47,7 @@ from ..generation.request import GenerationRequest, RequestOptions
 from ..generation.sequence import GenerationSequence, TokenLogprob
 from ..model.model import Model
 from . import async_api
+from .counts import EngineCounts
 from .lora_turns import LoraTurns
 from .prefix_reuse import PrefixReuse
 from .prompt_cache import PromptCache, PromptCacheStats
@@ -105,8 +106,7 @@ class BatchEngine:
         self._failure: BaseException | None = None
         self._admitting: Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._tasks: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the engine thread between two steps
-        self._counts: collections.Counter[str] = collections.Counter()
-        self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
+        self._counts = EngineCounts()
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
         self._thread.start()
 
@@ -142,9 +142,10 @@ class BatchEngine:
         return self.submit_request(self.tokenize_prompt(prompt), request, on_chunk)
 
     def submit_request(self, tokens: list[int], request: GenerationRequest,
-                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None) -> Handle:
+                       on_chunk: Callable[[Chunk], None], *, slot: int | None = None, progress: bool = False) -> Handle:
         """submit() of a request and prompt tokens already checked (tokenize_prompt, or a chat's prepared tokens;
-        the server's n choices share them); `slot`: the slot it must run in (it waits until that one is free)."""
+        the server's n choices share them); `slot`: the slot it must run in (it waits until that one is free);
+        `progress`: a Chunk with `progress` set after each batch that decodes part of the prompt."""
         if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.parallel):
             raise InvalidArgumentError(f"slot must be one of this engine's {self.parallel} slots (0 to "
                                        f"{self.parallel - 1}), got {slot!r}", param="id_slot")
@@ -159,7 +160,7 @@ class BatchEngine:
         lora = self.lora.scales_for(request.lora)
         keep = kept_at_shift(self.model.context_shift, request.n_keep, tokens, self.model.handle, self.n_ctx_slot)
         job = Job(tokens, GenerationSequence(request, self.model.handle, self.n_ctx_slot, shift_keep=keep), on_chunk,
-                  lora=lora, slot=slot)
+                  lora=lora, slot=slot, progress=progress)
         with self._cv:
             self._check_running()
             if len(self._waiting) >= self.queue_size:
@@ -246,14 +247,8 @@ class BatchEngine:
 
     def stats(self) -> EngineStats:
         with self._cv:
-            now = time.perf_counter()
-            self._forget_old_steps(now)
-            span = now - self._recent[0][0] if self._recent else 0.0
-            rate = sum(n for _, n in self._recent) / span if span > 0 else 0.0
-            return EngineStats(self._counts["requests"], self._counts["failed"], self._counts["prompt_tokens"],
-                               self._counts["prompt_decoded"], self._counts["completion_tokens"],
-                               len(self._waiting), sum(s.job is not None for s in self._slots), self.parallel, rate,
-                               self._counts["draft_tokens"], self._counts["draft_accepted"])
+            return self._counts.stats(time.perf_counter(), len(self._waiting),
+                                      sum(s.job is not None for s in self._slots), self.parallel)
 
     def prompt_cache_stats(self) -> PromptCacheStats | None:
         """The host-RAM prompt cache's entries, bytes and hits (None without one: cache_ram_bytes=0)."""
@@ -305,10 +300,6 @@ class BatchEngine:
             if job in self._waiting:
                 self._waiting.remove(job)
             self._cv.notify()
-
-    def _forget_old_steps(self, now: float, window: float = 5.0) -> None:
-        while self._recent and now - self._recent[0][0] > window:
-            self._recent.popleft()
 
     def _check_running(self) -> None:
         """Raise unless new work can be served (call with self._cv held)."""
@@ -384,11 +375,12 @@ class BatchEngine:
         for slot, job, n_tokens, out_index in plan:
             slot.cached.extend(job.to_decode[:n_tokens])
             del job.to_decode[:n_tokens]
+            if job.progress and not job.generated and n_tokens:  # (before the first token's chunk)
+                self._emit(job, Chunk(progress=(job.cached, len(slot.cached), len(job.prompt))))
             if out_index is not None:
                 n_sampled += self._sample(slot, job, out_index)
         with self._cv:
-            self._recent.append((now, n_sampled))
-            self._forget_old_steps(now)
+            self._counts.decoded(now, n_sampled, [len(s.cached) for s, *_ in plan])
         return True
 
     def _admit(self) -> None:
@@ -449,7 +441,7 @@ class BatchEngine:
         if draft:  # the drafted tokens kept join the cache; the cells of the rest are dropped
             slot.cached.extend(draft[:len(steps) - 1])
             self._context.trim_sequence(slot.seq, len(slot.cached))
-            self._counts["draft_tokens"] += len(draft)
+            self._counts.update(draft_tokens=len(draft), drafts=1)
             self._counts["draft_accepted"] += sum(s.token == t for s, t in zip(steps, draft, strict=False))
         step = steps[-1]
         tokens = tuple(s.token for s in steps if s.token is not None)

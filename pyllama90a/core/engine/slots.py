@@ -23,6 +23,9 @@ class Chunk:
     finish_reason: FinishReason | Literal["error"] | None = None
     usage: Usage | None = None
     error: Exception | None = None
+    # a prompt-progress report (a Job with progress): (prompt tokens from a cache, prompt tokens in the cells
+    # now, the prompt's tokens), sent after each batch that decoded part of the prompt; it carries nothing else
+    progress: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Job:
     cancelled: bool = False
     lora: Scales = ()  # every adapter's scale for this request (lora_turns.py)
     slot: int | None = None  # the slot it must run in (llama-server's id_slot); None: the best free one
+    progress: bool = False  # a progress Chunk after each batch of its prompt (llama-server's return_progress)
     to_decode: list[int] = field(default_factory=list)  # prompt or sampled tokens not yet in the KV cache
     cached: int = 0  # prompt tokens whose cells came from a cache (prefix_reuse.py), not decoded: Usage's
     draft: list[int] = field(default_factory=list)  # tokens guessed to follow to_decode's sampled one (speculative)
@@ -76,3 +80,7 @@ class EngineStats:
     tokens_per_s: float            # generated tokens per second over the last few seconds
     draft_tokens_total: int = 0    # speculative decoding: tokens drafted and decoded for verification
     draft_accepted_total: int = 0  # of those, the ones kept
+    drafts_total: int = 0          # drafts verified (each one or more tokens)
+    decodes_total: int = 0         # decode calls (each a batch of one or more slots' tokens)
+    decode_slots_total: int = 0    # slots in those calls, summed
+    tokens_max: int = 0            # the most tokens a slot's cells held at the end of a decode

@@ -4,6 +4,7 @@
     lora_request: a request's LoRA adapters as values ({id: scale}, checked and sorted)
     sampling: sampling settings, checked in Python (native.SamplerChain builds llama.cpp's chain from them)
     sequence: `GenerationSequence`, one generation, one token per step (rules, sample, accept, stop)
+    post_sampling: llama-server's post_sampling_probs, the probabilities over the candidates the chain kept
     thinking: a generation's thinking block: its end marker forced at the budget, the constraint after it
     speculative: `Speculation`, the drafter interface, prompt-lookup (n-gram) drafting for speculative decoding
     prefix_cache: reuse of the KV cells a new prompt shares with what a sequence holds

@@ -57,6 +57,8 @@ class GenerationRequest:
     lora: RequestedLora | None = None
     thinking: Thinking | None = None
     n_keep: int = 0
+    # llama-server's: logprobs are of the probabilities after the sampler chain's truncations (post_sampling.py)
+    post_sampling_probs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lora", requested_lora(self.lora))
@@ -75,6 +77,9 @@ class GenerationRequest:
                                        param="logprobs")
         flag("ignore_eos", self.ignore_eos)
         check_n_keep(self.n_keep)
+        if flag("post_sampling_probs", self.post_sampling_probs) and self.sampling.penalized:
+            raise InvalidArgumentError("post_sampling_probs cannot be combined with repeat, frequency or presence "
+                                       "penalties", param="post_sampling_probs")
         if self.thinking is not None and not isinstance(self.thinking, Thinking):
             raise InvalidArgumentError(f"thinking must be a Thinking, got {type(self.thinking).__name__}")
         if self.constraint is not None and self.ignore_eos:

@@ -14,6 +14,7 @@ import numpy as np
 from ...native import ContextHandle, ModelHandle, SamplerChain
 from ..constrained import OutputRules
 from .output_checks import refuse_total_ban, require_choice, require_finite
+from .post_sampling import kept_probabilities
 from .request import GenerationRequest
 from .speculative import Drafter
 from .text_stream import TextStream
@@ -131,6 +132,12 @@ class GenerationSequence:
 
     def _logprob(self, logits: np.ndarray, token: int, piece: bytes) -> TokenLogprob:
         n_top = self.request.logprobs or 0
+        if self.request.post_sampling_probs:  # (the log of each kept candidate's probability; 0: -inf)
+            ids, p = kept_probabilities(logits, self.request.sampling)
+            chosen = p[ids == token]
+            return TokenLogprob(token, piece, math.log(chosen[0]) if len(chosen) else -math.inf,
+                                tuple((int(t), self.vocab.token_piece(int(t)), math.log(q))
+                                      for t, q in zip(ids[:n_top], p[:n_top], strict=True)))
         top_logit = float(logits.max())
         log_z = top_logit + math.log(float(np.exp(logits - top_logit).sum()))  # log of the softmax's denominator
         top = np.argpartition(-logits, n_top)[:n_top] if n_top else np.empty(0, dtype=np.int64)

@@ -43,8 +43,9 @@ def embed_inputs(context: ContextHandle, inputs: list[str | list[int]],
         for i, t in enumerate(inputs):
             tokens = tokenize(t) if isinstance(t, str) else t
             if len(tokens) > limit:
-                raise ContextOverflowError(f"text {i} has {len(tokens)} tokens; an embedding takes at most {limit} "
-                                           f"(one micro-batch, n_ubatch={context.n_ubatch}, of one sequence's "
+                # ("too large": llama-server's words, which its clients look for)
+                raise ContextOverflowError(f"text {i} is too large: {len(tokens)} tokens; an embedding takes at most "
+                                           f"{limit} (one micro-batch, n_ubatch={context.n_ubatch}, of one sequence's "
                                            f"{context.n_ctx_seq} cells)")
             context.clear()
             context.decode_tokens(tokens)

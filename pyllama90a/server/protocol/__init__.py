@@ -2,7 +2,8 @@
 
     body: a request body read within limits of size and nesting, strict JSON
     base: `ProtocolModel`, whose one hook sorts a body's fields into known, refused and unknown
-    requests: the request bodies of every route, each field declared once
+    requests: the request bodies of the generation, tokenizer and template routes, each field declared once
+    embeddings: the embeddings request, in OpenAI's and llama.cpp's input forms
     rerank: the rerank request, in Jina's and TEI's forms
     chat: a chat's messages, tools and tool_choice: their types for the document, checked by the library
     openai_responses: the Responses API's request, converted onto the chat path

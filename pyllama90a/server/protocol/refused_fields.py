@@ -64,7 +64,7 @@ REQUEST_FIELDS: dict[str, tuple[NoOp, str]] = {
     "t_max_predict_ms": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0),
                          "a time limit on generation is not supported: use max_tokens"),
     "response_fields": (_is([]), "choosing the answer's fields is not supported: the whole answer is sent"),
-    "post_sampling_probs": (_is(False), "post-sampling probabilities are not supported: logprobs are the model's"),
+    "post_sampling_probs": (_is(False), "post-sampling probabilities are served on /completion only"),
     # vLLM's server
     "guided_json": (_is(), STRUCTURED),
     "guided_regex": (_is(), STRUCTURED),

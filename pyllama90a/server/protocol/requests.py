@@ -1,4 +1,4 @@
-"""The request bodies of the OpenAI routes (/v1/completions, /v1/chat/completions, /v1/embeddings) and of
+"""The request bodies of the OpenAI routes (/v1/completions, /v1/chat/completions) and of
 llama-server's native ones (/completion, /infill, /tokenize, /detokenize, /apply-template) as strict pydantic
 models, each field declared once: its type and range here are what is checked and what /openapi.json shows
 (openapi.py). Each model converts once into what the routes take (a `Generation` around the core
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, WithJsonSchema, model_validator
 
 from ...core.chat.messages import Messages
 from ...core.chat.template import check_template_variables
@@ -29,18 +29,17 @@ from ...native.sampler import RANDOM_SEED
 from ..errors import APIError
 from .base import LIMIT, Between, Limits, ProtocolModel, bad, shown
 from .chat import ChatFields
-from .refused_fields import CHAT_ONLY_FIELDS, EMBEDDING_FIELDS, REQUEST_FIELDS
+from .refused_fields import CHAT_ONLY_FIELDS, REQUEST_FIELDS
 
-COMPLETIONS_MAX_TOKENS_DEFAULT = 16  # OpenAI's, for /v1/completions
+COMPLETIONS_MAXTOKENS_DEFAULT = 16  # OpenAI's, for /v1/completions
 MAX_N = 128  # OpenAI's limit on choices per request
-MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit; also bounds the work one request can ask for
 
 
 def _token_ids(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)
 
 
-_TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
 
 
 def _prompt(value: Any, mixed: bool) -> Any:
@@ -59,8 +58,8 @@ def _prompt(value: Any, mixed: bool) -> Any:
               "prompts per request are not supported)")
 
 
-_PROMPT = {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS, {"type": "array", "minItems": 1, "maxItems": 1,
-                     "items": {"anyOf": [{"type": "string", "minLength": 1}, _TOKENS]}}]}
+_PROMPT = {"anyOf": [{"type": "string", "minLength": 1}, TOKENS, {"type": "array", "minItems": 1, "maxItems": 1,
+                     "items": {"anyOf": [{"type": "string", "minLength": 1}, TOKENS]}}]}
 Prompt = Annotated[Any, AfterValidator(lambda v: _prompt(v, False)), WithJsonSchema(_PROMPT)]
 
 
@@ -114,7 +113,7 @@ def bias_by_id(pairs: list[tuple[BiasKey, float]], model: Any) -> dict[object, o
 EmbeddingText = str | list[int] | list[int | str]  # a text, token ids, or llama.cpp's mix of ids and texts
 
 
-def _one_input(value: Any) -> EmbeddingText | None:
+def one_input(value: Any) -> EmbeddingText | None:
     """One input as llama.cpp reads it: a non-empty string, token ids, ids and non-empty strings mixed, or
     {"prompt_string": text} / {"content": [{"type": "text", "text": ...}, ...]} (its texts joined); else None."""
     if isinstance(value, str):
@@ -132,33 +131,17 @@ def _one_input(value: Any) -> EmbeddingText | None:
     return None
 
 
-def _embedding_inputs(value: Any, info: ValidationInfo) -> list[EmbeddingText]:
-    """OpenAI's forms (a string, a list of strings, token ids, a list of token-id lists) and llama.cpp's: ids and
-    strings mixed in one input, several inputs of different forms, {"prompt_string"} and {"content"} objects. A
-    list that holds a number is one input, as llama.cpp reads it."""
-    several = isinstance(value, list) and not any(type(v) is int for v in value)
-    inputs = [_one_input(v) for v in value] if several else [_one_input(value)]
-    if not inputs or any(i is None for i in inputs):
-        where = next((i for i, v in enumerate(inputs) if v is None), None) if several and inputs else None
-        raise bad(f"'{info.field_name}' must be a non-empty string, token ids (ids and strings may mix), a "
-                  "{\"prompt_string\"} or {\"content\": [text parts]} object, or a non-empty list of those",
-                  *(() if where is None else (where,)))
-    if len(inputs) > MAX_EMBEDDING_INPUTS:
-        raise bad(f"'{info.field_name}' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}")
-    return [i for i in inputs if i is not None]
-
-
 def _native_prompt(value: Any) -> Any:
     """/completion's prompt: one (a string, token ids, ids and strings mixed), or llama-server's batch, a list
-    of several of llama.cpp's inputs (as embeddings take them: _one_input), as a tuple: one generation each."""
+    of several of llama.cpp's inputs (as embeddings take them: one_input), as a tuple: one generation each."""
     if isinstance(value, dict):  # ({"prompt_string": text}: llama-server's prompt object, without media)
-        prompt = _one_input(value)
+        prompt = one_input(value)
         if prompt is None:
             raise bad("a prompt object must be {\"prompt_string\": a non-empty string}")
         return prompt
     if not (isinstance(value, list) and len(value) > 1 and not any(type(v) is int for v in value)):
         return _prompt(value, True)
-    prompts = [_one_input(v) for v in value]
+    prompts = [one_input(v) for v in value]
     for i, prompt in enumerate(prompts):
         if prompt is None:
             raise bad("each of several prompts must be a non-empty string, token ids (ids and strings may mix) or "
@@ -181,10 +164,6 @@ def mixed_tokens(model: Any, prompt: Sequence[int | str], *, add_special: bool =
         model.tokenize(p, add_special=add_special and i == 0, parse_special=False) if isinstance(p, str) else [p])]
 
 
-EmbeddingInput = Annotated[Any, AfterValidator(_embedding_inputs), WithJsonSchema({"anyOf": [
-    {"type": "string", "minLength": 1}, _TOKENS,
-    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS},
-    {"type": "array", "items": _TOKENS, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]})]
 MaxTokens = Annotated[int, Between(1, LIMIT)]
 
 
@@ -225,7 +204,7 @@ class AnswerOptions:
     def shape_settings(self, model: Any, prompt: list[int]) -> dict[str, Any]:
         """The Shape's settings for a request whose prompt is `prompt` on `model`."""
         return {"prompt_tokens": len(prompt), "timings_per_token": self.timings_per_token,
-                "return_progress": self.return_progress, "response_fields": self.response_fields,
+                "response_fields": self.response_fields,
                 "verbose_prompt": (lambda: model.detokenize(prompt, special=True)) if self.verbose else None}
 
 
@@ -294,7 +273,7 @@ class GenerationBody(Harmless):
                                          "absent: the server's default scales")
     timings_per_token: bool = Field(False, description="llama-server's: every stream event has the timings so far")
     return_progress: bool = Field(False, description="llama-server's: a stream reports the prompt's evaluation "
-                                  "(prompt_progress) before the first token")
+                                  "(prompt_progress) after each batch of it, before the first token")
     verbose: bool = Field(False, description="llama-server's: a whole answer has `__verbose` (the prompt's text)")
     id_slot: Annotated[int, Between(-1, 2**31 - 1)] = Field(-1, description="llama-server's: the slot the request "
                                                             "runs in (it waits for that one); -1: the server picks")
@@ -349,7 +328,7 @@ class CompletionRequest(GenerationBody):
     logprobs: Annotated[int, Between(0, 5)] | None = None
 
     def convert(self, limits: Limits, model: Any = None) -> Generation:
-        return self._generation(self._max_tokens(limits, COMPLETIONS_MAX_TOKENS_DEFAULT), self.logprobs,
+        return self._generation(self._max_tokens(limits, COMPLETIONS_MAXTOKENS_DEFAULT), self.logprobs,
                                 prompt=self.prompt, model=model)
 
 
@@ -401,6 +380,7 @@ class NativeCompletionRequest(CompletionRequest):
     n_predict: Annotated[int, Between(-1, LIMIT)] | None = None
     n_probs: Annotated[int, Between(0, MAX_TOP_LOGPROBS)] = 0
     return_tokens: bool = False
+    post_sampling_probs: bool = Field(False, description="llama-server's: `prob`, `top_probs` after the sampler chain")
     response_fields: list[str] = Field([], description="llama-server's: only these fields of the answer, each by "
                                        "its path (\"generation_settings/n_predict\")")
 
@@ -419,8 +399,11 @@ class NativeCompletionRequest(CompletionRequest):
     def native(self, limits: Limits, prompt: str | list[int], model: Any = None) -> Generation:
         n_predict = limits.max_tokens_limit if self.n_predict == -1 else self.n_predict
         max_tokens = n_predict or self._max_tokens(limits, limits.max_tokens_default)  # (not /v1/completions' 16)
-        return self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt, model=model,
-                                return_tokens=self.return_tokens, n_probs=self.n_probs)
+        gen = self._generation(max_tokens, self.n_probs or self.logprobs, prompt=prompt, model=model,
+                               return_tokens=self.return_tokens, n_probs=self.n_probs)
+        with about("post_sampling_probs"):  # (its checks: GenerationRequest's)
+            return dataclasses.replace(gen, request=dataclasses.replace(gen.request, post_sampling_probs=True)) \
+                if self.post_sampling_probs else gen
 
     def convert(self, limits: Limits, model: Any = None) -> Generation:
         """A mixed prompt's strings tokenized (BOS only before a first one), special-token text kept as text;
@@ -450,25 +433,6 @@ class InfillRequest(NativeCompletionRequest):
         tokens = infill_prompt(model, self.input_prefix, self.input_suffix, prompt=self.prompt,
                                input_extra=[c.model_dump() for c in self.input_extra])
         return self.native(limits, tokens, model)
-
-
-class EmbeddingRequest(Harmless):
-    """POST /v1/embeddings: `input` in any of OpenAI's forms, or llama-server's `content` instead."""
-    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["input"]}, {"required": ["content"]}]})
-    refused = EMBEDDING_FIELDS
-    model: str | None = None
-    input: EmbeddingInput = Field(None, description="texts or token ids, one form per request")
-    content: EmbeddingInput = Field(None, description="llama-server's name for input")
-    encoding_format: Literal["float", "base64"] = "float"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_input(cls, body: Any) -> Any:
-        if isinstance(body, dict) and "input" in body and "content" in body:
-            raise bad("give 'input' or llama-server's 'content', not both", "content")
-        if isinstance(body, dict) and body.get("input", body.get("content")) is None:
-            raise bad("'input' is required", "input")
-        return body
 
 
 class TokenizeRequest(Harmless):

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from .base import Between, bad
-from .requests import MAX_EMBEDDING_INPUTS, Harmless
+from .embeddings import MAX_EMBEDDING_INPUTS
+from .requests import Harmless
 
 MAX_DOCUMENTS = MAX_EMBEDDING_INPUTS  # bounds the work one request can ask for, as the embeddings' inputs
 Documents = Annotated[list[str] | None, Field(None, min_length=1, max_length=MAX_DOCUMENTS)]

@@ -5,6 +5,7 @@ so far) and a last one with stop: true and the whole answer's fields; it ends wi
 llama-server's does."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,7 +15,13 @@ from ...core.generation.sequence import TokenLogprob
 from .openai import Shape, _text  # one decoding of a token piece for both answer formats
 
 
-def completion_probabilities(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+def completion_probabilities(items: Sequence[TokenLogprob], post_sampling: bool = False) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities: logprob and top_logprobs, or (post_sampling_probs) prob and
+    top_probs, the probabilities after the sampler chain (core/generation/post_sampling.py)."""
+    if post_sampling:
+        return [{"id": i.token, "token": _text(i.piece), "bytes": list(i.piece), "prob": math.exp(i.logprob),
+                 "top_probs": [{"id": t, "token": _text(p), "bytes": list(p), "prob": math.exp(lp)}
+                               for t, p, lp in i.top]} for i in items]
     return [{"id": i.token, "token": _text(i.piece), "bytes": list(i.piece), "logprob": i.logprob,
              "top_logprobs": [{"id": t, "token": _text(p), "bytes": list(p), "logprob": lp} for t, p, lp in i.top]}
             for i in items]
@@ -29,7 +36,9 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
             "min_p": sampling.min_p, "repeat_last_n": 64, "repeat_penalty": sampling.repeat_penalty,
             "presence_penalty": sampling.presence_penalty, "frequency_penalty": sampling.frequency_penalty,
             "stop": list(request.stops), "ignore_eos": request.ignore_eos, "stream": stream,
-            "n_probs": request.logprobs or 0, "constrained": request.constraint is not None}
+            "n_probs": request.logprobs or 0, "constrained": request.constraint is not None,
+            # llama-server's list form, the bias each token gets (a ban, false, is -100 here)
+            "logit_bias": [{"token": token, "bias": bias} for token, bias in (request.logit_bias or {}).items()]}
 
 
 def picked(answer: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
@@ -55,12 +64,14 @@ class NativeCompletionShape(Shape):
 
     def __init__(self, ident: str, model: str, *, prompts: list[list[int]], settings: dict[str, Any],
                  detokenize: Callable[[list[int]], str], return_tokens: bool, probabilities: bool,
-                 several: bool = False, **common: Any) -> None:
-        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone);
-        several: the request gave a list of prompts (a whole answer is a list, even of one)."""
+                 several: bool = False, post_sampling: bool = False, **common: Any) -> None:
+        """probabilities: the request asked for logprobs (n_probs, or logprobs 0: the chosen tokens' alone), after
+        the sampler chain with post_sampling; several: the request gave a list of prompts (a whole answer is a
+        list, even of one)."""
         super().__init__(ident, model, len(prompts), **common)
         self.prompts, self.settings, self.detokenize = prompts, settings, detokenize
         self.return_tokens, self.probabilities, self.several = return_tokens, probabilities, several
+        self.post_sampling = post_sampling
         self._generated: list[list[int]] = [[] for _ in prompts]
 
     def _counts(self, choice: int) -> dict[str, Any]:
@@ -75,21 +86,21 @@ class NativeCompletionShape(Shape):
         return []
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        if chunk.progress is not None:
+            return [{"content": "", "tokens": [], "stop": False, **self._counts(choice), **r}
+                    for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         self._generated[choice] += chunk.tokens
-        progress = self._progress(choice, chunk)
-        opening = [] if progress is None else [{"content": "", "tokens": [], "stop": False, **self._counts(choice),
-                                                "prompt_progress": progress}]
         if chunk.finish_reason is not None:
-            return [*opening, self._final(choice, chunk.text, list(chunk.tokens), chunk.logprobs,
-                                          chunk.finish_reason, stream=True)]
+            return [self._final(choice, chunk.text, list(chunk.tokens), chunk.logprobs, chunk.finish_reason,
+                                stream=True)]
         if not (chunk.text or chunk.tokens):
-            return opening
+            return []
         event = {"content": chunk.text, "tokens": list(chunk.tokens), "stop": False, **self._counts(choice),
                  **self._timings_if_finished()}
         if self.probabilities:
-            event["completion_probabilities"] = completion_probabilities(chunk.logprobs)
-        return [*opening, event]
+            event["completion_probabilities"] = completion_probabilities(chunk.logprobs, self.post_sampling)
+        return [event]
 
     def _stop(self, choice: int, reason: str) -> tuple[str, str]:
         """stop_type and stopping_word: a stop string is the first of them in the generated text."""
@@ -113,7 +124,7 @@ class NativeCompletionShape(Shape):
                   "truncated": reason == "length" and len(prompt) + len(self._generated[choice]) >= n_ctx,
                   "timings": self.timings()}
         if self.probabilities and (logprobs or not stream):
-            answer["completion_probabilities"] = completion_probabilities(logprobs)
+            answer["completion_probabilities"] = completion_probabilities(logprobs, self.post_sampling)
         return picked(answer, self.response_fields) if self.response_fields else answer
 
     def whole(self) -> Any:

@@ -63,21 +63,20 @@ class Shape:
 
     def __init__(self, ident: str, model: str, n: int, *, fingerprint: str = "",
                  timer: RequestTimer | None = None, prompt_tokens: int = 0, timings_per_token: bool = False,
-                 return_progress: bool = False, verbose_prompt: Callable[[], str] | None = None,
+                 verbose_prompt: Callable[[], str] | None = None,
                  response_fields: tuple[str, ...] = ()) -> None:
         """llama-server's request extensions: timings_per_token (every stream event has the timings so far),
-        return_progress (a stream reports the prompt's evaluation: prompt_progress), verbose (a whole answer
-        has `__verbose`: the prompt's text, `verbose_prompt` makes it), response_fields (/completion)."""
+        verbose (a whole answer has `__verbose`: the prompt's text, `verbose_prompt` makes it), response_fields
+        (/completion). (return_progress: the engine sends progress chunks, which events() reports.)"""
         self.ident, self.model, self.created, self.n = ident, model, int(time.time()), n
         self.fingerprint = fingerprint  # system_fingerprint: the server's version and settings
         self.timer = timer or RequestTimer()
-        self.prompt_tokens, self.timings_per_token, self.return_progress = prompt_tokens, timings_per_token, \
-            return_progress
+        self.prompt_tokens, self.timings_per_token = prompt_tokens, timings_per_token
         self.verbose_prompt, self.response_fields = verbose_prompt, response_fields
         if verbose_prompt is not None:
             self.ends_in_model = True  # (the prompt's text is detokenized under the model's lock)
         self._generated_n = 0  # tokens generated so far, over all choices
-        self._progressed = [False] * n  # each choice's prompt_progress sent (return_progress)
+        self._progressed = [False] * n  # each choice's first prompt_progress report sent (return_progress)
         self.parts: list[list[Chunk]] = [[] for _ in range(n)]  # whole answers: each choice's chunks
         self.last: list[Chunk | None] = [None] * n               # each choice's last chunk, once it finished
 
@@ -122,15 +121,19 @@ class Shape:
             return {"timings": self.timer.timings(self.prompt_tokens, self._generated_n)}
         return {}
 
-    def _progress(self, choice: int, chunk: Chunk) -> dict[str, Any] | None:
-        """llama-server's prompt_progress, once per choice (return_progress), with its first chunk: the engine
-        evaluates a prompt without reporting its batches, so the one report says the prompt is evaluated."""
-        if not self.return_progress or self._progressed[choice]:
-            return None
+    def _progress_reports(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        """The fields llama-server's prompt_progress events add, of a progress chunk (return_progress, a stream:
+        the engine sends one after each batch of the prompt); the first also sends the report from before any
+        batch (processed = cache), as llama-server's first one is. With timings_per_token each has the timings
+        so far (the first all zero: nothing decoded yet)."""
+        assert chunk.progress is not None
+        cache, processed, total = chunk.progress
+        ms = round((time.perf_counter() - self.timer.queued) * 1e3)
+        first = not self._progressed[choice]
         self._progressed[choice] = True
-        first = self.timer.first if self.timer.first is not None else self.timer.last or self.timer.queued
-        return {"total": self.prompt_tokens, "cache": 0, "processed": self.prompt_tokens,
-                "time_ms": round((first - self.timer.queued) * 1e3)}
+        return [{"prompt_progress": {"total": total, "cache": cache, "processed": n, "time_ms": ms},
+                 **({"timings": self.timer.prompt_so_far(n - cache, cache)} if self.timings_per_token else {})}
+                for n in ((cache, processed) if first else (processed,))]
 
     def _verbose(self, content: str) -> dict[str, Any]:
         """llama-server's `__verbose` (verbose: true) of a whole answer: its native fields, the prompt's text."""
@@ -181,17 +184,17 @@ class CompletionShape(Shape):
 
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`."""
+        if chunk.progress is not None:
+            return [{**self._base(), "choices": [], **r} for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
-        progress = self._progress(choice, chunk)
-        opening = [] if progress is None else [{**self._base(), "choices": [], "prompt_progress": progress}]
         if not (chunk.text or chunk.logprobs or chunk.finish_reason):
-            return opening
+            return []
         logprobs = None
         if chunk.logprobs:
             logprobs = self._logprobs(list(chunk.logprobs), self._offsets[choice])
-        return [*opening, {**self._base(), "choices": [{"index": choice, "text": chunk.text,
-                                                        "finish_reason": chunk.finish_reason, "logprobs": logprobs}],
-                           **self._timings_if_finished()}]
+        return [{**self._base(), "choices": [{"index": choice, "text": chunk.text,
+                                              "finish_reason": chunk.finish_reason, "logprobs": logprobs}],
+                 **self._timings_if_finished()}]
 
     def whole(self) -> dict[str, Any]:
         choices = []
@@ -219,7 +222,7 @@ class ChatShape(Shape):
         self._thoughts: list[ReasoningSplitter | None] = [reasoning.splitter() if reasoning is not None else None
                                                           for _ in range(n)]
         self._raw = [""] * n  # each choice's content text, with tools (a call cut off by max_tokens keeps it)
-        self._sent: list[list[Any]] = [["", False] for _ in range(n)]  # its content sent, and whether a call was
+        self._sent = [""] * n  # each choice's content sent
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -235,15 +238,18 @@ class ChatShape(Shape):
 
     def _cut_off_call(self, choice: int, text: str, finish_reason: str | None,
                       deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A stream's last content delta when max_tokens cut off a call before any of it went out: the text
-        the parser held back, as a whole answer keeps it (whole()), never dropped."""
+        """A stream's last content delta when max_tokens cut off a call: the generated text its content deltas
+        have not carried, so that the stream's content is the whole answer's (whole(): a call whose arguments do
+        not parse is no call, its text is the content), as llama-server's last delta sends it; the call's
+        tool_calls deltas already sent stay."""
         raw = self._raw[choice] = self._raw[choice] + text
-        sent = self._sent[choice]
-        sent[0] += "".join(d.get("content") or "" for d in deltas)
-        sent[1] = sent[1] or any("tool_calls" in d for d in deltas)
-        if finish_reason != "length" or sent[1] or not raw.startswith(sent[0]) or len(raw) == len(sent[0]):
+        sent = self._sent[choice] = self._sent[choice] + "".join(d.get("content") or "" for d in deltas)
+        if finish_reason != "length" or len(raw) == len(sent) or not raw.startswith(sent):
             return []
-        return [{"content": raw[len(sent[0]):]}]
+        assert self.output is not None  # (with tools)
+        if self.output.whole(raw, finish_reason)[0].tool_calls:  # (calls that parse: no content, as whole())
+            return []
+        return [{"content": raw[len(sent):]}]
 
     def opening(self) -> list[dict[str, Any]]:
         # the role alone, its content null until text comes (as OpenAI and llama-server send it); the content
@@ -253,6 +259,9 @@ class ChatShape(Shape):
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events of one chunk of `choice`: its content or tool-call deltas, its logprobs, and
         with the last chunk the finish_reason ("tool_calls" when the choice made calls)."""
+        if chunk.progress is not None:  # (llama-server's progress event: the role's delta again, and the report)
+            return [{**self._chunk(choice, {"role": "assistant", "content": None}), **r}
+                    for r in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
         parser, thoughts = self._parsers[choice], self._thoughts[choice]
         last = chunk.finish_reason is not None
@@ -270,10 +279,6 @@ class ChatShape(Shape):
         token_timings = self._timings_if_finished() if self.timings_per_token else {}
         events = [{**self._chunk(choice, d, logprobs=logprobs if j == 0 else None), **token_timings}
                   for j, d in enumerate(deltas)]
-        progress = self._progress(choice, chunk)
-        if progress is not None:  # (llama-server's progress event: the role's delta again, and the report)
-            events.insert(0, {**self._chunk(choice, {"role": "assistant", "content": None}),
-                              "prompt_progress": progress})
         if chunk.finish_reason is not None:  # (last)
             reason = chunk.finish_reason if parser is None else parser.finish_reason(chunk.finish_reason)
             events.append({**self._chunk(choice, {}, reason), **self._timings_if_finished()})

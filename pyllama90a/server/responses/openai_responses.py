@@ -205,17 +205,12 @@ class ResponseShape(Shape):
             events.append(self._event("response.function_call_arguments.delta", **self._where(), delta=arguments))
         return events
 
-    def _llama_extras(self, chunk: Chunk) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """llama-server's stream extensions: a response.in_progress event with prompt_progress before the first
-        tokens (return_progress), and the timings so far on every event (timings_per_token)."""
-        progress = self._progress(0, chunk)
-        first = [] if progress is None else [self._event("response.in_progress", response=self.response(
-            "in_progress", []), prompt_progress=progress)]
-        return first, self._timings_if_finished() if self.timings_per_token else {}
-
     def events(self, choice: int, chunk: Chunk) -> list[dict[str, Any]]:
+        if chunk.progress is not None:  # (return_progress: the engine reports each batch of the prompt)
+            return [self._event("response.in_progress", response=self.response("in_progress", []), **report)
+                    for report in self._progress_reports(choice, chunk)]
         self._seen(choice, chunk)
-        first, timings = self._llama_extras(chunk)
+        timings = self._timings_if_finished() if self.timings_per_token else {}  # (llama-server's extension)
         last = chunk.finish_reason is not None
         thought, text = self._split(chunk)
         deltas: list[dict[str, Any]] = (([{"content": text}] if text else []) if self._parser is None
@@ -227,7 +222,7 @@ class ResponseShape(Shape):
             for call in delta.get("tool_calls", ()):
                 events += self._call(call)
         if chunk.finish_reason is None:
-            return [*first, *({**e, **timings} for e in events)]
+            return [{**e, **timings} for e in events]
         reason = (chunk.finish_reason if self._parser is None
                   else self._parser.finish_reason(chunk.finish_reason))
         said = any(i["type"] != "reasoning" for i in self._items) or (
@@ -237,5 +232,4 @@ class ResponseShape(Shape):
         events += self._close("incomplete" if reason == "length" else "completed")
         response = self._finished(self._items, reason)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
-        return [*first, *({**e, **timings} for e in events), self._event(kind, response=response,
-                                                                        timings=self.timings())]
+        return [*({**e, **timings} for e in events), self._event(kind, response=response, timings=self.timings())]

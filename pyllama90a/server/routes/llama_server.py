@@ -19,10 +19,10 @@ from ..generation import generate, ignored_fields
 from ..protocol import openapi as doc
 from ..protocol.base import parse
 from ..protocol.body import read_request
+from ..protocol.embeddings import EmbeddingRequest
 from ..protocol.requests import (
     ApplyTemplateRequest,
     DetokenizeRequest,
-    EmbeddingRequest,
     Generation,
     InfillRequest,
     NativeCompletionRequest,
@@ -95,7 +95,8 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
                                      several=gen.prompts is not None,
                                      detokenize=lambda tokens: engine.model.detokenize(tokens, special=True),
                                      return_tokens=gen.return_tokens,
-                                     probabilities=gen.request.logprobs is not None, **common)
+                                     probabilities=gen.request.logprobs is not None,
+                                     post_sampling=gen.request.post_sampling_probs, **common)
     return await generate(state, request, gen, ignored, chat=False, shape_for=shape_for)
 
 

@@ -13,7 +13,8 @@ from ..errors import CHAT_INPUTS, COMPLETION_INPUTS, EMBEDDING_INPUTS, APIError
 from ..generation import generate, ignored_fields
 from ..protocol import openapi as doc
 from ..protocol.body import read_request
-from ..protocol.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Generation
+from ..protocol.embeddings import EmbeddingRequest
+from ..protocol.requests import ChatRequest, CompletionRequest, Generation
 from ..state import ServerState
 from .family import Family, State
 

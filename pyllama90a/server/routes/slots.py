@@ -62,8 +62,10 @@ def quota(folder: SlotFolder, name: str) -> Callable[[int], None]:
 
 @router.serve("GET", "/slots", doc=doc.fixed(
     "The slots and whether each is generating (fail_on_no_slot=1: 503 when none is free)",
-    {200: doc.json_body("one entry per slot", doc.SLOTS), **doc.errors(400, 401, 503)}))
+    {200: doc.json_body("one entry per slot", doc.SLOTS), **doc.errors(400, 401, 501, 503)}))
 async def slots(request: Request, state: State) -> list[dict[str, Any]]:
+    if not state.slots_served:
+        raise APIError(501, "GET /slots is off on this server (--no-slots)", type="not_supported_error")
     engine = state.engine
     fail_on_no_slot = request.query_params.get("fail_on_no_slot", "0")
     if fail_on_no_slot not in ("0", "1"):

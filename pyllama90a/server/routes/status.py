@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from ..errors import APIError
 from ..metrics import render_metrics
 from ..protocol import openapi as doc
 from ..worker_recovery import lost_reason
@@ -38,8 +39,12 @@ async def health(state: State) -> JSONResponse:
 
 @router.serve("GET", "/metrics", access=Access.METRICS, response_class=PlainTextResponse, doc=doc.fixed(
     "Prometheus metrics", {200: {"description": "Prometheus text format",
-                                 "content": {"text/plain": {"schema": {"type": "string"}}}}, **doc.errors(401)}))
+                                 "content": {"text/plain": {"schema": {"type": "string"}}}}, **doc.errors(401, 501)}))
 async def metrics(state: State) -> PlainTextResponse:
+    if not state.metrics_served:
+        raise APIError(501, "GET /metrics is off on this server (--no-metrics)", type="not_supported_error")
+    # (llama-server's header: when the server started, for rates over its whole life)
     return PlainTextResponse(render_metrics(state.engine, state.kv_cache, state.responses, state.timed,
                                             state.workers, state.executors.usage()),
-                             media_type="text/plain; version=0.0.4")
+                             media_type="text/plain; version=0.0.4",
+                             headers={"Process-Start-Time-Unix": str(state.created)})
