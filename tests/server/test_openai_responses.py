@@ -251,8 +251,11 @@ def test_llama_servers_timings_per_token_and_progress(server) -> None:
     with httpx.stream("POST", server.base_url + "/v1/responses", json=body, timeout=120) as raw:
         events = [json.loads(line[6:]) for line in raw.iter_lines() if line.startswith("data: ")]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    (progress,) = [e for e in events if "prompt_progress" in e]
-    assert progress["type"] == "response.in_progress" and progress["prompt_progress"]["total"] > 0
+    # llama-server's reports: one before the prompt's first batch (processed = cache), then one after each batch
+    progress = [e for e in events if "prompt_progress" in e]
+    assert len(progress) >= 2 and all(e["type"] == "response.in_progress" for e in progress)
+    first, last = progress[0]["prompt_progress"], progress[-1]["prompt_progress"]
+    assert first["processed"] == first["cache"] and last["processed"] == last["total"] > 0
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]
     generated = [e["timings"]["predicted_n"] for e in deltas]  # (the tokens so far, on every event)
     assert deltas and generated == sorted(generated) and generated[0] >= 1
