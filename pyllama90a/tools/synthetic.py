@@ -20,6 +20,7 @@ quantizing them; method="quantize" draws normal floats and runs gguf.quants.quan
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import sys
@@ -148,6 +149,24 @@ def import_gguf() -> types.ModuleType:
 # -- vocabulary ------------------------------------------------------------------------------------
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@contextlib.contextmanager
+def gguf_written_whole(path: Path, architecture: str) -> Iterator[Any]:
+    """A GGUFWriter onto a temporary name next to `path`, renamed to `path` when the block ends and removed if it
+    fails: the file is there whole or not at all (another process may be reading the cache)."""
+    gguf = import_gguf()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    writer = gguf.GGUFWriter(tmp, architecture)
+    try:
+        yield writer
+        writer.close()
+        os.replace(tmp, path)
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _filler_texts() -> Iterator[str]:
@@ -332,11 +351,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
     tokens, scores, token_types = _vocab(s.n_vocab, fim)  # (checks fim)
     gguf = import_gguf()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-    writer = gguf.GGUFWriter(tmp, "llama")
-    try:
+    with gguf_written_whole(path, "llama") as writer:
         file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
                      "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "f32": gguf.LlamaFileType.ALL_F32}[weight_type]
         writer.add_name(f"synthetic-{s.name}-{weight_type}")
@@ -368,13 +383,6 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
             rng = np.random.default_rng([seed, index])  # each tensor its own stream: order-independent
             data = _make_tensor(gguf, rng, np_shape, weight_type, method)
             writer.write_tensor_data(data if adjust is None else np.asarray(adjust(name, data), dtype=np.float32))
-        writer.flush()
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -29,6 +29,7 @@ from .synthetic import (
     _home,
     _tensor_plan,
     _vocab,
+    gguf_written_whole,
     import_gguf,
     write_shape_keys,
     write_vocab_keys,
@@ -57,10 +58,7 @@ def write_synthetic_reranker(path: str | os.PathLike[str], *, template: bool = T
     gguf = import_gguf()
     tokens, scores, token_types = _vocab(s.n_vocab)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    writer = gguf.GGUFWriter(tmp, "qwen3")
-    try:
+    with gguf_written_whole(path, "qwen3") as writer:
         writer.add_name(f"synthetic-{s.name}{'' if template else '-pair'}")
         writer.add_description("random-weight reranker written by pyllama90a.tools.synthetic_reranker; "
                                "its scores are meaningless")
@@ -84,12 +82,6 @@ def write_synthetic_reranker(path: str | os.PathLike[str], *, template: bool = T
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

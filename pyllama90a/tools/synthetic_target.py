@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .synthetic import _home, import_gguf
+from .synthetic import _home, gguf_written_whole, import_gguf
 
 __all__ = ["WEIGHT_TYPES", "deeper_target", "write_deeper_target"]
 
@@ -84,10 +84,7 @@ def write_deeper_target(source: str | os.PathLike[str], path: str | os.PathLike[
         raise ValueError(f"{source}: the source must be a llama-architecture GGUF, not {arch!r}")
     n_layer = int(reader.fields["llama.block_count"].contents())
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    writer = gguf.GGUFWriter(tmp, arch)
-    try:
+    with gguf_written_whole(path, arch) as writer:
         for key, field in reader.fields.items():
             if key.startswith("GGUF.") or key in ("general.architecture", "general.description"):
                 continue  # (the writer's own, and the description written below)
@@ -112,13 +109,6 @@ def write_deeper_target(source: str | os.PathLike[str], path: str | os.PathLike[
             writer.write_tensor_data(t.data)
         for _name, tensor, role in extra:
             writer.write_tensor_data(_extra_data(gguf, tensor, role, weight_type))
-        writer.flush()
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -4,12 +4,11 @@ flags, timings_per_token, return_progress, the chat token count, --alias/--tags,
 over loopback, as llama.cpp's own server tests talk to llama-server."""
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 
 from pyllama90a.tools.server_process import ServerProcess
+from support.sse import stream_events
 
 pytestmark = pytest.mark.server
 
@@ -37,15 +36,8 @@ def http(server):
         yield client
 
 
-def _events(http: httpx.Client, path: str, body: dict) -> list[dict]:
-    with http.stream("POST", path, json={**body, "stream": True}) as response:
-        assert response.status_code == 200, response.read()
-        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    return [json.loads(line) for line in lines if line != "[DONE]"]
-
-
 def test_first_stream_delta_is_the_role_with_null_content_and_no_content_delta_is_empty(http) -> None:
-    events = _events(http, "/v1/chat/completions", {"messages": HI, "max_tokens": 12})
+    events = stream_events(http, "/v1/chat/completions", {"messages": HI, "max_tokens": 12})
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     deltas = [e["choices"][0]["delta"] for e in events[1:] if e["choices"]]
     assert all("role" not in d for d in deltas)
@@ -85,7 +77,7 @@ def test_cors_localhost_reflects_a_local_origin_and_leaves_others_without_the_he
 
 
 def test_timings_per_token_on_every_event_and_the_timings_on_the_last(http) -> None:
-    events = _events(http, "/chat/completions", {"messages": HI, "max_tokens": 10, "timings_per_token": True,
+    events = stream_events(http, "/chat/completions", {"messages": HI, "max_tokens": 10, "timings_per_token": True,
                                                  "stream_options": {"include_usage": True}})
     assert "timings" not in events[0]
     content = [e for e in events[1:] if e["choices"] and e["choices"][0]["delta"].get("content")]
@@ -93,17 +85,17 @@ def test_timings_per_token_on_every_event_and_the_timings_on_the_last(http) -> N
     assert [e["timings"]["predicted_n"] for e in content] == sorted(e["timings"]["predicted_n"] for e in content)
     last = events[-1]
     assert last["choices"] == [] and last["timings"]["predicted_n"] == last["usage"]["completion_tokens"] <= 10
-    plain = _events(http, "/chat/completions", {"messages": HI, "max_tokens": 10})
+    plain = stream_events(http, "/chat/completions", {"messages": HI, "max_tokens": 10})
     assert not any("timings" in e for e in plain if e["choices"] and e["choices"][0]["delta"].get("content"))
 
 
 def test_return_progress_reports_the_prompt_evaluated(http) -> None:
-    events = _events(http, "/chat/completions", {"messages": HI, "max_tokens": 4, "return_progress": True,
+    events = stream_events(http, "/chat/completions", {"messages": HI, "max_tokens": 4, "return_progress": True,
                                                  "stream_options": {"include_usage": True}})
     progress = [e["prompt_progress"] for e in events if "prompt_progress" in e]
     prompt_tokens = events[-1]["usage"]["prompt_tokens"]
     assert progress and progress[-1]["processed"] == progress[-1]["total"] == prompt_tokens
-    native = _events(http, "/completion", {"prompt": "I believe", "n_predict": 4, "return_progress": True})
+    native = stream_events(http, "/completion", {"prompt": "I believe", "n_predict": 4, "return_progress": True})
     assert any(e.get("prompt_progress", {}).get("total", 0) > 0 for e in native)
 
 
@@ -155,7 +147,7 @@ def test_a_forced_call_cut_off_by_max_tokens_keeps_its_text_and_finishes_length(
     whole = http.post("/v1/chat/completions", json=body).json()["choices"][0]
     assert whole["finish_reason"] == "length" and "tool_calls" not in whole["message"]
     assert "get_weather" in whole["message"]["content"]  # the call's text so far, not ""
-    events = _events(http, "/v1/chat/completions", body)
+    events = stream_events(http, "/v1/chat/completions", body)
     assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "length"
     content = "".join(d.get("content") or "" for e in events if e["choices"] for d in [e["choices"][0]["delta"]])
     calls = "".join(tc["function"].get("name", "") + tc["function"].get("arguments", "")
@@ -241,7 +233,7 @@ def test_several_prompts_per_completion_answer_one_result_each(http) -> None:
         if prompts[1] != "Paris is":
             assert answers[1]["content"] == single["content"]
     assert answers[1]["prompt"].endswith("Paris is") and answers[1]["content"] != single["content"]
-    events = _events(http, "/completion", {"prompt": [text, "Paris is"], "n_predict": 4})
+    events = stream_events(http, "/completion", {"prompt": [text, "Paris is"], "n_predict": 4})
     finals = sorted((e["index"], e["content"]) for e in events if e["stop"])
     assert [i for i, _ in finals] == [0, 1]
     assert http.post("/completion", json={"prompt": [text, ""]}).status_code == 400

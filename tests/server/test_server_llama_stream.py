@@ -2,7 +2,6 @@
 after each batch of the prompt. One real server on the default model with a small --n-batch, over loopback."""
 from __future__ import annotations
 
-import json
 import socket
 import time
 
@@ -10,6 +9,7 @@ import httpx
 import pytest
 
 from pyllama90a.tools.server_process import ServerProcess
+from support.sse import stream_events
 
 pytestmark = pytest.mark.server
 
@@ -25,13 +25,6 @@ def http(model_path):
         yield client
 
 
-def _events(http: httpx.Client, path: str, body: dict) -> list[dict]:
-    with http.stream("POST", path, json={**body, "stream": True}) as response:
-        assert response.status_code == 200, response.read()
-        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    return [json.loads(line) for line in lines if line != "[DONE]"]
-
-
 def _progress(events: list[dict]) -> list[dict]:
     return [e["prompt_progress"] for e in events if "prompt_progress" in e]
 
@@ -41,7 +34,7 @@ def _progress(events: list[dict]) -> list[dict]:
     ("/completion", {"prompt": "This is a test. " * 12, "n_predict": 3})])
 def test_return_progress_reports_each_batch_of_the_prompt(http, path, body) -> None:
     for again in (False, True):  # (the second time, most of the prompt comes from the slot's cache)
-        events = _events(http, path, {**body, "return_progress": True})
+        events = stream_events(http, path, {**body, "return_progress": True})
         reports = _progress(events)
         first, last = reports[0], reports[-1]
         total = last["total"]
@@ -56,7 +49,7 @@ def test_return_progress_reports_each_batch_of_the_prompt(http, path, body) -> N
                        for e in events if "prompt_progress" in e)
         else:
             assert total == events[-1]["tokens_evaluated"]
-    plain = _events(http, path, body)  # (asked for only)
+    plain = stream_events(http, path, body)  # (asked for only)
     assert not _progress(plain)
 
 
@@ -145,7 +138,7 @@ def test_generation_settings_show_the_logit_bias_in_llama_servers_list_form(http
 
 
 def test_progress_reports_carry_the_timings_so_far_with_timings_per_token(http) -> None:
-    events = _events(http, "/completion", {"prompt": "This is a test. " * 12, "n_predict": 3,
+    events = stream_events(http, "/completion", {"prompt": "This is a test. " * 12, "n_predict": 3,
                                            "return_progress": True, "timings_per_token": True})
     timings = [e["timings"] for e in events if "prompt_progress" in e]
     assert len(timings) > 2 and timings[0]["prompt_n"] == timings[0]["prompt_ms"] == timings[0]["predicted_n"] == 0
