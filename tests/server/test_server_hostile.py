@@ -127,14 +127,16 @@ def test_unimplemented_fields_are_refused_by_name(server, field, value) -> None:
 
 # llama-server's fields that change its answer (images, a time limit, post-sampling probabilities): answered
 # from the text alone, they were only named in X-Ignored-Fields (issue 33 item 9); response_fields and id_slot
-# are served since issue 36 (test_server_llama_shapes.py)
+# are served since issue 36 (test_server_llama_shapes.py), post_sampling_probs on /completion only
+# (test_server_llama_stream.py)
 LLAMA_SERVER_REFUSED = [("image_data", [{"data": "aGk=", "id": 1}]), ("multimodal_data", ["aGk="]),
                         ("t_max_predict_ms", 1), ("post_sampling_probs", True)]
+ROUTES = [("/completion", {"prompt": "Hi"}), (COMPLETIONS, {"prompt": "Hi"}), (CHAT, {"messages": HI})]
 
 
 @pytest.mark.parametrize("field, value", LLAMA_SERVER_REFUSED)
 def test_llama_server_fields_that_change_the_answer_are_refused(server, field, value) -> None:
-    for path, base in [("/completion", {"prompt": "Hi"}), (COMPLETIONS, {"prompt": "Hi"}), (CHAT, {"messages": HI})]:
+    for path, base in ROUTES[1:] if field == "post_sampling_probs" else ROUTES:
         error = _error(_post(server, path, json={**base, "max_tokens": 2, field: value}))
         assert error["param"] == field and field in error["message"], path
 
