@@ -1,7 +1,7 @@
 """A forced call (tool_choice "required" or a named function) ends after one complete call unless parallel
 calls are on, and parallel_tool_calls defaults to what the chat template can write back (llama.cpp's check,
 llama-server's default). On the real default model, whose template (SmolLM2's) knows no tools: one call,
-finish_reason "tool_calls", and never a partial call in the content."""
+finish_reason "tool_calls"; a call cut off by max_tokens is no call, its text the content."""
 from __future__ import annotations
 
 import json
@@ -64,10 +64,15 @@ def test_parallel_calls_asked_for_are_allowed(chat_model) -> None:
     assert len(reply.tool_calls) > 1  # this model repeats its call when it may
 
 
-def test_a_call_cut_off_by_max_tokens_leaves_no_partial_call_in_the_content(chat_model) -> None:
-    for stream in (False, True):
-        out = chat_model.chat(ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=14,
-                              stream=stream)
-        reply = list(out)[-1].completion if stream else out
-        assert reply.finish_reason == "length" and reply.text == "", reply.text
-        assert all(json.loads(c.arguments) is not None for c in reply.tool_calls)
+def test_a_call_cut_off_by_max_tokens_is_no_call_and_keeps_its_text(chat_model) -> None:
+    """As the server's shapes answer it (docs/api.md): its text was dropped ("") before."""
+    forced = {"tools": [WEATHER], "tool_choice": "required", "temperature": 0, "max_tokens": 20}
+    reply = chat_model.chat(ASK, **forced)
+    assert reply.finish_reason == "length" and reply.tool_calls == ()
+    assert reply.text.startswith("<tool_call>") and "get_weather" in reply.text  # (the default model's format)
+    streamed = list(chat_model.chat(ASK, stream=True, **forced))
+    done = streamed[-1].completion
+    assert (done.finish_reason, done.text, done.tool_calls) == ("length", reply.text, ())
+    assert "".join(p.text for p in streamed) == reply.text  # the stream's text is the whole answer's
+    names = [tc["function"]["name"] for p in streamed for tc in p.tool_calls if "name" in tc.get("function", {})]
+    assert names == ["get_weather"]  # (the partial call's deltas went out as it was generated)

@@ -1,6 +1,11 @@
 """`ToolCallOutput`: a chat's generated text read for the tool calls it offered, the one reader Model.chat and
-the server's chat route share. A whole answer is parsed once (a malformed call stays content); a stream is
-split as it arrives into OpenAI's deltas, {"content": ...} and {"tool_calls": [...]}."""
+the server's answer shapes share. A whole answer is parsed once (a malformed call stays content); a stream is
+split as it arrives into OpenAI's deltas, {"content": ...} and {"tool_calls": [...]}.
+
+A call cut off by max_tokens (finish_reason "length", no call that parses) is no call, but its text is what was
+generated: the answer's content is the whole text, never dropped (as llama-server answers); a stream, which sent
+the partial call's deltas as they came, ends with a content delta of the text its content deltas had not
+carried, so that its content is the whole answer's."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -26,12 +31,15 @@ class ToolCallOutput:
     tools: Sequence[dict[str, Any]]
 
     def whole(self, text: str, reason: R) -> tuple[ParseResult, R | Literal["tool_calls"]]:
-        """A whole answer's content and calls, and its finish_reason ("tool_calls" when it made calls)."""
+        """A whole answer's content and calls, and its finish_reason ("tool_calls" when it made calls); a call
+        cut off by max_tokens leaves the whole text as the content (see the module's doc)."""
         parsed = self.fmt.parse(text, self.tools)
+        if reason == "length" and not parsed.tool_calls:
+            return ParseResult(text, []), reason
         return parsed, finish_reason(reason, bool(parsed.tool_calls))
 
     def stream(self) -> ToolCallDeltas:
-        return ToolCallDeltas(self.fmt.stream(self.tools))
+        return ToolCallDeltas(self)
 
     def split(self, pieces: Iterator[Piece]) -> Iterator[Piece]:
         """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
@@ -48,6 +56,7 @@ class ToolCallOutput:
                         yield replace(_piece_of(found, tokens), reasoning=piece.reasoning)
                         tokens = []
                     continue
+                found += deltas.cut_off(done.finish_reason)
                 result = deltas.result()
                 reason = deltas.finish_reason(done.finish_reason)
                 completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,
@@ -77,17 +86,34 @@ def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Com
 class ToolCallDeltas:
     """One streamed answer's text as OpenAI's deltas (see toolcalls.ToolCallStream)."""
 
-    def __init__(self, parser: ToolCallStream) -> None:
-        self._parser = parser
+    def __init__(self, output: ToolCallOutput) -> None:
+        self._output = output
+        self._parser: ToolCallStream = output.fmt.stream(output.tools)
+        self._text = ""  # the text fed (a call cut off by max_tokens makes it the content)
+        self._sent = ""  # the content its deltas carried
 
     def feed(self, text: str, last: bool = False) -> list[dict[str, Any]]:
         """The deltas `text` (the next generated text) makes known; with `last`, those held back too."""
         deltas = self._parser.feed(text)
-        return deltas + self._parser.finish() if last else deltas
+        if last:
+            deltas += self._parser.finish()
+        self._text += text
+        self._sent += "".join(d.get("content") or "" for d in deltas)
+        return deltas
+
+    def cut_off(self, reason: str) -> list[dict[str, Any]]:
+        """After the last feed: when max_tokens cut off a call, the content delta of the text the content deltas
+        have not carried, so that the stream's content is whole()'s (the deltas of the call stay sent)."""
+        if reason != "length" or len(self._text) == len(self._sent) or not self._text.startswith(self._sent):
+            return []
+        if self._output.whole(self._text, reason)[0].tool_calls:  # (calls that parse: their content, as whole())
+            return []
+        tail, self._sent = self._text[len(self._sent):], self._text
+        return [{"content": tail}]
 
     def result(self) -> ParseResult:
-        """What was streamed, as one content and its calls (complete after the last feed)."""
-        return self._parser.result()
+        """What was streamed, as one content and its calls (complete after the last feed and cut_off)."""
+        return ParseResult(self._sent, self._parser.result().tool_calls)
 
     def finish_reason(self, reason: R) -> R | Literal["tool_calls"]:
         return finish_reason(reason, self._parser.has_tool_calls)

@@ -101,11 +101,9 @@ class MessageShape(Shape):
             thinking, text = self.reasoning.whole(text)
         calls: list[ParsedToolCall] = []
         if self.output is not None:
-            parsed, _ = self.output.whole(text, "stop")
-            # a call cut off by max_tokens is no call (its input does not parse), but its text is what was
-            # generated: kept as a text block, as chat keeps it as content (a stream sent it as input_json_delta)
-            if parsed.tool_calls or parts[-1].finish_reason != "length":
-                text, calls = parsed.content, parsed.tool_calls
+            # (a call cut off by max_tokens: its text, as a text block; a stream sent it as input_json_delta)
+            parsed, _ = self.output.whole(text, parts[-1].finish_reason or "stop")
+            text, calls = parsed.content, parsed.tool_calls
         content = [self._thinking_block(thinking)] if thinking else []
         content += [{"type": "text", "text": text}] if text else []
         content += [{"type": "tool_use", "id": _tool_use_id(c.id), "name": c.name, "input": _input(c)} for c in calls]

@@ -221,8 +221,6 @@ class ChatShape(Shape):
         # a thinking chat: each choice's text split into reasoning_content and content, before the tool calls
         self._thoughts: list[ReasoningSplitter | None] = [reasoning.splitter() if reasoning is not None else None
                                                           for _ in range(n)]
-        self._raw = [""] * n  # each choice's content text, with tools (a call cut off by max_tokens keeps it)
-        self._sent = [""] * n  # each choice's content sent
 
     @staticmethod
     def _logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -235,21 +233,6 @@ class ChatShape(Shape):
                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         return {**self._base(), "choices": [{"index": choice, "delta": delta, "finish_reason": finish,
                                              "logprobs": logprobs}]}
-
-    def _cut_off_call(self, choice: int, text: str, finish_reason: str | None,
-                      deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A stream's last content delta when max_tokens cut off a call: the generated text its content deltas
-        have not carried, so that the stream's content is the whole answer's (whole(): a call whose arguments do
-        not parse is no call, its text is the content), as llama-server's last delta sends it; the call's
-        tool_calls deltas already sent stay."""
-        raw = self._raw[choice] = self._raw[choice] + text
-        sent = self._sent[choice] = self._sent[choice] + "".join(d.get("content") or "" for d in deltas)
-        if finish_reason != "length" or len(raw) == len(sent) or not raw.startswith(sent):
-            return []
-        assert self.output is not None  # (with tools)
-        if self.output.whole(raw, finish_reason)[0].tool_calls:  # (calls that parse: no content, as whole())
-            return []
-        return [{"content": raw[len(sent):]}]
 
     def opening(self) -> list[dict[str, Any]]:
         # the role alone, its content null until text comes (as OpenAI and llama-server send it); the content
@@ -269,8 +252,8 @@ class ChatShape(Shape):
         deltas: list[dict[str, Any]] = (([{"content": text}] if text else []) if parser is None
                                         else [d for d in parser.feed(text, last) if d.get("content") != ""
                                               or len(d) > 1])
-        if parser is not None:
-            deltas += self._cut_off_call(choice, text, chunk.finish_reason, deltas)
+        if parser is not None and last:  # (a call cut off by max_tokens: the text not sent yet, as content)
+            deltas += parser.cut_off(chunk.finish_reason or "stop")
         if reasoning:
             deltas.insert(0, {"reasoning_content": reasoning})
         logprobs = self._logprobs(list(chunk.logprobs)) if chunk.logprobs else None
@@ -295,12 +278,8 @@ class ChatShape(Shape):
             reason = parts[-1].finish_reason or "stop"
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if self.output is not None:
-                parsed, reason = self.output.whole(text, reason)
+                parsed, reason = self.output.whole(text, reason)  # (a call cut off by max_tokens: its text)
                 message = parsed.message()
-                if reason == "length" and not parsed.tool_calls:
-                    # a call cut off by max_tokens is no call (its arguments do not parse), but its text is what
-                    # was generated: kept as content, never dropped (a stream has sent it as the call's deltas)
-                    message["content"] = text
             if reasoning:
                 message["reasoning_content"] = reasoning
             choices.append({"index": i, "message": message, "finish_reason": reason,

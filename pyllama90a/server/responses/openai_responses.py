@@ -121,9 +121,8 @@ class ResponseShape(Shape):
         reason = parts[-1].finish_reason or "stop"
         calls: list[Any] = []
         if self.output is not None:
-            parsed, reason = self.output.whole(text, reason)
-            if parsed.tool_calls or reason != "length":  # (a call cut off by max_output_tokens keeps its text,
-                text, calls = parsed.content, parsed.tool_calls  # as chat's content keeps it)
+            parsed, reason = self.output.whole(text, reason)  # (a call cut off by max_output_tokens: its text)
+            text, calls = parsed.content, parsed.tool_calls
         status = "incomplete" if reason == "length" else "completed"
         output = [reasoning_item(_id("rs"), thought, status)] if thought else []
         output += [message_item(_id("msg"), text, status)] if text or not calls else []
