@@ -2,11 +2,11 @@
 # (incremental when build/ survived from an earlier call; none with SKIP_BUILD=1). Expects OUT; leaves REPO set.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
-[ -d /tmp/src/llama.cpp ] || { mkdir -p /tmp/src && tar xzf .device/llama.cpp-src.tar.gz -C /tmp/src; }
 export PYLLAMA90A_LLAMA_CPP_SRC=/tmp/src/llama.cpp PYLLAMA90A_CACHE=/tmp/cache PYLLAMA90A_HOME=/tmp/home
 export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a" CMAKE_BUILD_PARALLEL_LEVEL=16
 # SKIP_BUILD=1: an earlier script of the same call has built and installed it
-if [ -z "${SKIP_BUILD:-}" ]; then
+if [ -z "${SKIP_BUILD:-}" ]; then  # (a call that carries the built package carries no llama.cpp tree)
+    [ -d /tmp/src/llama.cpp ] || { mkdir -p /tmp/src && tar xzf .device/llama.cpp-src.tar.gz -C /tmp/src; }
     start=$(date +%s)
     python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
     echo "build: $(( $(date +%s) - start )) s"
