@@ -29,6 +29,7 @@ SWITCHES_SERVED = {"--cont-batching", "--embedding", "--jinja", "--no-ui", "--kv
 def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
     """(this server's flags, llama-server's flags dropped)."""
     out, dropped = ["--model", model], []
+    stood_in = {"--model-draft": model}  # (the suite's draft model: the default model drafts for itself)
     i = 0
     while i < len(argv):
         flag = argv[i]
@@ -40,6 +41,9 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
                 from pyllama90a.server.protocol.base import Limits
                 value = str(Limits.max_tokens_limit)
             out += [SAME_VALUE[flag], value]
+            i += 2
+        elif flag in stood_in and value is not None:
+            out += [flag, stood_in[flag]]
             i += 2
         elif flag in DROPPED_WITH_VALUE:
             i += 2

@@ -22,8 +22,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # modules the suite imports that the project's environment lacks: stubs for what the harness does with them
-STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\n\n'
-                    'def download(*args, **kwargs):\n    raise RuntimeError("no network: download refused")\n',
+# (the draft model of test_speculative.py is the one download stood in for: a link to the default model, which
+# then drafts for itself, so that the file exercises --model-draft; the shim passes the default model for it)
+STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\nimport os\n\nSTOOD_IN = {"stories15M-q4_0.gguf"}\n\n\n'
+                    'def download(url, out=None, **kwargs):\n'
+                    '    if out and url.rsplit("/", 1)[-1] in STOOD_IN:\n'
+                    '        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)\n'
+                    '        os.symlink(os.environ["PEER_SUITE_MODEL"], out)\n'
+                    '        return out\n'
+                    '    raise RuntimeError("no network: download refused")\n',
          "filelock.py": '"""peer-suite stub: one pytest process, nothing to serialize."""\n\n'
                         'class FileLock:\n    def __init__(self, *args, **kwargs):\n        pass\n\n'
                         '    def __enter__(self):\n        return self\n\n'
