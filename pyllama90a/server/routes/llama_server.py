@@ -164,7 +164,8 @@ async def apply_template(request: Request, state: State) -> JSONResponse:
 async def props(state: State) -> dict[str, Any]:
     engine = state.engine
     return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
-                                            "speculative": False, "is_processing": False,
+                                            "speculative": engine.speculative is not None,
+                                            "is_processing": False,
                                             "params": default_settings(state)},
             "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(engine.model.path),
             "chat_template": await state.executors.text.run(_chat_template, state),
