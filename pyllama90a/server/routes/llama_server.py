@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ...core.constrained.vocab import end_of_generation
 from ...errors import ChatTemplateError
 from ..embeddings import embeddings
 from ..errors import CHAT_INPUTS, COMPLETION_INPUTS, EMBEDDING_INPUTS, RouteInputs
@@ -88,7 +89,8 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     gen: Generation
     gen, ignored = await read_request(request, state.limits, model, engine.model, pool=state.executors.parse)
     settings = generation_settings(gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
-                                   stream=gen.stream)
+                                   stream=gen.stream,
+                                   eog=end_of_generation(engine.model.handle) if gen.request.ignore_eos else ())
 
     def shape_for(ident: str, prompts: list[list[int]], common: dict[str, Any]) -> NativeCompletionShape:
         return NativeCompletionShape(ident, state.model_name, prompts=prompts, settings=settings,
