@@ -32,7 +32,7 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
     """llama-server's generation_settings (in answers, /props, /slots) of a request: what it samples with. eog:
     the model's end-of-generation tokens when ignore_eos bans them (listed in logit_bias, as llama-server does)."""
     sampling = request.sampling
-    bias = {**(request.logit_bias or {}), **{token: -100.0 for token in eog}}
+    bias: dict[object, object] = {**(request.logit_bias or {}), **dict.fromkeys(eog, -100.0)}
     return {"n_ctx": n_ctx, "model": model, "n_predict": request.max_tokens, "max_tokens": request.max_tokens,
             "seed": 0xFFFFFFFF if sampling.seed is None else sampling.seed,  # (llama.cpp's "random")
             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
