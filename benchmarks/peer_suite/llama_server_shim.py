@@ -16,10 +16,10 @@ SAME_VALUE = {"--port": "--port", "--host": "--host", "--temp": "--temp", "--see
               "--chat-template-file": "--chat-template-file", "--cache-ram": "--cache-ram",
               "--reasoning-format": "--reasoning-format", "--reasoning": "--reasoning",
               "--reasoning-budget": "--reasoning-budget", "--spec-type": "--spec-type",
-              "--spec-draft-n-max": "--spec-draft-n-max", "--spec-draft-n-min": "--spec-draft-n-min"}
+              "--spec-draft-n-max": "--spec-draft-n-max", "--spec-draft-n-min": "--spec-draft-n-min",
+              "--pooling": "--pooling"}
 # flags with a value that the default model or this server decides itself
-DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers",
-                      "--pooling"}
+DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers"}
 # switches this server takes as they are (without --metrics llama-server answers /metrics 501)
 SAME_SWITCHES = {"--context-shift", "--no-context-shift", "--slots", "--no-slots", "--metrics"}
 # switches that are this server's behaviour anyway (embeddings, metrics, slots and Jinja are always served)
