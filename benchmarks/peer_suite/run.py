@@ -71,6 +71,7 @@ def main() -> int:
     shutil.copytree(args.llama_cpp / "tools" / "server" / "tests", tests)
     for module, text in STUBS.items():
         (tests / module).write_text(text)
+    (tests / "tmp").mkdir(exist_ok=True)  # (the suite's download folder, LLAMA_CACHE; its router tests write there)
     launcher = work / "llama-server"
     launcher.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
     launcher.chmod(0o755)
