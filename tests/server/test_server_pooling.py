@@ -10,6 +10,7 @@ import sys
 import httpx
 import pytest
 
+import pyllama90a as pl
 from pyllama90a.core.model.rerank import pooling_name
 from pyllama90a.server.__main__ import parse_args
 from pyllama90a.tools.server_process import ServerProcess
@@ -20,9 +21,8 @@ pytestmark = pytest.mark.server  # (the test tier: tests/conftest.py)
 FLAGS = ["--parallel", "1", "--n-ctx", "256", "--threads", "2"]
 
 
-def test_the_pooling_of_a_causal_lm_and_of_a_reranker(model, model_path) -> None:
-    assert pooling_name(model.handle) == "mean"  # (SmolLM2's GGUF says none: file.pooling_for's mean)
-    import pyllama90a as pl
+def test_the_pooling_of_a_causal_lm_and_of_a_reranker(model) -> None:
+    assert pooling_name(model.handle) == "mean"  # (SmolLM2's GGUF says nothing: file.pooling_for's mean)
     with pl.Model(synthetic_reranker(), n_ctx=256, n_threads=1) as reranker:
         assert pooling_name(reranker.handle) == "rank"
 
