@@ -73,7 +73,9 @@ def main() -> int:
         (tests / module).write_text(text)
     (tests / "tmp").mkdir(exist_ok=True)  # (the suite's download folder, LLAMA_CACHE; its router tests write there)
     launcher = work / "llama-server"
-    launcher.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
+    # (run where the suite runs, as llama-server would be: its relative paths, --slot-save-path ./tmp, are the
+    # suite's; PYTHONPATH makes the server this checkout's)
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
     launcher.chmod(0o755)
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(launcher), "PEER_SUITE_MODEL": model,
            "PYTHONPATH": str(REPO), "PORT": str(args.port or free_port())}
