@@ -91,6 +91,8 @@ RULES: list[tuple[str, str, str | None, str, str]] = [
     # test_template
     ("template", r".", r"died", DOWNLOAD, TEMPLATE_FILE),
     # test_slot_save
+    ("slot_save", r".", r"huggingface\.co|NameResolution", DOWNLOAD,
+     "the suite's test image, fetched from the Hub by the test itself (past it: images, not served here)"),
     ("slot_save", r"mmproj|image|multimodal|media", None, NOT_SERVED, "images (a multimodal projector)"),
     # test_completion
     ("completion", r"^test_completion(_stream)?\[", r"assert \d+ == \d+", MODEL, TOKENIZER),
