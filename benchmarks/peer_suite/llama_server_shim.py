@@ -16,10 +16,10 @@ SAME_VALUE = {"--port": "--port", "--host": "--host", "--temp": "--temp", "--see
               "--chat-template-file": "--chat-template-file", "--cache-ram": "--cache-ram",
               "--reasoning-format": "--reasoning-format", "--reasoning": "--reasoning",
               "--reasoning-budget": "--reasoning-budget", "--spec-type": "--spec-type",
-              "--spec-draft-n-max": "--spec-draft-n-max", "--spec-draft-n-min": "--spec-draft-n-min"}
+              "--spec-draft-n-max": "--spec-draft-n-max", "--spec-draft-n-min": "--spec-draft-n-min",
+              "--pooling": "--pooling"}
 # flags with a value that the default model or this server decides itself
-DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers",
-                      "--pooling"}
+DROPPED_WITH_VALUE = {"--model", "--hf-repo", "--hf-file", "--model-url", "--ubatch-size", "--n-gpu-layers"}
 # switches this server takes as they are (without --metrics llama-server answers /metrics 501)
 SAME_SWITCHES = {"--context-shift", "--no-context-shift", "--slots", "--no-slots", "--metrics"}
 # switches that are this server's behaviour anyway (embeddings, metrics, slots and Jinja are always served)
@@ -29,6 +29,7 @@ SWITCHES_SERVED = {"--cont-batching", "--embedding", "--jinja", "--no-ui", "--kv
 def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
     """(this server's flags, llama-server's flags dropped)."""
     out, dropped = ["--model", model], []
+    stood_in = {"--model-draft": model}  # (the suite's draft model: the default model drafts for itself)
     i = 0
     while i < len(argv):
         flag = argv[i]
@@ -40,6 +41,9 @@ def translate(argv: list[str], model: str) -> tuple[list[str], list[str]]:
                 from pyllama90a.server.protocol.base import Limits
                 value = str(Limits.max_tokens_limit)
             out += [SAME_VALUE[flag], value]
+            i += 2
+        elif flag in stood_in and value is not None:
+            out += [flag, stood_in[flag]]
             i += 2
         elif flag in DROPPED_WITH_VALUE:
             i += 2

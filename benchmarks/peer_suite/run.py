@@ -4,8 +4,9 @@
 
 Their code is never copied into this repository: at run time the suite is copied into a temporary folder,
 where its harness is adapted without editing it: LLAMA_SERVER_BIN_PATH names a script that runs
-llama_server_shim.py (llama-server's flags translated, the default model in place of the downloads), and a
-`wget` module that refuses (nothing is downloaded). Prints pass/fail/skip per file (pytest's JUnit XML)."""
+llama_server_shim.py (llama-server's flags translated, the default model in place of the downloads), a `wget`
+module that refuses (nothing is downloaded), and a pytest plugin that lets `requests` reach this machine only
+(the tests fetch their images themselves). Prints pass/fail/skip per file (pytest's JUnit XML)."""
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,24 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # modules the suite imports that the project's environment lacks: stubs for what the harness does with them
-STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\n\n'
-                    'def download(*args, **kwargs):\n    raise RuntimeError("no network: download refused")\n',
+# (the draft model of test_speculative.py is the one download stood in for: a link to the default model, which
+# then drafts for itself, so that the file exercises --model-draft; the shim passes the default model for it)
+STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\nimport os\n\nSTOOD_IN = {"stories15M-q4_0.gguf"}\n\n\n'
+                    'def download(url, out=None, **kwargs):\n'
+                    '    if out and url.rsplit("/", 1)[-1] in STOOD_IN:\n'
+                    '        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)\n'
+                    '        os.symlink(os.environ["PEER_SUITE_MODEL"], out)\n'
+                    '        return out\n'
+                    '    raise RuntimeError("no network: download refused")\n',
+         # (a pytest plugin: the suite's tests fetch their images with requests themselves)
+         "peer_no_network.py": '"""peer-suite plugin: requests reach this machine only."""\n'
+                               'from urllib.parse import urlsplit\n\nimport requests\n\n'
+                               '_request = requests.Session.request\n\n\n'
+                               'def _loopback_only(self, method, url, *args, **kwargs):\n'
+                               '    if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):\n'
+                               '        raise RuntimeError(f"no network: download refused ({url})")\n'
+                               '    return _request(self, method, url, *args, **kwargs)\n\n\n'
+                               'requests.Session.request = _loopback_only\n',
          "filelock.py": '"""peer-suite stub: one pytest process, nothing to serialize."""\n\n'
                         'class FileLock:\n    def __init__(self, *args, **kwargs):\n        pass\n\n'
                         '    def __enter__(self):\n        return self\n\n'
@@ -64,8 +81,11 @@ def main() -> int:
     shutil.copytree(args.llama_cpp / "tools" / "server" / "tests", tests)
     for module, text in STUBS.items():
         (tests / module).write_text(text)
+    (tests / "tmp").mkdir(exist_ok=True)  # (the suite's download folder, LLAMA_CACHE; its router tests write there)
     launcher = work / "llama-server"
-    launcher.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
+    # (run where the suite runs, as llama-server would be: its relative paths, --slot-save-path ./tmp, are the
+    # suite's; PYTHONPATH makes the server this checkout's)
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'llama_server_shim.py'} \"$@\"\n")
     launcher.chmod(0o755)
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(launcher), "PEER_SUITE_MODEL": model,
            "PYTHONPATH": str(REPO), "PORT": str(args.port or free_port())}
@@ -76,6 +96,7 @@ def main() -> int:
         # (a session of its own: a file that runs out of time is stopped with the server it started, which
         # would otherwise keep the suite's fixed port for the next file)
         run = subprocess.Popen([sys.executable, "-m", "pytest", f"unit/{name}", "-q", "-p", "no:cacheprovider",
+                                "-p", "peer_no_network",
                                 f"--junitxml={report}"], cwd=tests, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:

@@ -115,6 +115,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=str(_env("reranking", "")).lower() in ("1", "true", "yes"),
                    help="llama-server's flag: refuse to start unless the model is a reranker (a GGUF with rank "
                         "pooling). /v1/rerank is served on a reranker with or without it")
+    p.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), default=_env("pooling", None),
+                   help="llama-server's flag: how embeddings pool. They pool as the GGUF says (else mean); the "
+                        "server refuses to start when this asks for another (none, a vector per token, is not "
+                        "served)")
     p.add_argument("--chat-template-file", default=_env("chat-template-file", None),
                    help="a Jinja chat template (UTF-8 text) used instead of the GGUF's")
     p.add_argument("--reasoning-format", choices=("none", "deepseek", "auto"),
@@ -229,10 +233,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.lora = [lora_flag(spec) for spec in str(_env("lora", "")).split(",") if spec]
         except argparse.ArgumentTypeError as e:
             p.error(f"{ENV}LORA: {e}")
-    # a default taken from the environment is not checked by argparse: check every flag with choices here
+    # a default taken from the environment is not checked by argparse: check every flag with choices here (None:
+    # a flag not given whose default is none, --pooling's)
     for action in p._actions:
         value = getattr(args, action.dest, None)
-        if action.choices is not None and value not in action.choices:
+        if action.choices is not None and value is not None and value not in action.choices:
             p.error(f"{action.option_strings[-1]} must be one of {', '.join(action.choices)}, got {value!r}")
     for name in ("max_tokens_default", "max_tokens_limit", "max_request_bytes"):
         if getattr(args, name) < 1:
@@ -352,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.constrained import isolation
     from ..core.engine.engine import BatchEngine
     from ..core.generation.speculative import Speculation
-    from ..core.model.rerank import is_reranker
+    from ..core.model.rerank import is_reranker, pooling_name
     from ..errors import InvalidArgumentError, LlamaError
     from .app import ServerState, create_app
     from .header_timeout import protocol_with_header_timeout
@@ -406,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
         print(f"error: --reranking: {name} is not a reranker (its GGUF's pooling type is not rank); use a reranker "
               "GGUF such as bge-reranker-v2-m3 or Qwen3-Reranker", file=sys.stderr)
+        return 1
+    if args.pooling is not None and args.pooling != (pooling := pooling_name(engine.model.handle)):
+        engine.close()
+        print(f"error: --pooling {args.pooling}: {name}'s embeddings pool by {pooling} here (the GGUF's pooling "
+              f"type, else mean); {'a vector per token' if args.pooling == 'none' else 'another pooling'} is not "
+              "served", file=sys.stderr)
         return 1
     state = ServerState(engine, name, api_key=args.api_key or None, cors_origins=args.cors_origins,
                         cors=CorsFlags(args.cors_methods, args.cors_headers, args.cors_credentials),

@@ -7,7 +7,7 @@ Checked once per request (`LogitBias(...)`), applied per step in place on the lo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -49,6 +49,15 @@ class LogitBias:
 
     def __len__(self) -> int:
         return int(self.ids.size)
+
+    def banning(self, tokens: Sequence[int]) -> LogitBias:
+        """This bias with `tokens` banned too (-inf, whatever bias they had here)."""
+        banned = LogitBias({}, self.n_vocab)
+        ids = np.asarray(tokens, dtype=np.int64)
+        keep = ~np.isin(self.ids, ids)  # (one entry per token: a repeated index of += adds once)
+        banned.ids = np.concatenate([self.ids[keep], ids])
+        banned.values = np.concatenate([self.values[keep], np.full(ids.size, -np.inf, dtype=np.float32)])
+        return banned
 
     def apply(self, logits: np.ndarray) -> None:
         """Add the biases to `logits` (float32, shape (n_vocab,)) in place."""

@@ -11,7 +11,7 @@ from ...native import ModelHandle
 from .logit_bias import LogitBias
 from .matcher import Matcher
 from .spec import Constraint
-from .vocab import vocab_for
+from .vocab import end_of_generation, vocab_for
 
 
 class OutputRules:
@@ -24,10 +24,13 @@ class OutputRules:
 
     @classmethod
     def for_request(cls, vocab: ModelHandle, constraint: Constraint | None,
-                    logit_bias: Mapping[object, object] | None) -> OutputRules | None:
+                    logit_bias: Mapping[object, object] | None, ban_eog: bool = False) -> OutputRules | None:
         """The rules a request asks for on the vocabulary of `vocab`'s weights (checked; the grammar compiled now,
-        in the caller's thread), or None when it asks for none: the per-step path then touches no logits."""
-        bias = LogitBias(logit_bias, vocab.n_vocab) if logit_bias else None
+        in the caller's thread), or None when it asks for none: the per-step path then touches no logits.
+        ban_eog: the end-of-generation tokens banned too (ignore_eos, as llama.cpp does it)."""
+        bias = LogitBias(logit_bias or {}, vocab.n_vocab) if logit_bias or ban_eog else None
+        if ban_eog and bias is not None:
+            bias = bias.banning(end_of_generation(vocab))
         matcher = Matcher(constraint, vocab_for(vocab)) if constraint is not None else None
         return cls(matcher, bias) if matcher is not None or bias is not None else None
 

@@ -64,6 +64,22 @@ class Vocab:
 
 _cache: weakref.WeakKeyDictionary[ModelHandle, Vocab] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
+_eog_cache: weakref.WeakKeyDictionary[ModelHandle, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def end_of_generation(vocab: ModelHandle) -> tuple[int, ...]:
+    """The end-of-generation ids of the weights' vocabulary (llama_vocab_is_eog), EOS first; found once per loaded
+    model (without llguidance: ignore_eos bans them) and cached while the weights stay loaded."""
+    with _cache_lock:
+        cached = _eog_cache.get(vocab)
+    if cached is not None:
+        return cached
+    eog = [t for t in range(vocab.n_vocab) if vocab.is_eog(t)]
+    if vocab.eos in eog:  # EOS first: llguidance reports the first one as its eos_token
+        eog.remove(vocab.eos)
+        eog.insert(0, vocab.eos)
+    with _cache_lock:
+        return _eog_cache.setdefault(vocab, tuple(eog))
 
 
 def vocab_for(model: HasWeights | ModelHandle) -> Vocab:
@@ -78,10 +94,9 @@ def vocab_for(model: HasWeights | ModelHandle) -> Vocab:
         return _cache.setdefault(handle, built)
 
 
-def _token_pieces(vocab: ModelHandle) -> tuple[list[bytes], set[int], list[int]]:
+def _token_pieces(vocab: ModelHandle) -> tuple[list[bytes], set[int]]:
     pieces: list[bytes] = []
     special: set[int] = set()
-    eog: list[int] = []
     for t in range(vocab.n_vocab):
         rendered = vocab.token_piece(t, True)
         # a control token is empty without special=True; a normal or user-defined token reads the same both ways
@@ -89,18 +104,14 @@ def _token_pieces(vocab: ModelHandle) -> tuple[list[bytes], set[int], list[int]]
             special.add(t)
             rendered = SPECIAL_PREFIX + rendered
         pieces.append(rendered)
-        if vocab.is_eog(t):
-            eog.append(t)
-    return pieces, special, eog
+    return pieces, special
 
 
 def _build(handle: ModelHandle) -> Vocab:
     llg = llguidance()
     n_vocab = handle.n_vocab
-    pieces, special, eog = _token_pieces(handle)
-    if handle.eos in eog:  # EOS first: llguidance reports the first one as its eos_token
-        eog.remove(handle.eos)
-        eog.insert(0, handle.eos)
+    pieces, special = _token_pieces(handle)
+    eog = end_of_generation(handle)
     if not eog:
         raise LlamaError("the model's vocabulary has no end-of-generation token; a constraint could not end")
     # weak: the cache's value must not keep its key (the weights) alive
@@ -125,4 +136,4 @@ def _build(handle: ModelHandle) -> Vocab:
             return tokenize(text)
 
     tokenizer = llg.LLTokenizer(llg.TokenizerWrapper(_Wrapped()), n_vocab=n_vocab, eos_token=list(eog))
-    return Vocab(n_vocab, tuple(pieces), tuple(eog), frozenset(special), tokenizer)
+    return Vocab(n_vocab, tuple(pieces), eog, frozenset(special), tokenizer)

@@ -129,7 +129,7 @@ class BatchEngine:
         """Queue a request; `on_chunk` is called from the engine thread with each Chunk (keep it quick).
 
         logprobs: None, or how many most likely alternatives to report with each token's log-probability.
-        ignore_eos: generate max_tokens even past end-of-generation tokens (for benchmarks). n_keep: Model.generate's.
+        ignore_eos: generate max_tokens, the end-of-generation tokens banned (for benchmarks). n_keep: Model.generate's.
         constraint: a pyllama90a.core.constrained Constraint (JSON schema, regex, grammar) the output must match.
         logit_bias: token id -> bias added to its logit (OpenAI's: -100 bans, 100 all but forces).
         lora: {adapter id: scale} for this request (None: the engine's default scales; lora_turns.py).

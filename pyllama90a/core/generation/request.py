@@ -40,12 +40,12 @@ def check_stops(stop: object) -> tuple[str, ...]:
 class GenerationRequest:
     """One generation's settings after its prompt. Every instance is checked (in __post_init__, so
     dataclasses.replace checks again): the sampling, the stop strings, max_tokens, logprobs (None, or how many
-    alternatives to report per token), ignore_eos (generate max_tokens past end-of-generation tokens, for
-    benchmarks), the output constraint and the logit_bias (token id -> bias; checked against a vocabulary when
-    GenerationSequence compiles it), the LoRA adapters it runs with ((id, scale) pairs, or {id: scale} made
-    into them; None: the defaults; see lora.py), a chat's thinking block (thinking.py: its markers, budget,
-    and the constraint waiting for its end), and n_keep: the prompt tokens a context shift keeps (-1: all;
-    context_shift.py)."""
+    alternatives to report per token), ignore_eos (max_tokens generated, for benchmarks: the end-of-generation
+    tokens banned, as llama.cpp does it), the output constraint and the logit_bias (token id -> bias; checked
+    against a vocabulary when GenerationSequence compiles it), the LoRA adapters it runs with ((id, scale)
+    pairs, or {id: scale} made into them; None: the defaults; see lora.py), a chat's thinking block (thinking.py:
+    its markers, budget, and the constraint waiting for its end), and n_keep: the prompt tokens a context shift
+    keeps (-1: all; context_shift.py)."""
 
     max_tokens: int = 256
     stops: tuple[str, ...] = ()

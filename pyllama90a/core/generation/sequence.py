@@ -53,7 +53,7 @@ class GenerationSequence:
         # with context shift: the tokens a shift keeps (context_shift.py), and the caller shifts where the
         # generation would end for lack of cells; None: it ends there ("length")
         self.shift_keep = shift_keep
-        self.rules = OutputRules.for_request(vocab, request.constraint, request.logit_bias)
+        self.rules = OutputRules.for_request(vocab, request.constraint, request.logit_bias, request.ignore_eos)
         refuse_total_ban(self.rules, vocab.n_vocab)
         self.sampler = SamplerChain(request.sampling, vocab.n_vocab)
         self.text = TextStream(request.stops)

@@ -14,13 +14,21 @@ from ...native import ContextHandle, ModelHandle
 from ..generation.output_checks import require_finite
 
 RERANK_TEMPLATE_KEY = "tokenizer.chat_template.rerank"  # what llama_model_chat_template(model, "rerank") reads
-RANK_POOLING = "4"  # LLAMA_POOLING_TYPE_RANK, as a GGUF's {arch}.pooling_type reads as text
+# llama_pooling_type by value, as a GGUF's {arch}.pooling_type reads as text, in llama-server's --pooling words
+POOLING_NAMES = {"0": "none", "1": "mean", "2": "cls", "3": "last", "4": "rank"}
 _SLOTS = re.compile(r"\{query\}|\{document\}")
+
+
+def pooling_name(model: ModelHandle) -> str:
+    """How an embedding context on `model` pools, in llama-server's --pooling words: as the GGUF says, else (a
+    causal LM says nothing) mean, as file.pooling_for has it."""
+    value = model.metadata(f"{model.metadata('general.architecture')}.pooling_type")
+    return "mean" if value is None else POOLING_NAMES.get(value, f"type {value}")
 
 
 def is_reranker(model: ModelHandle) -> bool:
     """Whether the GGUF says rank pooling: an embedding context on it gives a classifier head's scores."""
-    return model.metadata(f"{model.metadata('general.architecture')}.pooling_type") == RANK_POOLING
+    return pooling_name(model) == "rank"
 
 
 def rerank_inputs(query: object, documents: object) -> tuple[str, list[str]]:

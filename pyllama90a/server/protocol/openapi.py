@@ -103,7 +103,11 @@ MODEL = _obj("id object created owned_by", id=STR, object={"const": "model"}, cr
              aliases={"type": "array", "items": STR}, tags={"type": "array", "items": STR})
 INPUT_TOKENS = _obj("input_tokens", input_tokens=INT)
 MODELS = {"type": "object", "required": ["object", "data"],
-          "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": MODEL}}}
+          "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": MODEL},
+                         "models": {"type": "array", "items": _obj(
+                             "name model capabilities", name=STR, model=STR, type=STR,
+                             tags={"type": "array", "items": STR}, capabilities={"type": "array", "items": STR},
+                             details=OBJ)}}}
 SUCCESS = _obj("success", success=BOOL)
 SLOT_FILE_BODY = {"requestBody": {"required": False, "content": {"application/json": {
     "schema": {"type": "object", "properties": {"filename": {"type": "string"}}}}}}}

@@ -27,9 +27,12 @@ def completion_probabilities(items: Sequence[TokenLogprob], post_sampling: bool 
             for i in items]
 
 
-def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, stream: bool) -> dict[str, Any]:
-    """llama-server's generation_settings (in answers, /props, /slots) of a request: what it samples with."""
+def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, stream: bool,
+                        eog: Sequence[int] = ()) -> dict[str, Any]:
+    """llama-server's generation_settings (in answers, /props, /slots) of a request: what it samples with. eog:
+    the model's end-of-generation tokens when ignore_eos bans them (listed in logit_bias, as llama-server does)."""
     sampling = request.sampling
+    bias: dict[object, object] = {**(request.logit_bias or {}), **dict.fromkeys(eog, -100.0)}
     return {"n_ctx": n_ctx, "model": model, "n_predict": request.max_tokens, "max_tokens": request.max_tokens,
             "seed": 0xFFFFFFFF if sampling.seed is None else sampling.seed,  # (llama.cpp's "random")
             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
@@ -38,7 +41,7 @@ def generation_settings(request: GenerationRequest, *, n_ctx: int, model: str, s
             "stop": list(request.stops), "ignore_eos": request.ignore_eos, "stream": stream,
             "n_probs": request.logprobs or 0, "constrained": request.constraint is not None,
             # llama-server's list form, the bias each token gets (a ban, false, is -100 here)
-            "logit_bias": [{"token": token, "bias": bias} for token, bias in (request.logit_bias or {}).items()]}
+            "logit_bias": [{"token": token, "bias": value} for token, value in bias.items()]}
 
 
 def picked(answer: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:

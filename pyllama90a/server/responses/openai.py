@@ -110,7 +110,9 @@ class Shape:
         """llama-server's timings of the whole request (server/timings.py)."""
         counts = self.usage()
         cached = counts["prompt_tokens_details"]["cached_tokens"]
-        return self.timer.timings(counts["prompt_tokens"] - cached, counts["completion_tokens"], cached)
+        done = [c.usage for c in self.last if c is not None and c.usage is not None]
+        drafts = (sum(u.draft_tokens for u in done), sum(u.draft_accepted for u in done))
+        return self.timer.timings(counts["prompt_tokens"] - cached, counts["completion_tokens"], cached, drafts)
 
     def _timings_if_finished(self) -> dict[str, Any]:
         """{"timings": ...} for the stream event that finishes the request's last choice, else {} (with

@@ -5,7 +5,7 @@ prompt_ms runs from the request's queueing to its first token (so it includes an
 predicted_ms from there to its last: the time of the predicted_n - 1 tokens after the first, over which the
 predicted rates are (0 for one token). prompt_n counts the prompt tokens decoded and cache_n those whose cells
 came from a cache (a slot's, or the RAM prompt cache: Usage.cached_tokens), as llama-server: their sum is the
-prompt's length.
+prompt's length. With speculative decoding, draft_n and draft_n_accepted count the request's drafted tokens.
 """
 from __future__ import annotations
 
@@ -39,10 +39,14 @@ class RequestTimer:
         ms = (time.perf_counter() - self.queued) * 1e3 if prompt_n else 0.0
         return {"cache_n": cache_n, **_rates(prompt_n, ms, "prompt", prompt_n), **_rates(0, 0.0, "predicted", 0)}
 
-    def timings(self, prompt_n: int, predicted_n: int, cache_n: int = 0) -> dict[str, Any]:
+    def timings(self, prompt_n: int, predicted_n: int, cache_n: int = 0, drafts: tuple[int, int] = (0, 0)
+                ) -> dict[str, Any]:
+        """drafts: speculative decoding's (tokens drafted, of those kept), llama-server's draft_n and
+        draft_n_accepted, which it adds only when something was drafted."""
         first = self.first if self.first is not None else self.last or self.queued
         last = self.last or first
         # (the first token comes with the prompt's last batch: predicted_ms times the other predicted_n - 1, and
         # its rates are theirs, as llama-server's)
+        drafted = {"draft_n": drafts[0], "draft_n_accepted": drafts[1]} if drafts[0] else {}
         return {"cache_n": cache_n, **_rates(prompt_n, (first - self.queued) * 1e3, "prompt", prompt_n),
-                **_rates(predicted_n, (last - first) * 1e3, "predicted", predicted_n - 1)}
+                **_rates(predicted_n, (last - first) * 1e3, "predicted", predicted_n - 1), **drafted}

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ...core.constrained.vocab import end_of_generation
 from ...errors import ChatTemplateError
 from ..embeddings import embeddings
 from ..errors import CHAT_INPUTS, COMPLETION_INPUTS, EMBEDDING_INPUTS, RouteInputs
@@ -88,7 +89,8 @@ async def _complete(state: ServerState, request: Request, model: type[NativeComp
     gen: Generation
     gen, ignored = await read_request(request, state.limits, model, engine.model, pool=state.executors.parse)
     settings = generation_settings(gen.request, n_ctx=engine.n_ctx_slot, model=state.model_name,
-                                   stream=gen.stream)
+                                   stream=gen.stream,
+                                   eog=end_of_generation(engine.model.handle) if gen.request.ignore_eos else ())
 
     def shape_for(ident: str, prompts: list[list[int]], common: dict[str, Any]) -> NativeCompletionShape:
         return NativeCompletionShape(ident, state.model_name, prompts=prompts, settings=settings,
@@ -164,7 +166,8 @@ async def apply_template(request: Request, state: State) -> JSONResponse:
 async def props(state: State) -> dict[str, Any]:
     engine = state.engine
     return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": engine.n_ctx_slot,
-                                            "speculative": False, "is_processing": False,
+                                            "speculative": engine.speculative is not None,
+                                            "is_processing": False,
                                             "params": default_settings(state)},
             "total_slots": engine.parallel, "model_alias": state.model_name, "model_path": str(engine.model.path),
             "chat_template": await state.executors.text.run(_chat_template, state),

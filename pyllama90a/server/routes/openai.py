@@ -30,7 +30,10 @@ def _model_card(state: ServerState) -> dict[str, Any]:
 @router.serve("GET", "/v1/models", also_at=("/models",), doc=doc.fixed("The served model", {
     200: doc.json_body("a list of one model", doc.MODELS), **doc.errors(401, 503)}))
 async def models(state: State) -> dict[str, Any]:
-    return {"object": "list", "data": [_model_card(state)]}
+    # (llama-server's "models" too, Ollama's list form, with what the model can do: text, no images here)
+    listed = {"name": state.model_name, "model": state.model_name, "type": "model",
+              "tags": list(state.model_tags), "capabilities": ["completion"], "details": {"format": "gguf"}}
+    return {"models": [listed], "object": "list", "data": [_model_card(state)]}
 
 
 @router.serve("GET", "/v1/models/{model_id:path}", doc=doc.fixed("One model", {

@@ -73,7 +73,8 @@ async def slots(request: Request, state: State) -> list[dict[str, Any]]:
     usage = engine.slot_usage()
     if fail_on_no_slot == "1" and all(busy for busy, _ in usage):
         raise APIError(503, "no slot is free", type="unavailable_error", code="no_slot_available")
-    return [{"id": i, "id_task": -1, "n_ctx": engine.n_ctx_slot, "speculative": False, "is_processing": busy,
+    speculative = engine.speculative is not None  # (llama-server's: the slot drafts, by n-gram or model)
+    return [{"id": i, "id_task": -1, "n_ctx": engine.n_ctx_slot, "speculative": speculative, "is_processing": busy,
              "n_cached": n_cached} for i, (busy, n_cached) in enumerate(usage)]
 
 

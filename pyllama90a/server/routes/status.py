@@ -43,8 +43,11 @@ async def health(state: State) -> JSONResponse:
 async def metrics(state: State) -> PlainTextResponse:
     if not state.metrics_served:
         raise APIError(501, "GET /metrics is off on this server (--no-metrics)", type="not_supported_error")
-    # (llama-server's header: when the server started, for rates over its whole life)
-    return PlainTextResponse(render_metrics(state.engine, state.kv_cache, state.responses, state.timed,
-                                            state.workers, state.executors.usage()),
-                             media_type="text/plain; version=0.0.4",
-                             headers={"Process-Start-Time-Unix": str(state.created)})
+    answer = PlainTextResponse(render_metrics(state.engine, state.kv_cache, state.responses, state.timed,
+                                              state.workers, state.executors.usage()),
+                               media_type="text/plain; version=0.0.4")
+    # llama-server's header (when the server started, for rates over its whole life), spelled as it spells it:
+    # Starlette lowercases the names it is given, and clients that copy the headers into a plain dict (llama.cpp's
+    # own test harness) look it up by llama-server's spelling
+    answer.raw_headers.append((b"Process-Start-Time-Unix", str(state.created).encode()))
+    return answer
