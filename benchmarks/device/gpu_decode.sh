@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 34 on the H200, in one call: STAGES (in order) of
 #   tests    the CUDA tests of the attention paths (synthetic models)
-#   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused
+#   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused,
+#            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-v1, patch 0024's opt-in first kernel version);
+#            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
@@ -49,9 +51,9 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
         echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10 ;;
     bench8b)
-        timeout "$(cap 280)" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 \
-            --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
-            hybrid:q4_0/q4_0+fused --out "$R/h200-8b-hd128" \
+        timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 \
+            --pp 512 --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 \
+            fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused ${BENCH8B_EXTRA:-} --out "$R/h200-8b-hd128" \
             > "$R/bench8b.log" 2>&1
         echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
     ncu)
