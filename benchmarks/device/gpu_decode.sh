@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 34 on the H200, in one call: STAGES (in order) of
-#   tests    the CUDA tests of the attention paths (synthetic models)
+#   tests    the CUDA tests of the attention paths (synthetic models); TESTS_S: its timeout (default 150 s)
 #   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused,
 #            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-v1, patch 0024's opt-in first kernel version);
 #            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
@@ -46,7 +46,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     echo "== stage $stage ($t s left) $(date -u +%T)"
     case $stage in
     tests)
-        timeout "$(cap 150)" python3 -m pytest -q -p no:cacheprovider \
+        timeout "$(cap "${TESTS_S:-150}")" python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
         echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10 ;;
