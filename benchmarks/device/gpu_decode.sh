@@ -49,7 +49,11 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         timeout "$(cap "${TESTS_S:-150}")" python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) -k "not smollm2 and not test_f16_k_keeps" > "$R/pytest.log" 2>&1
-        echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10 ;;
+        echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10
+        # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2)
+        timeout "$(cap 60)" python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
+            -k on_every_backend > "$R/pytest-context-shift.log" 2>&1
+        echo "context shift tests rc=$?"; tail -3 "$R/pytest-context-shift.log" ;;
     bench8b)
         timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 \
             --pp 512 --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 \

@@ -14,7 +14,7 @@ import pyllama90a as pl
 from pyllama90a.core.generation.context_shift import kept_at_shift, shift
 from pyllama90a.errors import ContextError, InvalidArgumentError
 from pyllama90a.native import Batch, ContextHandle
-from pyllama90a.tools.synthetic import synthetic_model
+from pyllama90a.tools.synthetic import Shape, synthetic_model
 
 N_CTX = 256  # llama.cpp's smallest sequence
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
@@ -156,38 +156,62 @@ def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     return float((np.exp(lp) * (lp - lq)).sum(axis=-1).mean())
 
 
-@pytest.mark.parametrize(("kv", "flash_attn"), MODES)
-def test_shifted_cells_give_the_logits_of_a_fresh_context(model_path, kv: str, flash_attn: str) -> None:
+def _kl_of_shift(m: pl.Model, tail: list[int], steps: list[int]) -> tuple[float, float, float]:
     """The tail of a text decoded at positions d, d+1, ... (with nothing before it, so its K and V are what they
     would be at 0, 1, ...: attention sees relative positions only) is shifted by -d with the shift the generation
-    uses. The next steps' logits must be a fresh context's, which decoded the tail at 0, 1, ..., as closely as
-    the same text decoded at d, d+1, ... without a shift is (the floor: K roped at other angles rounds and
-    quantizes otherwise; SmolLM2's q4_0 cache is far from its f16 one). The control (the positions moved, K not
-    rotated) must be far off, else the test could not see a wrong rotation."""
+    uses; the next steps' logits against a fresh context's, which decoded the tail at 0, 1, ... Returns the KL of
+    (fresh, shifted), the floor (fresh against the same text decoded at d, d+1, ... without a shift: K roped at
+    other angles rounds and quantizes otherwise) and the control (the positions moved, K not rotated)."""
+    with m.hold_context("the test") as context, Batch(context.n_batch) as batch:
+        _prefill(context, batch, tail, 0)
+        fresh = _decode_steps(context, batch, steps, N_TAIL)
+
+        _prefill(context, batch, tail, N_TAIL)  # (the dropped half, tokens never decoded, came first)
+        cached = [*range(N_TAIL), *tail]
+        assert shift(context, 0, cached, 0) == N_TAIL and cached == tail
+        shifted = _decode_steps(context, batch, steps, N_TAIL)
+
+        _prefill(context, batch, tail, N_TAIL)
+        elsewhere = _decode_steps(context, batch, steps, 2 * N_TAIL)
+
+        _prefill(context, batch, tail, N_TAIL)
+        _positions_moved_without_rotating(context)
+        unrotated = _decode_steps(context, batch, steps, N_TAIL)
+    return _kl(fresh, shifted), _kl(fresh, elsewhere), _kl(fresh, unrotated)
+
+
+@pytest.mark.parametrize(("kv", "flash_attn"), MODES)
+def test_shifted_cells_give_the_logits_of_a_fresh_context(model_path, kv: str, flash_attn: str) -> None:
+    """A shift's next logits are a fresh context's as closely as the same text decoded elsewhere is (SmolLM2's
+    q4_0 cache is far from its f16 one); the control must be far off, else the test could not see a wrong
+    rotation."""
     with pl.Model(model_path, n_ctx=2 * N_CTX, n_threads=2, ctk=kv, ctv=kv, flash_attn=flash_attn,
                   context_shift=True) as m:
         text = m.tokenize(PROMPT + " caught a fish that could speak. Every morning he went out with his boat "
                           "and sang to the waves, and every evening the fish told him what the sea had seen that "
                           "day, far out.")
-        tail, steps = text[:N_TAIL], text[N_TAIL:N_TAIL + N_STEPS]
-        assert len(steps) == N_STEPS
-        with m.hold_context("the test") as context, Batch(context.n_batch) as batch:
-            _prefill(context, batch, tail, 0)
-            fresh = _decode_steps(context, batch, steps, N_TAIL)
-
-            _prefill(context, batch, tail, N_TAIL)  # (the dropped half, tokens never decoded, came first)
-            cached = [*range(N_TAIL), *tail]
-            assert shift(context, 0, cached, 0) == N_TAIL and cached == tail
-            shifted = _decode_steps(context, batch, steps, N_TAIL)
-
-            _prefill(context, batch, tail, N_TAIL)
-            elsewhere = _decode_steps(context, batch, steps, 2 * N_TAIL)
-
-            _prefill(context, batch, tail, N_TAIL)
-            _positions_moved_without_rotating(context)
-            unrotated = _decode_steps(context, batch, steps, N_TAIL)
-    kl, floor, control = _kl(fresh, shifted), _kl(fresh, elsewhere), _kl(fresh, unrotated)
+        assert len(text) >= N_TAIL + N_STEPS
+        kl, floor, control = _kl_of_shift(m, text[:N_TAIL], text[N_TAIL:N_TAIL + N_STEPS])
     bound = 2 * floor + 0.005
+    assert kl < bound and control > 3 * bound, (kl, floor, control)
+
+
+# head dim 128 with GQA 4: the fused decode kernel's shape on CUDA/HIP, where a quantized K is stored
+# Hadamard-rotated by the fused store and the shift re-ropes the cells the kernel reads
+SYNTHETIC = Shape("test-hd128", n_embd=512, n_layer=3, n_head=4, n_head_kv=1, n_ff=768, n_vocab=512)
+
+
+@pytest.mark.parametrize(("kv", "flash_attn"), [("f16", "on"), ("q8_0", "hybrid"), ("q4_0", "hybrid")])
+def test_shifted_cells_on_every_backend(kv: str, flash_attn: str) -> None:
+    """The same check on a random-weight model, so that it runs wherever the model loads on the GPU (hybrid
+    there decodes through the fused kernel). Random weights make every KL small (control ~6e-4 on the CPU, the
+    q4_0 floor ~6e-5), so the bound's absolute term is 1e-7, not the real model's 0.005."""
+    rng = np.random.default_rng(7)
+    tokens = [1, *rng.integers(259, SYNTHETIC.n_vocab, size=N_TAIL + N_STEPS - 1).tolist()]
+    with pl.Model(synthetic_model(SYNTHETIC, weight_type="f16"), n_ctx=2 * N_CTX, n_threads=2, ctk=kv, ctv=kv,
+                  flash_attn=flash_attn, context_shift=True) as m:
+        kl, floor, control = _kl_of_shift(m, tokens[:N_TAIL], tokens[N_TAIL:])
+    bound = 2 * floor + 1e-7
     assert kl < bound and control > 3 * bound, (kl, floor, control)
 
 
