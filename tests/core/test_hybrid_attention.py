@@ -291,17 +291,21 @@ def _stream_prompts(n_vocab: int) -> tuple[list[list[int]], list[list[int]]]:
 @pytest.mark.parametrize("kernel", ["q8", "q8-v1"])
 @pytest.mark.parametrize("shape", ["hd128-kv8", "hd64-gqa2"])
 @pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
-def test_the_fused_kernel_decodes_many_sequences_as_each_alone(shape: str, kv: str, kernel: str) -> None:
+def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: str, kv: str, kernel: str) -> None:
     """N = 8 sequences, one token of each per step in one batch: every layer's attention of every step is one
-    fused-kernel launch over the 8 KV streams (FLASH_ATTN_EXT marked FUSED_DECODE, grid z = the streams). Each
-    sequence's logits are those of the same sequence decoded alone by the same kernel, but for the order of float
-    additions (the split differs with the grid): within 1e-3 of the spread, where a stream's cells read for
-    another's, or a mask applied to the wrong stream, is off by a large part of it. Against the non-flash decode
-    (hybrid without the fused kernel: no FLASH_ATTN_EXT in its decode steps) each sequence is as close as it is
-    alone, or within the single-sequence test's 8e-3 of the spread (on the H200 q4_0's 1.2K-1.8K cells of 8 KV
-    heads came out at 8.8e-3 alone and together: rounding, not streams). With 8 streams of 1.2K-1.8K cells the
-    split makes chunks of 2 tiles or more (H200: 132 multiprocessors), in both kernel versions (0024's second
-    loads a later tile's K and V together, its first before q is prepared)."""
+    fused-kernel launch over the 8 KV streams (FLASH_ATTN_EXT marked FUSED_DECODE, grid z = the streams), and
+    each sequence's logits are those of the same context's non-flash decode (hybrid without the fused kernel: no
+    FLASH_ATTN_EXT in its decode steps; same prompts, same batches, so the same caches and the same weight
+    kernels) as closely as the two paths agree on that sequence decoded alone, or within the single-sequence
+    test's 8e-3 of the spread. A stream's cells read for another's, or a mask applied to the wrong stream, is off
+    by a large part of the spread.
+    Why not "together = alone": a batch of 8 rows takes other weight kernels than a batch of 1 (MMQ, not MMVQ),
+    so the projections round otherwise (H200, 2026-12-05: 0.2-0.7 % of the spread together vs alone, in both
+    kernel versions). Why a floor per sequence: over 1.2K-1.8K cells of 8 KV heads q4_0's fused vs non-flash
+    difference came out at 8.8e-3 of the spread (both versions, bit-identical), above the 8e-3 fitted on 301
+    cells. With 8 streams of 1.2K-1.8K cells the split makes chunks of 2 tiles or more (H200: 132
+    multiprocessors), in both kernel versions (0024's second loads a later tile's K and V together, its first
+    before q is prepared)."""
     path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
     prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
     together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=KERNELS[kernel])
@@ -312,9 +316,8 @@ def test_the_fused_kernel_decodes_many_sequences_as_each_alone(shape: str, kv: s
     assert reference_marks == []
     for seq, (got, want) in enumerate(zip(together, reference, strict=True)):
         assert np.isfinite(got).all() and got.shape == want.shape == (STREAM_STEPS, FUSED_SHAPES[shape].n_vocab)
-        [alone], _ = decode_streams(path, [prompts[seq]], [[step[seq]] for step in steps], kv=kv,
-                                    flash_attn="hybrid", paths=KERNELS[kernel])
+        alone = [decode_streams(path, [prompts[seq]], [[step[seq]] for step in steps], kv=kv, flash_attn="hybrid",
+                                paths=p)[0][0] for p in (KERNELS[kernel], AttentionPaths())]
         spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
-        assert np.abs(got - alone).max() <= 1e-3 * spread, f"sequence {seq}: together vs alone"
-        alone_error = float(np.abs(alone - want).max())
-        assert np.abs(got - want).max() <= max(8e-3 * spread, 1.25 * alone_error), f"sequence {seq}: vs non-flash"
+        floor = float(np.abs(alone[0] - alone[1]).max())
+        assert np.abs(got - want).max() <= max(8e-3 * spread, 2 * floor), f"sequence {seq}"
