@@ -2,7 +2,7 @@
 # Issue 34 on the H200, in one call: STAGES (in order) of
 #   tests    the CUDA tests of the attention paths (synthetic models); TESTS_S: its timeout (default 150 s)
 #   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused,
-#            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-v1, patch 0024's opt-in first kernel version);
+#            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-f32q: a variant measured side by side);
 #            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)

@@ -3,9 +3,9 @@
 //
 // Cases (tests/test_hybrid_attention.py's fused-kernel cases):
 // - attn/<kernel>/<shape>/<type>: FLASH_ATTN_EXT marked for the fused decode (patch 0013, rotations folded as
-//   0015, q8 as 0016 or F32 q; q8 in the second version of 0024, q8-v1 in the first), through
+//   0015, q8 as 0016 with 0024's two buffers and split, or F32 q), through
 //   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
-//   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: the second version on a device of 4 and
+//   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
 //   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce).
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
@@ -217,7 +217,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
                    GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
     mark |= f32q ? GGML_PYL_MARK_FUSED_F32Q : 0;
-    mark |= !strcmp(kernel, "q8-v1") ? GGML_PYL_MARK_FUSED_V1 : 0;
     ggml_pyl_set_mark(dst, mark);
     if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
         res.detail = "not supported by the fused kernel";
@@ -672,7 +671,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-v1", "q8-4cu", "q8-1cu", "f32q"}) {
+    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "f32q"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
