@@ -3,8 +3,10 @@
 //
 // Cases (tests/test_hybrid_attention.py's fused-kernel cases):
 // - attn/<kernel>/<shape>/<type>: FLASH_ATTN_EXT marked for the fused decode (patch 0013, rotations folded as
-//   0015, q8 as 0016 or F32 q), through ggml_cuda_pyl_attn_decode, its shape and split
-//   chosen by the real host code for an MI210 (104 CUs): one token over 768 cells of which 607 are unmasked.
+//   0015, q8 as 0016 with 0024's two buffers and split, or F32 q), through
+//   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
+//   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
+//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce).
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
@@ -32,7 +34,7 @@
 
 // ---- the host symbols of ggml-cuda.cu that the units use: one MI210 --------------------------------------
 
-const ggml_cuda_device_info & ggml_cuda_info() {
+ggml_cuda_device_info & harness_info() {
     static ggml_cuda_device_info info = [] {
         ggml_cuda_device_info i = {};
         i.device_count = i.physical_device_count = 1;
@@ -44,6 +46,10 @@ const ggml_cuda_device_info & ggml_cuda_info() {
         return i;
     }();
     return info;
+}
+
+const ggml_cuda_device_info & ggml_cuda_info() {
+    return harness_info();
 }
 
 void ggml_cuda_set_device(int) {}
@@ -172,6 +178,12 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     Result res;
     res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
     const bool f32q = !strcmp(kernel, "f32q");
+    // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split)
+    const int cus = !strcmp(kernel, "q8-4cu") ? 4 : !strcmp(kernel, "q8-1cu") ? 1 : 104;
+    struct CUs {  // restored when the case ends, whichever way
+        explicit CUs(int n) { harness_info().devices[0].nsm = n; }
+        ~CUs() { harness_info().devices[0].nsm = 104; }
+    } cus_of_case(cus);
     std::mt19937_64 rng(1234 + s.D * 7 + s.n_head * 13 + (int) type);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int D = s.D, n_embd = D * s.n_head_kv, G = s.n_head / s.n_head_kv;
@@ -659,7 +671,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "f32q"}) {
+    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "f32q"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
