@@ -12,11 +12,13 @@
 #   calibrate  `python -m pyllama90a calibrate` on 8b-hd128 (the full preset's depths up to 4K): the H200's report
 # TESTS_K / BATCHED_MODES: the tests stage's -k and the batched stage's modes in place of the defaults.
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
-# earlier call of the same native source: no build then). DEADLINE_S: the call's budget (each stage's timeout
-# is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log).
+# earlier call of the same native source: no build then, and no .device/ needed). DEADLINE_S: the call's budget (each stage's timeout
+# is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log). The results folder stays
+# outside $OUT: a call returns at most 8 files, and the package's parts take 4 of them.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyllama90a-out}
-mkdir -p "$OUT/r"
+RESULTS=/tmp/gpu-decode
+mkdir -p "$OUT" "$RESULTS/r"
 START=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-560}
 exec > >(tee "$OUT/gpu_decode.log") 2>&1
@@ -36,11 +38,12 @@ source benchmarks/device/setup.sh
 if [ -z "${SKIP_BUILD:-}" ] && [ -n "${SAVE_PKG:-}" ]; then  # the built package, for a later call
     site=$(cd /tmp && python3 -c "import os, pyllama90a; print(os.path.dirname(os.path.dirname(pyllama90a.__file__)))")
     (cd "$site" && tar czf /tmp/pkg.tgz pyllama90a) && ls -la /tmp/pkg.tgz
-    # two parts at most: the carried tree stays under the 64 MiB a call takes
-    [ "$(stat -c %s /tmp/pkg.tgz)" -le $((30 * 1024 * 1024)) ] && split -b 15M /tmp/pkg.tgz "$OUT/pkg.tgz.part-"
+    # parts of 15 MiB (a returned file may have 16); carried with .whl/ and without .device/, the tree of a CUDA
+    # build's package (55 MB on 2026-12-05) stays under the 64 MiB a call takes
+    [ "$(stat -c %s /tmp/pkg.tgz)" -le $((58 * 1024 * 1024)) ] && split -b 15M /tmp/pkg.tgz "$OUT/pkg.tgz.part-"
 fi
 cd /tmp
-R=$OUT/r
+R=$RESULTS/r
 D=$REPO/benchmarks/device
 for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     t=$(left 30); [ "$t" -lt 30 ] && { echo "stage $stage: no time left"; continue; }
@@ -108,7 +111,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             hybrid:q4_0/q4_0+fused fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused --out "$R/h200-1b-hd64" > "$R/bench1b.log" 2>&1
         echo "bench1b rc=$?"; grep "| tg" "$R/h200-1b-hd64/bench.md" ;;
     esac
-    (cd "$OUT" && tar czf results.tgz r)  # what has been measured so far comes back even if a later stage hangs
+    (cd "$RESULTS" && tar czf "$OUT/results.tgz" r)  # what has been measured so far comes back even if a later stage hangs
 done
-rm -f "$R"/*.csv.gz; (cd "$OUT" && tar czf results.tgz r) && ls -la "$OUT"
+rm -f "$R"/*.csv.gz; (cd "$RESULTS" && tar czf "$OUT/results.tgz" r) && ls -la "$OUT"
 echo "total $(( $(date +%s) - START )) s"
