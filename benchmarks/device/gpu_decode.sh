@@ -5,6 +5,7 @@
 #            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-f32q: a variant measured side by side);
 #            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
+#   ncu_batched  the same counters of one step of N = 1/8/32 sequences decoding together at 8K (ncu_batched.py)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
@@ -45,6 +46,33 @@ fi
 cd /tmp
 R=$RESULTS/r
 D=$REPO/benchmarks/device
+# ncu's counters of the attention kernels (all of FA's: with several KV streams FA over f16 runs its MMA kernel)
+# in the capture ranges of SCRIPT (ncu_depths.py, ncu_batched.py) on 8b-hd128, one process per mode of NCU_MODES
+# (NCU_S seconds at most each), summarized by ncu_summary.py into $R/ncu-NAME-attention-8b-hd128.md.
+# Arguments: NAME, STEPS (ncu_summary.py's), SCRIPT, its arguments after the mode.
+ncu_stage() {
+    local name=$1 steps=$2 script=$3 mode csv metrics rc summary=()
+    local stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+    shift 3
+    # a fresh machine's first use of the model writes it (~1-2 min for 8B): not under ncu's timeout
+    timeout "$(cap 200)" python3 -c "from pyllama90a.tools.synthetic import synthetic_model as m; m('8b-hd128')"
+    for mode in ${NCU_MODES:-fa-on:f16/f16 hybrid:q4_0/q4_0+fused}; do
+        csv="$R/ncu-$name-${mode//[:\/+]/_}.csv"
+        # the second metrics if the first fail (not if the time ran out: the second would take as long)
+        for metrics in "dram__bytes_read.sum,$stalls" dram__bytes_read.sum; do
+            timeout "$(cap "${NCU_S:-120}")" ncu --clock-control none --profile-from-start off \
+                --kernel-name regex:'pyl_attn_decode|flash_attn_' \
+                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                --metrics "$metrics" --csv --page details --log-file "$csv" \
+                python3 "$D/$script" 8b-hd128 "$mode" "$@" >> "$R/ncu-$name.log" 2>&1
+            rc=$?; echo "ncu $name $mode ($metrics) rc=$rc"; [ $rc -eq 0 ] || [ $rc -eq 124 ] && break
+        done
+        grep -q '^"ID"' "$csv" 2>/dev/null && summary+=("${mode//[:\/+]/_}=$csv")  # a table was written
+    done
+    grep -E "profiled|==ERROR==" "$R/ncu-$name.log"
+    [ ${#summary[@]} -gt 0 ] && python3 "$D/ncu_summary.py" 32 "$steps" "${summary[@]}" \
+        | tee "$R/ncu-$name-attention-8b-hd128.md"
+}
 for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     t=$(left 30); [ "$t" -lt 30 ] && { echo "stage $stage: no time left"; continue; }
     echo "== stage $stage ($t s left) $(date -u +%T)"
@@ -65,21 +93,10 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused ${BENCH8B_EXTRA:-} --out "$R/h200-8b-hd128" \
             > "$R/bench8b.log" 2>&1
         echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
-    ncu)
-        stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
-        for mode in ${NCU_MODES:-fa-on:f16/f16 hybrid:q4_0/q4_0+fused}; do
-            csv="$R/ncu-${mode//[:\/+]/_}.csv"
-            for metrics in "dram__bytes_read.sum,$stalls" dram__bytes_read.sum; do  # the second if the first fails
-                timeout "$(cap 120)" ncu --clock-control none --profile-from-start off \
-                    --kernel-name regex:'pyl_attn_decode|flash_attn_ext_vec|flash_attn_combine' \
-                    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-                    --metrics "$metrics" --csv --page details --log-file "$csv" \
-                    python3 "$D/ncu_depths.py" 8b-hd128 "$mode" 0 2048 8192 32768 >> "$R/ncu.log" 2>&1
-                rc=$?; echo "ncu $mode ($metrics) rc=$rc"; [ $rc -eq 0 ] && break
-            done
-        done
-        python3 "$D/ncu_summary.py" 32 0,2048,8192,32768 $(for f in "$R"/ncu-*.csv; do b=${f##*/ncu-}; echo "${b%.csv}=$f"; done) \
-            | tee "$R/ncu-attention-8b-hd128.md" ;;
+    ncu) ncu_stage depths 0,2048,8192,32768 ncu_depths.py 0 2048 8192 32768 ;;
+    ncu_batched)  # the fused kernel first: its counters are the question, FA's the reference
+        NCU_MODES=${NCU_MODES:-hybrid:q4_0/q4_0+fused fa-on:f16/f16} NCU_S=${NCU_S:-150} \
+            ncu_stage batched N=1,8,32 ncu_batched.py 8192 1 8 32 ;;
     steps0)
         (cd "$REPO" && OUT=$R SKIP_BUILD=1 DEPTH=0 STEPS=4 NCU_FLAGS="--clock-control none" \
             MODES="fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused" \

@@ -1,20 +1,27 @@
-"""ncu's details CSV of ncu_depths.py runs -> one table: per mode and depth, the attention kernels' time per
-token (summed over layers), DRAM bytes read per token and the rate, achieved occupancy, registers, and the
-largest warp stalls.
+"""ncu's details CSV of ncu_depths.py or ncu_batched.py runs -> one table: per mode and captured step (a depth,
+or a number N of sequences decoding together), each attention kernel's time per step (summed over layers), DRAM
+bytes read per step and the rate, achieved and theoretical occupancy, waves, registers, and the largest warp
+stalls; then a row of the step's attention kernels together.
 
-    python3 ncu_summary.py N_LAYER DEPTHS MODE=FILE.csv [MODE=FILE.csv ...]   (DEPTHS: 0,2048,8192,32768)
+    python3 ncu_summary.py N_LAYER [LABEL=]STEPS MODE=FILE.csv [MODE=FILE.csv ...]
+        STEPS: 0,2048,8192,32768 (depths, ncu_depths.py) or N=1,8,32 (ncu_batched.py's N at one depth)
 """
 import csv
 import re
 import sys
 from collections import defaultdict
 
-MAIN = ("k_pyl_attn_decode", "flash_attn_ext_vec")  # a layer's attention kernel; the reduce/combine follow it
+# a layer's attention kernel (FA over f16 with several KV streams: the MMA kernel); the reduce/combine/fixup follow
+# it, PRE comes before it (with several streams)
+MAIN = ("k_pyl_attn_decode", "flash_attn_ext_vec", "flash_attn_ext_f16")
+PRE = ("flash_attn_mask_to_KV_max",)
 METRICS = {
     "Duration": "time",
     "DRAM Throughput": "dram_pct",
     "Memory Throughput": "mem_pct",
     "Achieved Occupancy": "occupancy",
+    "Theoretical Occupancy": "theoretical",
+    "Waves Per SM": "waves",
     "Registers Per Thread": "registers",
     "Block Limit Registers": "limit_regs",
     "Block Limit Shared Mem": "limit_smem",
@@ -32,7 +39,7 @@ def rows(path):
     return list(csv.DictReader(lines[start:]))
 
 
-def summarize(path, n_layer, depths):
+def summarize(path, n_layer, steps):
     kernels = {}  # ID -> (name, {metric: value})
     stalls = defaultdict(lambda: defaultdict(float))
     for r in rows(path):
@@ -57,26 +64,28 @@ def summarize(path, n_layer, depths):
             stalls[kid][stall.group(1)] = v
         if metric == "Duration" and unit not in UNIT:
             raise SystemExit(f"unknown duration unit {unit}")
-    out = defaultdict(lambda: defaultdict(list))  # depth -> kernel name -> [metrics]
+    out = defaultdict(lambda: defaultdict(list))  # step -> kernel name -> [metrics]
     n_main = 0
     for kid in sorted(kernels):
         name, m = kernels[kid]
-        if name in MAIN:
-            n_main += 1
-        d = depths[min((max(n_main, 1) - 1) // n_layer, len(depths) - 1)]
-        out[d][name].append((m, stalls.get(kid, {})))
+        n_main += name in MAIN
+        step = n_main if name in PRE else max(n_main, 1) - 1  # the index of the layer's main kernel
+        out[steps[min(step // n_layer, len(steps) - 1)]][name].append((m, stalls.get(kid, {})))
     return out
 
 
 def main():
-    n_layer, depths = int(sys.argv[1]), [int(d) for d in sys.argv[2].split(",")]
-    print("| mode | depth | kernel | launches | µs/token | µs/launch | DRAM MB read/token | read GB/s | DRAM % peak | "
-          "achieved occupancy % | regs | "
+    n_layer = int(sys.argv[1])
+    label, _, values = sys.argv[2].rpartition("=")
+    steps = [int(v) for v in values.split(",")]
+    print(f"| mode | {label or 'depth'} | kernel | launches | µs/step | µs/launch | DRAM MB read/step | read GB/s | "
+          "DRAM % peak | achieved occupancy % | theoretical % | waves/SM | regs | "
           "dyn smem KiB | grid | warp cycles/instr | top stalls (cycles/instr) |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
     for arg in sys.argv[3:]:
         mode, path = arg.split("=", 1)
-        for depth, per_kernel in sorted(summarize(path, n_layer, depths).items()):
+        for step, per_kernel in sorted(summarize(path, n_layer, steps).items()):
+            step_time = step_read = 0.0
             for name, items in per_kernel.items():
                 n = len(items)
                 def avg(key, items=items, n=n):
@@ -89,10 +98,14 @@ def main():
                 total = sum(m.get("time", 0.0) for m, _ in items)
                 read = sum(m.get("dram_read", 0.0) for m, _ in items)
                 rate = read / (total * 1e3) if total else 0.0  # bytes per ns = GB/s
-                print(f"| {mode} | {depth} | `{name}` | {n} | {total:.1f} | {avg('time'):.2f} | {read / 1e6:.1f} | "
-                      f"{rate:.0f} | {avg('dram_pct'):.1f} "
-                      f"| {avg('occupancy'):.1f} | {avg('registers'):.0f} | {avg('smem_dyn') / 1024:.1f} | "
+                step_time, step_read = step_time + total, step_read + read
+                print(f"| {mode} | {step} | `{name}` | {n} | {total:.1f} | {avg('time'):.2f} | {read / 1e6:.1f} | "
+                      f"{rate:.0f} | {avg('dram_pct'):.1f} | {avg('occupancy'):.1f} | {avg('theoretical'):.1f} | "
+                      f"{avg('waves'):.2f} | {avg('registers'):.0f} | {avg('smem_dyn') / 1024:.1f} | "
                       f"{items[-1][0].get('grid', '')} | {avg('cpi'):.1f} | {top} |")
+            rate = step_read / (step_time * 1e3) if step_time else 0.0
+            print(f"| {mode} | {step} | **all** | | **{step_time:.1f}** | | **{step_read / 1e6:.1f}** | **{rate:.0f}** "
+                  "| | | | | | | | | |")
 
 
 if __name__ == "__main__":

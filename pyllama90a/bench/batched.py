@@ -23,6 +23,8 @@ import functools
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -93,6 +95,26 @@ def copy_sequence(context: ContextHandle, n_seq: int) -> None:
         context.set_sequence_state(seq, state)
 
 
+@contextmanager
+def filled_context(model_path: Path, mode: Mode, n_seq: int, depth: int, tg: int, n_threads: int | None,
+                   n_gpu_layers: int) -> Iterator[tuple[ContextHandle, Batch, list[int]]]:
+    """A context of n_seq sequences of cells_per_sequence(depth, tg) cells each: sequence 0 filled to `depth` by
+    prefill, its cells copied to the others (untimed). Yields the context, a batch of n_seq tokens and the tokens
+    that decode_steps reads (benchmarks/device/ncu_batched.py profiles its steps too)."""
+    mode.apply_environment()
+    with Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn,
+               n_ctx=n_seq * cells_per_sequence(depth, tg), n_seq_max=n_seq, n_batch=batch_size(n_seq),
+               n_ubatch=batch_size(n_seq), n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+               attention_paths=mode.attention_paths) as model:
+        tokens: list[int] = np.random.default_rng(0).integers(10, model.handle.n_vocab, size=depth + tg + 1).tolist()
+        if depth:
+            model.eval(tokens[:depth])
+        with model.hold_context("the batched bench") as context, Batch(n_seq) as batch:
+            if depth:
+                copy_sequence(context, n_seq)
+            yield context, batch, tokens
+
+
 def decode_steps(context: ContextHandle, batch: Batch, tokens: list[int], depth: int, n_seq: int, tg: int) -> float:
     """Seconds for tg steps of one token of each of sequences 0..n_seq-1 (logits for each, as a server asks),
     after which their cells are cut back to `depth`."""
@@ -144,31 +166,22 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int
             if not fits or plan_only:
                 continue
             n_max = max(fits)
-            mode.apply_environment()
             print(f"{mode} depth {depth}: a context of {n_max} sequences, filling ...", file=progress, flush=True)
-            with Model(model_path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, n_ctx=n_max * cells,
-                       n_seq_max=n_max, n_batch=batch_size(n_max), n_ubatch=batch_size(n_max), n_threads=n_threads,
-                       n_gpu_layers=n_gpu_layers, attention_paths=mode.attention_paths) as model:
-                n_vocab = model.handle.n_vocab
-                tokens = np.random.default_rng(0).integers(10, n_vocab, size=depth + tg + 1).tolist()
-                if depth:
-                    model.eval(tokens[:depth])
-                with model.hold_context("the batched bench") as context, Batch(n_max) as batch:
-                    if depth:
-                        copy_sequence(context, n_max)
-                    for n in fits:
-                        times = [decode_steps(context, batch, tokens, depth, n, tg) for _ in range(reps + 1)][1:]
-                        agg = [n * tg / t for t in times]
-                        p = plans[n]
-                        rows.append({"mode": str(mode), "depth": depth, "n_seq": n,
-                                     "path": attention_path(mode, on_gpu),
-                                     "aggregate_tok_s": statistics.fmean(agg),
-                                     "aggregate_tok_s_sd": statistics.stdev(agg) if len(agg) > 1 else 0.0,
-                                     "per_sequence_tok_s": statistics.fmean(agg) / n, "samples": agg,
-                                     "kv_bytes": p.kv_bytes, "compute_bytes": p.compute_bytes,
-                                     "planned_bytes": p.total_bytes})
-                        print(f"{mode} depth {depth} N {n}: {statistics.fmean(agg):.1f} tok/s aggregate",
-                              file=progress, flush=True)
+            with filled_context(model_path, mode, n_max, depth, tg, n_threads, n_gpu_layers) as filled:
+                context, batch, tokens = filled
+                for n in fits:
+                    times = [decode_steps(context, batch, tokens, depth, n, tg) for _ in range(reps + 1)][1:]
+                    agg = [n * tg / t for t in times]
+                    p = plans[n]
+                    rows.append({"mode": str(mode), "depth": depth, "n_seq": n,
+                                 "path": attention_path(mode, on_gpu),
+                                 "aggregate_tok_s": statistics.fmean(agg),
+                                 "aggregate_tok_s_sd": statistics.stdev(agg) if len(agg) > 1 else 0.0,
+                                 "per_sequence_tok_s": statistics.fmean(agg) / n, "samples": agg,
+                                 "kv_bytes": p.kv_bytes, "compute_bytes": p.compute_bytes,
+                                 "planned_bytes": p.total_bytes})
+                    print(f"{mode} depth {depth} N {n}: {statistics.fmean(agg):.1f} tok/s aggregate",
+                          file=progress, flush=True)
     return {"machine": machine_name(), "model": str(model_path), "tg": tg, "reps": reps, "depths": depths,
             "n_seqs": n_seqs, "modes": [str(m) for m in modes], "n_threads": n_threads,
             "memory_limit_bytes": memory_limit, "rows": rows, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
