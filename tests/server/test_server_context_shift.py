@@ -20,12 +20,6 @@ def http(model_path):
         yield client
 
 
-@pytest.fixture(scope="module")
-def no_end(model) -> list[list[object]]:
-    """llama-server's logit_bias form that bans the end-of-generation tokens: the text runs to n_predict."""
-    return [[t, False] for t in range(model.handle.n_vocab) if model.handle.is_eog(t)]
-
-
 def test_the_flag_and_its_negation() -> None:
     assert parse_args(["--context-shift"]).context_shift
     assert not parse_args(["--context-shift", "--no-context-shift"]).context_shift
@@ -33,9 +27,9 @@ def test_the_flag_and_its_negation() -> None:
 
 
 @pytest.mark.parametrize("n_keep", [0, -1])
-def test_a_generation_goes_on_past_the_slot(http, no_end, n_keep: int) -> None:
+def test_a_generation_goes_on_past_the_slot(http, n_keep: int) -> None:
     answer = http.post("/completion", json={"prompt": "Once upon a time", "n_predict": SLOT + 40, "temperature": 0,
-                                            "logit_bias": no_end, "n_keep": n_keep})
+                                            "ignore_eos": True, "n_keep": n_keep})
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["timings"]["predicted_n"] == SLOT + 40 and body["truncated"] is True
