@@ -11,9 +11,9 @@ N > 1 streams FA-on over f16 takes the MMA kernel (flash_attn_mask_to_KV_max, fl
 fixup), not the vector kernel (fattn.cu's rule wants Q->ne[3] == 1): hence the whole `flash_attn_` family. Without
 CUDA's runtime (a CPU build) there is no capture range: the steps run alone, as a quick check.
 """
-import ctypes
-import ctypes.util
 import sys
+
+from cuda_capture import captured
 
 from pyllama90a.bench.batched import decode_steps, filled_context
 from pyllama90a.bench.modes import Mode
@@ -23,20 +23,12 @@ if len(sys.argv) < 5:
     raise SystemExit(__doc__)
 shape, mode, depth, n_seqs = sys.argv[1], Mode.parse(sys.argv[2]), int(sys.argv[3]), sorted(map(int, sys.argv[4:]))
 n_warmup = 4
-try:
-    cudart = ctypes.CDLL(ctypes.util.find_library("cudart") or "libcudart.so")
-except OSError:
-    cudart = None
-    print("no CUDA runtime: the steps run without a capture range", file=sys.stderr, flush=True)
 with filled_context(synthetic_model(shape), mode, max(n_seqs), depth, n_warmup, None, -1) as (context, batch, tokens):
     for n in n_seqs:
         decode_steps(context, batch, tokens, depth, n, 1)  # the first step of N sequences builds its graph
         warmup = decode_steps(context, batch, tokens, depth, n, n_warmup - 1) / (n_warmup - 1)
-        if cudart is not None:
-            cudart.cudaProfilerStart()
-        seconds = decode_steps(context, batch, tokens, depth, n, 1)  # it synchronizes before it returns
-        if cudart is not None:
-            cudart.cudaProfilerStop()
+        with captured():
+            seconds = decode_steps(context, batch, tokens, depth, n, 1)
         # a warm-up step's time (under ncu too, not captured): the whole step, next to its attention's counters
         print(f"{shape} {mode} depth {depth}: profiled N {n} (a warm-up step {warmup * 1e3:.1f} ms, the profiled "
               f"one {seconds * 1e3:.1f} ms)", flush=True)

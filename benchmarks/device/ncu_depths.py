@@ -7,9 +7,9 @@ one depth to the next, so no depth is filled twice).
 One captured step per depth, after 4 warm-up steps that are then cut off again; ncu_summary.py splits the
 captured kernels by depth (each depth's step launches the attention kernel once per layer).
 """
-import ctypes
-import ctypes.util
 import sys
+
+from cuda_capture import captured
 
 import pyllama90a as pl
 from pyllama90a.bench.depths import Mode
@@ -20,7 +20,6 @@ n_warmup = 4
 path = synthetic_model(shape)
 n_vocab = SHAPES[shape].n_vocab
 tokens = [1] + [259 + (i * 7919) % (n_vocab - 259) for i in range(max(depths) + n_warmup + 2)]
-cudart = ctypes.CDLL(ctypes.util.find_library("cudart") or "libcudart.so")
 mode.apply_environment()
 with pl.Model(path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, attention_paths=mode.attention_paths,
               n_ctx=max(depths) + n_warmup + 16, n_batch=2048) as m:
@@ -31,9 +30,7 @@ with pl.Model(path, ctk=mode.ctk, ctv=mode.ctv, flash_attn=mode.flash_attn, atte
         for t in tokens[depth:depth + n_warmup]:
             m.eval([t])
         m.truncate(depth)
-        cudart.cudaProfilerStart()
-        m.eval([tokens[depth]])
-        cudart.cudaDeviceSynchronize()
-        cudart.cudaProfilerStop()
+        with captured():
+            m.eval([tokens[depth]])
         m.truncate(depth)
         print(f"{shape} {mode}: profiled depth {depth}", flush=True)
