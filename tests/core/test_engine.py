@@ -60,6 +60,26 @@ def test_a_repeated_prompt_reuses_the_slot_cache(engine) -> None:
     assert after.prompt_tokens_decoded - before.prompt_tokens_decoded == 1  # only the last prompt token
 
 
+def test_the_last_chunk_comes_after_its_decode_is_counted(engine) -> None:
+    """/metrics read right after a response must count the decode that produced it (a CI run saw it one short:
+    the finishing chunk was sent before the step's decode call was counted)."""
+    seen_at_the_end = []
+    ends = []
+
+    def on_chunk(chunk: pl.Chunk) -> None:
+        if chunk.finish_reason:
+            seen_at_the_end.append(engine.stats())
+            ends.append(chunk)
+    before = engine.stats()
+    engine.submit("This is a test.", on_chunk, max_tokens=3, ignore_eos=True, temperature=0)
+    assert _wait_for(lambda: bool(ends))
+    assert _wait_for(lambda: engine.stats().busy_slots == 0)
+    after = engine.stats()
+    assert after.decodes_total - before.decodes_total == 3  # the prompt (giving the first token), then 2 more
+    assert seen_at_the_end[0].decodes_total == after.decodes_total
+    assert seen_at_the_end[0].tokens_max == after.tokens_max
+
+
 def test_cancel_frees_the_slot(engine) -> None:
     got = []
     handle = engine.submit("Count to a thousand:", got.append, max_tokens=1500, ignore_eos=True)

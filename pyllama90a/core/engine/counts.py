@@ -19,11 +19,14 @@ class EngineCounts(collections.Counter[str]):
         super().__init__()
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens) per step
 
-    def decoded(self, now: float, sampled: int, cells: Sequence[int]) -> None:
-        """One decode call over slots holding `cells` tokens each afterwards, `sampled` tokens sampled from it."""
+    def decoded(self, cells: Sequence[int]) -> None:
+        """One decode call over slots holding `cells` tokens each afterwards."""
         self.update(decodes=1, decode_slots=len(cells))
         self["tokens_max"] = max([self["tokens_max"], *cells])
-        self._recent.append((now, sampled))
+
+    def sampled(self, now: float, tokens: int) -> None:
+        """`tokens` sampled from one decode call's logits, at `now`."""
+        self._recent.append((now, tokens))
         self._forget(now)
 
     def _forget(self, now: float) -> None:

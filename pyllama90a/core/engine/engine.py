@@ -370,17 +370,20 @@ class BatchEngine:
         except DecodeError as e:
             self._fail([(slot, job) for slot, job, _, _ in plan], e)
             return True
+        for slot, job, n_tokens, _ in plan:
+            slot.cached.extend(job.to_decode[:n_tokens])
+            del job.to_decode[:n_tokens]
+        with self._cv:  # (counted before any chunk: a consumer that reads stats() on its last chunk sees this call)
+            self._counts.decoded([len(s.cached) + len(j.draft) for s, j, *_ in plan])
         now = time.perf_counter()
         n_sampled = 0
         for slot, job, n_tokens, out_index in plan:
-            slot.cached.extend(job.to_decode[:n_tokens])
-            del job.to_decode[:n_tokens]
             if job.progress and not job.generated and n_tokens:  # (before the first token's chunk)
                 self._emit(job, Chunk(progress=(job.cached, len(slot.cached), len(job.prompt))))
             if out_index is not None:
                 n_sampled += self._sample(slot, job, out_index)
         with self._cv:
-            self._counts.decoded(now, n_sampled, [len(s.cached) for s, *_ in plan])
+            self._counts.sampled(now, n_sampled)
         return True
 
     def _admit(self) -> None:
