@@ -1,6 +1,7 @@
 """`Model` and what it is made of: opening, settings, attention paths, memory, LoRA, state files, embeddings.
 
     model: `Model`, the user-level class over a loaded model and a context on it
+    context_guard: who may use a Model's context and when (one thing at a time; BusyError, ClosedError)
     open: opening a model from its settings, in the one order Model, with_context and plan_memory follow
     settings: `ContextSettings`, the one declaration of a context's settings
     file: the facts of a loaded GGUF that every Model on its weights shares, checked against the settings

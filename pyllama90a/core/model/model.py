@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import inspect
 import os
-import threading
 import weakref
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ import numpy as np
 
 from ...errors import (
     INT32_MAX,
-    BusyError,
-    ClosedError,
     ContextOverflowError,
     InvalidArgumentError,
     flag,
@@ -41,6 +38,7 @@ from ..generation.sequence import GenerationSequence
 from ..generation.speculative import Speculation, speculation
 from .attention_paths import AttentionPaths
 from .attention_policy import AttentionChoice
+from .context_guard import ContextGuard
 from .draft_model import Drafting
 from .embedding import embed_inputs, embedding_inputs
 from .file import ModelFile, check_header
@@ -81,8 +79,7 @@ class Model:
         speculative: a Speculation (prompt lookup, a draft model) for every generation; None: a token per decode."""
         context_settings = ContextSettings(**settings)
         placement = Placement.checked(split_mode, tensor_split, main_gpu, rpc)
-        self._handle: ModelHandle | None = None  # both None once closed
-        self._context: ContextHandle | None = None
+        self._guard = ContextGuard()
         raw_path = model_path(path)
         context_settings = resolve_kv_types(context_settings, raw_path, n_gpu_layers)  # ctk="auto": a calibration's
         self.path = Path(os.fsdecode(raw_path))
@@ -103,7 +100,7 @@ class Model:
         context_settings = resolve_kv_types(ContextSettings(**settings), self.path, self._file.n_gpu_layers)
         handle = self.handle
         other = Model.__new__(Model)  # (no second load: __init__ is for a file)
-        other._handle = other._context = None
+        other._guard = ContextGuard()
         other.path = self.path
         params = other._settle(context_settings)
         check_header(self._file, params)
@@ -112,10 +109,8 @@ class Model:
 
     def _settle(self, settings: ContextSettings, speculative: Speculation | None = None) -> ContextParams:
         """Check the settings (before llama.cpp sees anything) and keep the Model's own; the context's params."""
-        self._lock = threading.RLock()
         self.speculative = speculative  # (a with_context Model drafts nothing)
         self.drafting = None  # each generation's drafter, and the draft model's context (Model() sets it)
-        self._busy: str | None = None  # what holds the context: a generation, or a BatchEngine
         self._stream: weakref.ref[Generator[Piece, None, None]] | None = None  # the last generation started
         self._lora = LoraAdapters()
         s = settings
@@ -137,7 +132,7 @@ class Model:
         self._file = file
         context, self._attention, self._attention_paths = open_context(file, handle, params, self.embedding,
                                                                       attention_paths, self.context_shift)
-        self._handle, self._context = handle, context
+        self._guard.open(handle, context)
         self._cache = SequenceCache(context)  # (sequence 0's cells and tokens)
         self._lora.apply(context, self._lora.scales)
 
@@ -145,14 +140,12 @@ class Model:
 
     def close(self) -> None:
         """Free the context (and a draft model's), and the weights unless a with_context Model still uses them."""
-        with self._lock:
-            self._refuse_if_busy("close the model")
-            context, self._context, self._handle = self._context, None, None
-            if context is not None:
-                if self.drafting is not None:
-                    self.drafting.close()
-                context.close()
-                self._lora.close()  # (after the context that applied them)
+        context = self._guard.take_for_close()
+        if context is not None:
+            if self.drafting is not None:
+                self.drafting.close()
+            context.close()
+            self._lora.close()  # (after the context that applied them)
 
     def __enter__(self) -> Model:
         return self
@@ -167,79 +160,43 @@ class Model:
 
     @property
     def closed(self) -> bool:
-        return self._context is None
+        return self._guard.closed
 
     @property
     def handle(self) -> ModelHandle:
         """The loaded weights (vocabulary, metadata) this Model runs on, shared with Models made by
         with_context(). Holding it keeps the weights loaded; its calls are allowed at any time, from any thread."""
-        handle = self._handle
-        if handle is None:
-            raise ClosedError("this Model is closed")
-        return handle
+        return self._guard.handle
 
-    @contextmanager
-    def hold_context(self, holder: str) -> Iterator[ContextHandle]:
+    def hold_context(self, holder: str) -> AbstractContextManager[ContextHandle]:
         """The context, for `holder` (e.g. "a BatchEngine") to use alone while the block runs: every call of this
         Model that uses the context is refused meanwhile with BusyError naming the holder; calls that only read
         the model stay allowed, and close() waits for the block's end."""
-        with self._using_context(f"start {holder}") as context:
-            self._busy = holder
-        try:
-            yield context
-        finally:
-            with self._lock:
-                self._busy = None
-
-    def _refuse_if_busy(self, action: str) -> None:
-        if self._busy:
-            raise BusyError(f"cannot {action}: {self._busy} is using this Model; finish or close it first")
-
-    @contextmanager
-    def _using_context(self, action: str) -> Iterator[ContextHandle]:
-        """Hold the lock and refuse while a generation runs: for every call that reads or changes the context."""
-        with self._reading_context() as context:
-            self._refuse_if_busy(action)
-            yield context
-
-    @contextmanager
-    def _using_model(self) -> Iterator[ModelHandle]:
-        """Hold the lock (so close() waits) for a call that only reads the model; allowed during a generation."""
-        with self._lock:
-            yield self.handle
-
-    @contextmanager
-    def _reading_context(self) -> Iterator[ContextHandle]:
-        """Hold the lock for a call that reads facts fixed when the context was made (sizes); allowed while busy."""
-        with self._lock:
-            context = self._context
-            if context is None:
-                raise ClosedError("this Model is closed")
-            yield context
+        return self._guard.held_by(holder, f"start {holder}")
 
     # -- facts ---------------------------------------------------------------------------------------
 
     @property
     def n_ctx(self) -> int:
-        with self._reading_context() as context:
+        with self._guard.reading() as context:
             return context.n_ctx
 
     @property
     def n_ctx_seq(self) -> int:
         """Cells one sequence can use: n_ctx, or n_ctx / n_seq_max with several sequences."""
-        with self._reading_context() as context:
+        with self._guard.reading() as context:
             return context.n_ctx_seq
 
     @property
     def n_ctx_train(self) -> int:
-        with self._using_model() as handle:
+        with self._guard.model() as handle:
             return handle.n_ctx_train
 
     @property
     def kv_cache(self) -> KVCacheInfo:
         """KV types, context size, the exact bytes of the K and V tensors and of the compute buffers reserved for
         the worst-case graphs (fixed when the context is made or its attention paths are set)."""
-        with self._reading_context() as context:
+        with self._guard.reading() as context:
             return kv_cache_info(context)
 
     @property
@@ -251,7 +208,7 @@ class Model:
     @attention_paths.setter
     def attention_paths(self, paths: AttentionPaths) -> None:
         paths = AttentionPaths.checked(paths)
-        with self._using_context("change the attention paths") as context:
+        with self._guard.using("change the attention paths") as context:
             context.set_attention_paths(paths.bits)
             self._attention_paths = paths
 
@@ -280,12 +237,12 @@ class Model:
     @property
     def compute_buffer_bytes(self) -> int:
         """Bytes of the compute buffers llama.cpp reserved for this context (all backends)."""
-        with self._using_context("read the compute buffers") as context:  # a decode may re-reserve them
+        with self._guard.using("read the compute buffers") as context:  # a decode may re-reserve them
             return context.compute_buffer_bytes()
 
     def metadata(self, key: str) -> str | None:
         """The GGUF metadata value of `key` as text, or None when the model has no such key."""
-        with self._using_model() as handle:
+        with self._guard.model() as handle:
             return handle.metadata(key)
 
     # -- tokens --------------------------------------------------------------------------------------
@@ -307,28 +264,28 @@ class Model:
     @property
     def n_cached(self) -> int:
         """How many tokens the KV cache holds (sequence 0)."""
-        with self._using_model():
+        with self._guard.model():
             return len(self._cache.tokens)
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Decode `tokens` after the cached ones (positions continue); for manual cache control and benchmarks."""
-        with self._using_context("eval"):
+        with self._guard.using("eval"):
             self._cache.eval(tokens)
 
     def last_logits(self) -> np.ndarray:
         """A copy of the logits after the last cached token, shape (n_vocab,)."""
-        with self._using_context("read the logits"):
+        with self._guard.using("read the logits"):
             return self._cache.last_logits()
 
     def truncate(self, n_tokens: int) -> None:
         """Keep only the first `n_tokens` cached tokens."""
         int_in_range("n_tokens", n_tokens, 0, INT32_MAX)  # a position (int32)
-        with self._using_context("truncate the cache"):
+        with self._guard.using("truncate the cache"):
             self._cache.truncate(n_tokens)
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Evaluate `tokens` from an empty cache; logits after every token, shape (len(tokens), n_vocab)."""
-        with self._using_context("compute logits"):
+        with self._guard.using("compute logits"):
             return self._cache.logits(tokens)
 
     # -- generation ----------------------------------------------------------------------------------
@@ -405,7 +362,7 @@ class Model:
         """The Jinja template chat() renders: Model(chat_template=...) if given, else the GGUF's
         tokenizer.chat_template; None when there is neither (chat() then uses llama.cpp's built-in ChatML).
         A GGUF template that does not compile raises ChatTemplateError here (and in chat())."""
-        with self._using_model():
+        with self._guard.model():
             if not self._chat_template_read:
                 self._chat_template = ChatTemplate.for_model(self, self._template_source)
                 self._chat_template_read = True
@@ -423,7 +380,7 @@ class Model:
         n_ctx = self.n_ctx_seq
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(f"the prompt has {len(tokens)} tokens but the context holds n_ctx={n_ctx}")
-        with self._using_model() as handle:  # (the constraint compiles here, before the context is taken)
+        with self._guard.model() as handle:  # (the constraint compiles here, before the context is taken)
             drafter = self.drafting.drafter(tokens) if self.drafting is not None else None
             keep = kept_at_shift(self.context_shift, request.n_keep, tokens, handle, n_ctx)
             sequence = GenerationSequence(request, handle, n_ctx, drafter, keep)
@@ -435,12 +392,8 @@ class Model:
         return completion_of(read, output)
 
     def _run(self, prompt: list[int], sequence: GenerationSequence) -> Generator[Piece, None, None]:
-        with self._using_context("start a generation"):
-            self._busy = "another generation"
-        try:
+        with self._guard.held_by("another generation", "start a generation"):
             yield from self._cache.generate(prompt, sequence)
-        finally:
-            self._busy = None
 
     # -- embeddings ----------------------------------------------------------------------------------
 
@@ -450,7 +403,7 @@ class Model:
         if not self.embedding:
             raise InvalidArgumentError("embed() needs Model(..., embedding=True)")
         inputs = embedding_inputs(text, self.handle)
-        with self._using_context("embed") as context:
+        with self._guard.using("embed") as context:
             self._cache.forget()  # (whatever happens: each input starts from an empty cache, and none stays)
             out = embed_inputs(context, inputs, self.tokenize)
         return out[0] if isinstance(text, str) else out
@@ -460,7 +413,7 @@ class Model:
         if not self.embedding:
             raise InvalidArgumentError("rerank() needs Model(..., embedding=True) of a reranker GGUF")
         prompts = rerank_prompts(self.handle, query, documents)
-        with self._using_context("rerank") as context:
+        with self._guard.using("rerank") as context:
             self._cache.forget()  # (each document starts from an empty cache, and none stays)
             return score_prompts(context, prompts)
 
@@ -471,7 +424,7 @@ class Model:
         checksum, or with `key` (>= 16 bytes) an HMAC-SHA256 only a holder of the key can make (state_file.py).
         The file appears whole or not at all, readable by its owner only (it holds the conversation)."""
         raw_path, key = fs_path("path", path), check_key(key)
-        with self._using_context("save the state") as context:
+        with self._guard.using("save the state") as context:
             self._cache.save(raw_path, self._state_identity(context), key)
 
     def load_state(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
@@ -479,7 +432,7 @@ class Model:
         adapters at the same scales (with the same `key`, if it was saved with one). A missing, corrupt, oversized
         or mismatched file raises StateFileError and leaves the cache as it was."""
         raw_path, key = fs_path("path", path), check_key(key)
-        with self._using_context("load a state") as context:
+        with self._guard.using("load a state") as context:
             self._cache.load(raw_path, self._state_identity(context),
                              context_limits(context, self.n_ctx_seq, len(self._lora)), key)
 
