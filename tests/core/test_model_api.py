@@ -110,6 +110,20 @@ def test_chat_uses_the_models_template(model) -> None:
     assert streamed == reply.text
 
 
+def test_ignore_eos_generates_max_tokens_where_the_model_would_stop(model) -> None:
+    question = [{"role": "user", "content": "Say hello."}]
+    ended = model.chat(question, max_tokens=96, temperature=0)
+    assert ended.finish_reason == "stop" and ended.usage.completion_tokens < 96  # (the precondition)
+    forced = model.chat(question, max_tokens=96, temperature=0, ignore_eos=True)
+    assert forced.finish_reason == "length" and len(forced.tokens) == 96
+    assert not any(model.handle.is_eog(t) for t in forced.tokens)
+    assert forced.text.startswith(ended.text)  # (greedy: the same reply, then on past where it ended)
+    text = model.generate("The capital of France is", max_tokens=40, temperature=0, ignore_eos=True)
+    assert text.finish_reason == "length" and len(text.tokens) == 40
+    with pytest.raises(pl.InvalidArgumentError, match="ignore_eos"):
+        model.generate("Hi", regex="[a-z]+", ignore_eos=True)
+
+
 def test_embeddings_are_normalized_and_meaningful(model_path) -> None:
     with pl.Model(model_path, embedding=True, n_ctx=512) as m:
         one = m.embed("a cat sat on the mat")
