@@ -229,14 +229,19 @@ def test_props(http, model_path, model) -> None:
 
 def test_slots_show_a_generating_request(http) -> None:
     assert not any(s["is_processing"] for s in _ok(http.get("/slots")))
-    with http.stream("POST", "/completion", json={"prompt": PROMPT, "n_predict": 200, "ignore_eos": True,
-                                                  "stream": True}) as response:
-        next(response.iter_lines())  # generating
-        # asked until a slot shows it: one /slots on a loaded 2-core machine once came after the 200 tokens
-        for _ in range(50):
-            busy = _ok(http.get("/slots"))
-            if any(s["is_processing"] for s in busy):
-                break
+    # The engine does not wait for the client: the first token's event can reach it after all 200 tokens (seen
+    # on a loaded 2-core machine, and once in CI: 50 /slots after it, none busy), and then /slots is right to show
+    # no generation. So up to 3 requests, each asked about while it streams.
+    for _ in range(3):
+        with http.stream("POST", "/completion", json={"prompt": PROMPT, "n_predict": 200, "ignore_eos": True,
+                                                      "stream": True}) as response:
+            next(response.iter_lines())  # generating
+            for _ in range(50):
+                busy = _ok(http.get("/slots"))
+                if any(s["is_processing"] for s in busy):
+                    break
+        if any(s["is_processing"] for s in busy):
+            break
     assert sum(s["is_processing"] for s in busy) == 1
     _error(http.get("/slots", params={"fail_on_no_slot": "yes"}), 400, "fail_on_no_slot")
     assert http.get("/slots", params={"fail_on_no_slot": "1"}).status_code == 200  # (a slot is free)
