@@ -89,31 +89,34 @@ class ToolCallDeltas:
     def __init__(self, output: ToolCallOutput) -> None:
         self._output = output
         self._parser: ToolCallStream = output.fmt.stream(output.tools)
-        self._text = ""  # the text fed (a call cut off by max_tokens makes it the content)
-        self._sent = ""  # the content its deltas carried
+        self._fed: list[str] = []  # the text fed (a call cut off by max_tokens makes it the content)
+        self._cut_off_tail = ""  # cut_off's content delta: the text the parser's content deltas had not carried
 
     def feed(self, text: str, last: bool = False) -> list[dict[str, Any]]:
         """The deltas `text` (the next generated text) makes known; with `last`, those held back too."""
         deltas = self._parser.feed(text)
         if last:
             deltas += self._parser.finish()
-        self._text += text
-        self._sent += "".join(d.get("content") or "" for d in deltas)
+        self._fed.append(text)
         return deltas
 
     def cut_off(self, reason: str) -> list[dict[str, Any]]:
         """After the last feed: when max_tokens cut off a call, the content delta of the text the content deltas
         have not carried, so that the stream's content is whole()'s (the deltas of the call stay sent)."""
-        if reason != "length" or len(self._text) == len(self._sent) or not self._text.startswith(self._sent):
+        if reason != "length":
             return []
-        if self._output.whole(self._text, reason)[0].tool_calls:  # (calls that parse: their content, as whole())
+        text, sent = "".join(self._fed), self._parser.result().content
+        if len(text) == len(sent) or not text.startswith(sent):
             return []
-        tail, self._sent = self._text[len(self._sent):], self._text
-        return [{"content": tail}]
+        if self._output.whole(text, reason)[0].tool_calls:  # (calls that parse: their content, as whole())
+            return []
+        self._cut_off_tail = text[len(sent):]
+        return [{"content": self._cut_off_tail}]
 
     def result(self) -> ParseResult:
         """What was streamed, as one content and its calls (complete after the last feed and cut_off)."""
-        return ParseResult(self._sent, self._parser.result().tool_calls)
+        streamed = self._parser.result()
+        return ParseResult(streamed.content + self._cut_off_tail, streamed.tool_calls)
 
     def finish_reason(self, reason: R) -> R | Literal["tool_calls"]:
         return finish_reason(reason, self._parser.has_tool_calls)
