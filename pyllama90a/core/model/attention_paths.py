@@ -1,7 +1,7 @@
 """Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
 
-All paths but fused_decode and fused_pipelined are on by default. A path switched off takes the way upstream llama.cpp goes
-(for fused_decode: patch 0012's non-flash decode), so that the bench and the tests compare both in one
+All paths but fused_decode and fused_pipelined are on by default. A path switched off takes the way upstream
+llama.cpp goes (for fused_decode: patch 0012's non-flash decode), so that the bench and the tests compare both in one
 process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
 llama.cpp reads them once per graph build of that context; no kernel reads the environment.
 """
