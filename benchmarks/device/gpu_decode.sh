@@ -2,16 +2,19 @@
 # Issue 34 on the H200, in one call: STAGES (in order) of
 #   tests    the CUDA tests of the attention paths (synthetic models); TESTS_S: its timeout (default 150 s)
 #   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused,
-#            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-f32q: a variant measured side by side);
+#            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-pipelined: patch 0025's opt-in version,
+#            measured side by side); BENCH8B_MODES / BENCH8B_DEPTHS in place of the default modes / depths;
 #            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
 #   ncu_batched  the same counters of one step of N = 1/8/32 sequences decoding together at 8K (ncu_batched.py)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
-#   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched)
+#   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched); BATCHED_S: its
+#            timeout (default 330 s)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
 #   server   bench server, 8 and 32 clients, 8b-hd128: FA-on f16 against auto (hybrid + fused) q4_0
 #   calibrate  `python -m pyllama90a calibrate` on 8b-hd128 (the full preset's depths up to 4K): the H200's report
-# TESTS_K / BATCHED_MODES: the tests stage's -k and the batched stage's modes in place of the defaults.
+# TESTS_K / BATCHED_MODES / BATCHED_DEPTHS: the tests stage's -k, the batched stage's modes and depths in place of
+# the defaults; TESTS_SHIFT=0: the tests stage without its context-shift test.
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
 # earlier call of the same native source: no build then, and no .device/ needed). DEADLINE_S: the call's budget (each stage's timeout
 # is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log). The results folder stays
@@ -83,15 +86,18 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) \
             -k "${TESTS_K:-not smollm2 and not test_f16_k_keeps}" > "$R/pytest.log" 2>&1
         echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10
-        # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2)
-        timeout "$(cap 60)" python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
-            -k on_every_backend > "$R/pytest-context-shift.log" 2>&1
-        echo "context shift tests rc=$?"; tail -3 "$R/pytest-context-shift.log" ;;
+        # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2);
+        # TESTS_SHIFT=0 leaves it out (a call that tests one kernel variant only)
+        if [ "${TESTS_SHIFT:-1}" = 1 ]; then
+            timeout "$(cap 60)" python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
+                -k on_every_backend > "$R/pytest-context-shift.log" 2>&1
+            echo "context shift tests rc=$?"; tail -3 "$R/pytest-context-shift.log"
+        fi ;;
     bench8b)
-        timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 \
-            --pp 512 --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 \
-            fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused ${BENCH8B_EXTRA:-} --out "$R/h200-8b-hd128" \
-            > "$R/bench8b.log" 2>&1
+        timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 \
+            --depths ${BENCH8B_DEPTHS:-0 2048 8192 32768} --pp 512 --tg 32 --reps 3 --no-overhead --no-plot \
+            --baseline fa-on:f16/f16 --modes ${BENCH8B_MODES:-fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused} \
+            ${BENCH8B_EXTRA:-} --out "$R/h200-8b-hd128" > "$R/bench8b.log" 2>&1
         echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
     ncu) ncu_stage depths 0,2048,8192,32768 ncu_depths.py 0 2048 8192 32768 ;;
     ncu_batched)  # the fused kernel first: its counters are the question, FA's the reference
@@ -103,8 +109,8 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             timeout "$(cap 100)" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
         cat "$R"/kernel-times-8b-hd128-0.md ;;
     batched)
-        timeout "$(cap 330)" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
-            --depths 2048 8192 32768 --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
+        timeout "$(cap "${BATCHED_S:-330}")" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
+            --depths ${BATCHED_DEPTHS:-2048 8192 32768} --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
             ${BATCHED_EXTRA:---measure-budget} --modes ${BATCHED_MODES:-fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused} \
             --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
         echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
