@@ -1,6 +1,8 @@
 """The benchmark tool end to end on a tiny random-weight model (speed is not asserted: benchmarks prove it)."""
 from __future__ import annotations
 
+import gc
+import io
 import json
 import os
 import subprocess
@@ -9,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from pyllama90a.bench import depths
 from pyllama90a.bench.__main__ import main
 from pyllama90a.bench.depths import VARIANT_ENV, Mode
+from pyllama90a.core.model.model import Model
+from pyllama90a.tools.synthetic import synthetic_model
 
 
 def test_mode_parsing() -> None:
@@ -69,11 +74,41 @@ def test_bench_writes_json_and_markdown_with_ratios(tmp_path: Path) -> None:
     assert all(r["bytes_per_token"] is None for r in result["rows"] if r["kind"] == "pp")
 
 
+class _MappingsAtEachLine(io.StringIO):
+    """The bench's progress stream, noting how many times the process maps the model file at each line."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path, self.counts = str(path.resolve()), []
+
+    def write(self, text: str) -> int:
+        with open("/proc/self/maps") as maps:
+            self.counts.append(sum(1 for line in maps if line.rstrip().endswith(self.path)))
+        return super().write(text)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc/self/maps (Linux)")
+def test_the_depth_bench_loads_the_weights_once_for_all_its_modes() -> None:
+    # llama.cpp maps a model's file once per load: a load per mode put calibrate's 22 modes of an 8B model past
+    # an 80 GB GPU
+    path = synthetic_model("tiny")
+    gc.collect()
+    progress = _MappingsAtEachLine(path)
+    progress.write("")
+    with Model(path, n_ctx=64, n_threads=2, n_gpu_layers=0):
+        progress.write("")
+    before, one_load = progress.counts[0], progress.counts[1] - progress.counts[0]
+    modes = [Mode.parse(m) for m in ("fa-off:f16/f16", "fa-on:q8_0/q8_0", "hybrid:q4_0/q4_0")]
+    result = depths.run(path, modes, [0, 16], pp=8, tg=2, reps=1, n_threads=2, n_gpu_layers=0, overhead=False,
+                        progress=progress)
+    assert {r["mode"] for r in result["rows"]} == {str(m) for m in modes}
+    assert one_load > 0 and max(progress.counts[2:]) == before + one_load
+
+
 def test_weight_bytes_per_token_leave_out_the_embedding_only_when_an_output_matrix_exists() -> None:
     from gguf import GGUFReader
 
     from pyllama90a.bench.roofline import weight_bytes_per_token
-    from pyllama90a.tools.synthetic import synthetic_model
 
     path = synthetic_model("tiny")
     sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}  # gguf's own reader, not ours
