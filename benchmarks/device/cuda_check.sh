@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the CUDA variant on the H200 device machine and run the backend tests there (synthetic models: the
 # default model is over the carry limit); TESTS names a subset of the tests/ files. Carried (git-ignored):
-# .device/llama.cpp-src.tar.gz (pristine llama.cpp tree) and .whl/ (cffi, pycparser, gguf, PyYAML for cp312). Run from the
+# .device/llama.cpp-src.tar.gz (pristine llama.cpp tree) and .whl/ (benchmarks/device/wheels.sh). Run from the
 # repository root; logs go to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyllama90a-out}

@@ -1,6 +1,8 @@
-# Sourced by the device scripts: cffi from the carried wheels, the carried llama.cpp tree, the CUDA build
+# Sourced by the device scripts: cffi from the carried wheels (and the server's, where .whl-server/ is carried;
+# benchmarks/device/wheels.sh writes both), the carried llama.cpp tree, the CUDA build
 # (incremental when build/ survived from an earlier call; none with SKIP_BUILD=1). Expects OUT; leaves REPO set.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    $(ls .whl-server/*.whl 2>/dev/null) || exit 1
 export PYTHONPATH=/tmp/site
 export PYLLAMA90A_LLAMA_CPP_SRC=/tmp/src/llama.cpp PYLLAMA90A_CACHE=/tmp/cache PYLLAMA90A_HOME=/tmp/home
 export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a" CMAKE_BUILD_PARALLEL_LEVEL=16
