@@ -70,6 +70,12 @@ def speed_modes(types: tuple[str, ...], on_gpu: bool) -> list[Mode]:
     return modes
 
 
+def memory_modes(modes: list[Mode]) -> list[Mode]:
+    """The modes whose memory is planned: one per (flash_attn, K, V), since MemoryPoint (what kv_budget reads)
+    has no variant. Of a path's variants the last (hybrid + fused on a GPU, what auto runs there) is planned."""
+    return list({(m.flash_attn, m.ctk, m.ctv): m for m in modes}.values())
+
+
 class _ProgressBar(io.TextIOBase):
     """The bench's progress lines ("[i/n] ...") as one tqdm bar (tqdm comes with gguf, a dependency)."""
 
@@ -117,7 +123,7 @@ def calibrate(path: str | os.PathLike[str] | None = None, *, quick: bool = False
     try:
         speed = depths.run(model_path, modes, chosen_depths, preset.pp, preset.tg, preset.reps, n_threads,
                            n_gpu_layers, overhead=False, progress=cast(TextIO, bar))
-        memory = [_memory_point(model_path, mode, n_ctx, n_gpu_layers) for mode in modes]
+        memory = [_memory_point(model_path, mode, n_ctx, n_gpu_layers) for mode in memory_modes(modes)]
         rows = quality.measure_quality(model_path, pairs, quality.PATHS, quality.PHASES, preset.quality_n_ctx,
                                        preset.quality_chunks, n_threads, bar.step)
     finally:

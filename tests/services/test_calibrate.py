@@ -9,7 +9,7 @@ import pytest
 
 import pyllama90a as pl
 from pyllama90a.bench import quality
-from pyllama90a.bench.calibrate import Preset
+from pyllama90a.bench.calibrate import Preset, memory_modes, speed_modes
 from pyllama90a.core.gguf.header import read_header
 from pyllama90a.core.model import calibration as cal
 from pyllama90a.core.model.shape import attention_shape
@@ -61,3 +61,13 @@ def test_calibrate_command_refuses_bad_input_clearly(args: list[str], message: s
     out = subprocess.run([sys.executable, "-m", "pyllama90a", "calibrate", *args], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and f"error: {message}" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_gpu_calibration_plans_the_memory_of_each_path_once() -> None:
+    # on the H100 (2026-12-05) the report listed hybrid q4_0 twice, once for hybrid and once for hybrid + fused,
+    # with nothing to tell the rows apart
+    planned = memory_modes(speed_modes(("f16", "q8_0", "q4_0"), on_gpu=True))
+    assert [(m.flash_attn, m.ctk) for m in planned] == [
+        ("on", "f16"), ("off", "f16"), ("on", "q8_0"), ("off", "q8_0"), ("hybrid", "q8_0"), ("on", "q4_0"),
+        ("off", "q4_0"), ("hybrid", "q4_0")]
+    assert all(m.variant == "fused" for m in planned if m.flash_attn == "hybrid")  # what auto runs on a GPU
