@@ -2,8 +2,8 @@
 # Issue 34 on the H200, in one call: STAGES (in order) of
 #   tests    the CUDA tests of the attention paths (synthetic models); TESTS_S: its timeout (default 150 s)
 #   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused,
-#            and BENCH8B_EXTRA's modes (e.g. hybrid:q4_0/q4_0+fused-pipelined: patch 0025's opt-in version,
-#            measured side by side); BENCH8B_MODES / BENCH8B_DEPTHS in place of the default modes / depths;
+#            and BENCH8B_EXTRA's modes (e.g. an opt-in kernel version's +variant, measured side by side);
+#            BENCH8B_MODES / BENCH8B_DEPTHS in place of the default modes / depths;
 #            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
 #   ncu_batched  the same counters of one step of N = 1/8/32 sequences decoding together at 8K (ncu_batched.py)
@@ -12,7 +12,8 @@
 #            timeout (default 330 s)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
 #   server   bench server, 8 and 32 clients, 8b-hd128: FA-on f16 against auto (hybrid + fused) q4_0
-#   calibrate  `python -m pyllama90a calibrate` on 8b-hd128 (the full preset's depths up to 4K): the H200's report
+#   calibrate  `python -m pyllama90a calibrate` on 8b-hd128: the full preset's depths up to 1K (up to 4K it ran
+#            past 280 s on an H100: 22 modes, 3 depths, then 36 quality steps of 1-5 s); CALIBRATE_S its timeout
 # TESTS_K / BATCHED_MODES / BATCHED_DEPTHS: the tests stage's -k, the batched stage's modes and depths in place of
 # the defaults; TESTS_SHIFT=0: the tests stage without its context-shift test.
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
@@ -125,7 +126,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         done ;;
     calibrate)  # random weights: the speed and memory parts mean something, the quality part does not
         model=$(python3 -c "from pyllama90a.tools.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
-        timeout "$(cap 300)" python3 -m pyllama90a calibrate "$model" --n-ctx 4400 --no-progress \
+        timeout "$(cap "${CALIBRATE_S:-300}")" python3 -m pyllama90a calibrate "$model" --n-ctx 1400 --no-progress \
             --out "$R/h200-8b-hd128-calibrate" > "$R/calibrate.log" 2>&1
         echo "calibrate rc=$?"; head -40 "$R/h200-8b-hd128-calibrate/calibration.md" ;;
     bench1b)

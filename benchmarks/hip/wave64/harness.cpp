@@ -6,9 +6,7 @@
 //   0015, q8 as 0016 with 0024's two buffers and split, or F32 q), through
 //   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
 //   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
-//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce). q8-pipe*: the same
-//   three with patch 0025's pipelined version (GGML_PYL_MARK_FUSED_PIPELINED: four tile buffers, the tile after
-//   next copied at the end of each tile); HIP has no cp.async, so its copies are the synchronous fallback's.
+//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce).
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
@@ -180,10 +178,8 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     Result res;
     res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
     const bool f32q = !strcmp(kernel, "f32q");
-    const bool pipe = !strncmp(kernel, "q8-pipe", 7);  // patch 0025's pipelined version (its copies synchronous here)
-    // the splits with several tiles per block: a device of 4 CUs, or of 1 (no split)
-    const size_t kn = strlen(kernel);
-    const int cus = kn > 4 && !strcmp(kernel + kn - 4, "-4cu") ? 4 : kn > 4 && !strcmp(kernel + kn - 4, "-1cu") ? 1 : 104;
+    // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split)
+    const int cus = !strcmp(kernel, "q8-4cu") ? 4 : !strcmp(kernel, "q8-1cu") ? 1 : 104;
     struct CUs {  // restored when the case ends, whichever way
         explicit CUs(int n) { harness_info().devices[0].nsm = n; }
         ~CUs() { harness_info().devices[0].nsm = 104; }
@@ -221,7 +217,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
                    GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
     mark |= f32q ? GGML_PYL_MARK_FUSED_F32Q : 0;
-    mark |= pipe ? GGML_PYL_MARK_FUSED_PIPELINED : 0;
     ggml_pyl_set_mark(dst, mark);
     if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
         res.detail = "not supported by the fused kernel";
@@ -676,7 +671,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "q8-pipe", "q8-pipe-4cu", "q8-pipe-1cu", "f32q"}) {
+    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "f32q"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
