@@ -321,11 +321,11 @@ class BatchEngine:
                 self._stopping = True  # submit() refuses from now on instead of queueing work nobody serves
                 tasks, self._tasks = self._tasks, []
                 jobs = [*self._waiting, *(s.job for s in self._slots if s.job is not None)]
-            for _, done in tasks:
-                done.set_exception(error)
                 if self._step.admitting is not None and self._step.admitting not in jobs:
                     jobs.append(self._step.admitting)
                 self._waiting.clear()
+            for _, done in tasks:
+                done.set_exception(error)
             for job in jobs:
                 try:
                     emit(job, Chunk(finish_reason="error", error=error))
