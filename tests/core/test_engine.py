@@ -166,8 +166,8 @@ def _wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
 
 def test_an_engine_whose_thread_died_refuses_work_at_once(model_path) -> None:
     """An exception escaping a step ends the engine thread (here a consumer's SystemExit, which the engine
-    deliberately does not swallow): the requests in a slot and in the queue get an EngineStoppedError, and
-    submit() raises one instead of queueing work no thread would serve."""
+    deliberately does not swallow): the requests in a slot and in the queue get an EngineStoppedError, the queue
+    is emptied, and submit() raises one instead of queueing work no thread would serve."""
     engine = pl.BatchEngine(model_path, parallel=2, queue_size=4, n_ctx=1024, n_threads=2)
     try:
         ends: list[pl.Chunk] = []
@@ -182,6 +182,7 @@ def test_an_engine_whose_thread_died_refuses_work_at_once(model_path) -> None:
         assert _wait_for(lambda: len(ends) == 2)
         assert all(isinstance(c.error, EngineStoppedError) and c.finish_reason == "error" for c in ends)
         assert isinstance(engine.failure, SystemExit) and not engine.running
+        assert engine.stats().queue_depth == 0  # (the queued request got its error: nothing waits any more)
         with pytest.raises(EngineStoppedError, match="SystemExit"):
             engine.submit("Hi", print, max_tokens=2)
         with pytest.raises(pl.ClosedError):  # EngineStoppedError is a ClosedError too

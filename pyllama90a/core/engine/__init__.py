@@ -1,6 +1,7 @@
 """`BatchEngine`: many generations share one llama context, one engine thread decodes them all.
 
-    engine: `BatchEngine`: the queue, the engine thread's decode loop, cancel and shutdown
+    engine: `BatchEngine`: the queue, the engine thread (waits for work, runs a step), cancel and shutdown
+    step: `EngineStep`, one decode step: admit waiting requests, fill the batch, decode, sample, send the chunks
     slots: what the engine keeps per request (Job, its Chunks) and per slot (Slot), shared by the modules here
     counts: the engine's counts behind stats() and the metrics (requests, tokens, drafts, decode calls, rate)
     async_api: asyncio over a BatchEngine (astream, acomplete)

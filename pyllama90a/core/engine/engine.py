@@ -2,7 +2,8 @@
 
 Each of `parallel` slots owns a sequence id with its own KV stream of n_ctx / parallel cells. Requests wait in
 a bounded queue and join free slots between decode steps; one llama_decode call per step carries the next
-token of every generating slot plus prompt chunks of the slots still prefilling (at most n_batch tokens).
+token of every generating slot plus prompt chunks of the slots still prefilling (at most n_batch tokens). This
+module keeps the queue and the engine thread, which waits for work and runs each step of step.py.
 A slot keeps its KV cells after a request ends, so a new request that starts with the same tokens (a system
 prompt, a chat history) decodes only the rest: from its slot's cells, another slot's, or the host-RAM prompt
 cache (prefix_reuse.py, prompt_cache.py).
@@ -23,26 +24,21 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import (
     BusyError,
     ClosedError,
-    ConstraintError,
     ContextOverflowError,
-    DecodeError,
     EngineStoppedError,
     InvalidArgumentError,
-    NonFiniteOutputError,
     QueueFullError,
     positive_int,
 )
-from ...native import Batch
 from ..chat.messages import Messages, normalize_messages
 from ..chat.prepare import prepare_chat
 from ..constrained import Constraint
-from ..generation.context_shift import kept_at_shift, shift
-from ..generation.outputs import Usage
+from ..generation.context_shift import kept_at_shift
 from ..generation.request import GenerationRequest, RequestOptions
 from ..generation.sequence import GenerationSequence, TokenLogprob
 from ..model.model import Model
@@ -53,6 +49,7 @@ from .prefix_reuse import PrefixReuse
 from .prompt_cache import PromptCache, PromptCacheStats
 from .slot_files import SlotFiles
 from .slots import Chunk, EngineStats, Handle, Job, Slot
+from .step import EngineStep, emit
 
 if TYPE_CHECKING:  # pragma: no cover (Python 3.11's typing.Unpack; only the type checker reads it)
     from typing_extensions import Unpack
@@ -91,7 +88,6 @@ class BatchEngine:
         # the engine owns the context: a call on engine.model that would use it is refused (BusyError) until close()
         self._model_hold = contextlib.ExitStack()
         self._context = self._model_hold.enter_context(self.model.hold_context("a BatchEngine"))
-        self._batch = Batch(self._context.n_batch)
         self.lora = LoraTurns(self.model.lora, self._context)  # the adapters' default scales, per-request sets
         self._slots: list[Slot] = [Slot(seq) for seq in range(parallel)]
         self._reuse = PrefixReuse(self._context, self._slots, ram)  # where a prompt's cached prefix comes from
@@ -104,9 +100,10 @@ class BatchEngine:
         self._free_on_exit = False  # close() could not wait: the engine thread frees the model when it leaves
         self._freed = False
         self._failure: BaseException | None = None
-        self._admitting: Job | None = None  # between the queue and a slot, so a failure there still ends it
         self._tasks: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the engine thread between two steps
         self._counts = EngineCounts()
+        self._step = EngineStep(self._context, self._slots, self._waiting, self._cv, self._counts, self.lora,
+                                self._reuse, self.model.drafting)  # (admit, decode, sample: step.py)
         self._thread = threading.Thread(target=self._run, name="pyllama90a-engine", daemon=True)
         self._thread.start()
 
@@ -282,7 +279,7 @@ class BatchEngine:
             if self._freed:
                 return
             self._freed = True
-        self._batch.close()
+        self._step.close()
         self._model_hold.close()
         self.model.close()
 
@@ -311,8 +308,8 @@ class BatchEngine:
     def _run(self) -> None:
         error: ClosedError = ClosedError("the engine was closed")
         try:
-            while self._step():
-                pass
+            while self._await_work():
+                self._step.run()
         except BaseException as e:  # whatever ended the thread, nobody may wait for it forever
             log.exception("the engine thread stopped")
             error = EngineStoppedError(f"the engine thread stopped on {e!r}")
@@ -324,14 +321,14 @@ class BatchEngine:
                 self._stopping = True  # submit() refuses from now on instead of queueing work nobody serves
                 tasks, self._tasks = self._tasks, []
                 jobs = [*self._waiting, *(s.job for s in self._slots if s.job is not None)]
+                if self._step.admitting is not None and self._step.admitting not in jobs:
+                    jobs.append(self._step.admitting)
+                self._waiting.clear()
             for _, done in tasks:
                 done.set_exception(error)
-                if self._admitting is not None and self._admitting not in jobs:
-                    jobs.append(self._admitting)
-                self._waiting.clear()
             for job in jobs:
                 try:
-                    self._emit(job, Chunk(finish_reason="error", error=error))
+                    emit(job, Chunk(finish_reason="error", error=error))
                 except BaseException:  # the other consumers still get their error
                     log.exception("a consumer failed on the engine's last chunk")
             with self._cv:
@@ -340,8 +337,9 @@ class BatchEngine:
             if free_now:
                 self._free()
 
-    def _step(self) -> bool:
-        """Admit waiting requests, decode one batch, sample. False when the engine stops."""
+    def _await_work(self) -> bool:
+        """Wait for a request, a cancel or a task, and run the tasks queued for between two steps. False when the
+        engine stops."""
         with self._cv:
             while (not self._stopping and not self._waiting and not self._tasks
                    and all(s.job is None for s in self._slots)):
@@ -354,142 +352,7 @@ class BatchEngine:
                 done.set_result(task())
             except Exception as e:  # noqa: BLE001 - the caller's error, raised in its thread
                 done.set_exception(e)
-        with self._cv:
-            for slot in self._slots:
-                if slot.job is not None and slot.job.cancelled:
-                    self._counts["completion_tokens"] += len(slot.job.generated)
-                    slot.job = None
-            self._admit()
-        active = [(s, s.job) for s in self._slots if s.job is not None]
-        if not active:
-            return True
-        active = self.lora.take_turn(active)  # (the requests of one adapter set per step)
-        plan = self._fill_batch(active)
-        try:
-            self._context.decode(self._batch)
-        except DecodeError as e:
-            self._fail([(slot, job) for slot, job, _, _ in plan], e)
-            return True
-        for slot, job, n_tokens, _ in plan:
-            slot.cached.extend(job.to_decode[:n_tokens])
-            del job.to_decode[:n_tokens]
-        with self._cv:  # (counted before any chunk: a consumer that reads stats() on its last chunk sees this call)
-            self._counts.decoded([len(s.cached) + len(j.draft) for s, j, *_ in plan])
-        now = time.perf_counter()
-        n_sampled = 0
-        for slot, job, n_tokens, out_index in plan:
-            if job.progress and not job.generated and n_tokens:  # (before the first token's chunk)
-                self._emit(job, Chunk(progress=(job.cached, len(slot.cached), len(job.prompt))))
-            if out_index is not None:
-                n_sampled += self._sample(slot, job, out_index)
-        with self._cv:
-            self._counts.sampled(now, n_sampled)
         return True
-
-    def _admit(self) -> None:
-        """Move waiting requests into free slots (lora_turns.admit), each with its prompt's longest cached prefix
-        (prefix_reuse.py)."""
-        free = [s for s in self._slots if s.job is None]
-        for job in list(self._waiting):  # (one pinned to a busy slot waits; those behind it go on)
-            if not free:
-                break
-            choices = free if job.slot is None else [s for s in free if s.seq == job.slot]
-            if not choices:
-                continue
-            self._waiting.remove(job)
-            self._admitting = job
-            slot = self.lora.admit(choices, job)
-            free.remove(slot)
-            if self.model.drafting is not None:  # (its drafter knows the slot: a draft model drafts on its sequence)
-                job.sequence.drafter = self.model.drafting.drafter(job.prompt, slot.seq)
-            job.cached = self._reuse.prepare(slot, job)
-            job.to_decode = job.prompt[job.cached:]
-            slot.job = job
-            self._admitting = None
-            self._counts["prompt_tokens"] += len(job.prompt)
-            self._counts["prompt_decoded"] += len(job.to_decode)
-
-    def _fill_batch(self, active: list[tuple[Slot, Job]]) -> list[tuple[Slot, Job, int, int | None]]:
-        """Generating slots' next tokens first (they wait for each step), then prompt chunks in the room left.
-
-        Returns (slot, its job, tokens it put in the batch, batch index of its logits or None) per slot in the
-        batch.
-        """
-        batch = self._batch
-        batch.clear()
-        plan: list[tuple[Slot, Job, int, int | None]] = []
-        generating = [(s, j) for s, j in active if len(j.to_decode) == 1 and j.generated]
-        prefilling = [(s, j) for s, j in active if not (len(j.to_decode) == 1 and j.generated)]
-        for slot, job in generating + prefilling:
-            room = batch.capacity - batch.n_tokens
-            if room <= 0:
-                break
-            tokens = job.to_decode[:room]
-            wants_logits = len(tokens) == len(job.to_decode)
-            del job.draft[max(room - len(tokens), 0):]  # (a draft is only ever after a sampled token)
-            batch.add([*tokens, *job.draft], len(slot.cached), slot.seq, logits="all" if job.draft else
-                      "last" if wants_logits else "none")
-            plan.append((slot, job, len(tokens), batch.n_tokens - 1 - len(job.draft) if wants_logits else None))
-        return plan
-
-    def _sample(self, slot: Slot, job: Job, index: int) -> int:
-        """Sample the slot's next token (and verify its draft, if any) and report them. Returns how many tokens were
-        generated."""
-        draft, job.draft = job.draft, []
-        try:
-            steps = job.sequence.verify(self._context, index, len(slot.cached), draft)
-        except (ConstraintError, NonFiniteOutputError) as e:  # this request ends, the others go on
-            self._fail([(slot, job)], self.lora.blame(e, job.lora))
-            return 0
-        if draft:  # the drafted tokens kept join the cache; the cells of the rest are dropped
-            slot.cached.extend(draft[:len(steps) - 1])
-            self._context.trim_sequence(slot.seq, len(slot.cached))
-            self._counts.update(draft_tokens=len(draft), drafts=1)
-            self._counts["draft_accepted"] += sum(s.token == t for s, t in zip(steps, draft, strict=False))
-        step = steps[-1]
-        tokens = tuple(s.token for s in steps if s.token is not None)
-        logprobs = tuple(s.logprob for s in steps if s.logprob is not None)
-        text = "".join(s.text for s in steps)
-        if step.finish is not None:
-            self._finish(slot, job, step.finish, (*job.unsent, *tokens), logprobs, text)
-        else:
-            job.to_decode = [tokens[-1]]
-            if len(slot.cached) + 1 >= self.n_ctx_slot:  # (only with context shift: else the step ended there)
-                shift(self._context, slot.seq, slot.cached, job.sequence.shift_keep)
-            job.draft = job.sequence.draft(len(slot.cached) + 1)
-            if text or logprobs:
-                self._emit(job, Chunk(text, (*job.unsent, *tokens), logprobs))
-                job.unsent.clear()
-            else:
-                job.unsent.extend(tokens)
-        return len(tokens)
-
-    def _finish(self, slot: Slot, job: Job, reason: Literal["stop", "length"], tokens: tuple[int, ...] = (),
-                logprobs: tuple[TokenLogprob, ...] = (), text: str = "") -> None:
-        slot.job = None
-        self._counts["completion_tokens"] += len(job.generated)
-        sequence = job.sequence
-        usage = Usage(len(job.prompt), len(job.generated), job.cached, sequence.drafted, sequence.accepted)
-        self._emit(job, Chunk(text, tokens, logprobs, reason, usage))
-
-    def _fail(self, jobs: list[tuple[Slot, Job]], error: Exception) -> None:
-        """A failed decode: its requests end with the error and their sequences are dropped; others go on."""
-        for slot, job in jobs:
-            slot.job = None
-            self._context.clear_sequence(slot.seq)
-            slot.cached.clear()
-            self._counts["failed"] += 1
-            self._emit(job, Chunk(finish_reason="error", error=error))
-
-    def _emit(self, job: Job, chunk: Chunk) -> None:
-        if job.cancelled:
-            return
-        try:
-            job.on_chunk(chunk)
-        except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine for everyone
-            job.cancelled = True
-        # a BaseException (SystemExit, KeyboardInterrupt) is not a bug report but a request to stop: it ends the
-        # engine thread, and _run hands every other request an EngineStoppedError
 
 
 __all__ = ["BatchEngine", "Chunk", "EngineStats", "EngineStoppedError", "Handle", "QueueFullError", "TokenLogprob"]
