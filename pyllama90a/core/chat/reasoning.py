@@ -119,11 +119,13 @@ class ReasoningOutput:
                 held.add(piece)
                 if done is None:
                     if reasoning or content:
-                        yield held.sent_with(piece, text=content, reasoning=reasoning)
+                        yield replace(piece, text=content, reasoning=reasoning, tokens=held.take_tokens(),
+                                      logprobs=held.take_logprobs())
                     continue
                 whole_reasoning, whole_content = self.whole(done.text)
                 completion = replace(done, text=whole_content, reasoning=whole_reasoning)
-                yield held.sent_with(piece, text=content, reasoning=reasoning, completion=completion)
+                yield replace(piece, text=content, reasoning=reasoning, completion=completion,
+                              tokens=held.take_tokens(), logprobs=held.take_logprobs())
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:

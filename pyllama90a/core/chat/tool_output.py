@@ -53,14 +53,14 @@ class ToolCallOutput:
                 held.add(piece)
                 if done is None:
                     if found or piece.reasoning:
-                        yield held.sent_with(piece, **_deltas_of(found))
+                        yield _piece_of(found, held, piece.reasoning)
                     continue
                 found += deltas.cut_off(done.finish_reason)
                 result = deltas.result()
                 reason = deltas.finish_reason(done.finish_reason)
                 completion = replace(done, text=result.content, finish_reason=reason,
                                      tool_calls=tuple(result.tool_calls))
-                yield held.sent_with(piece, **_deltas_of(found), finish_reason=reason, completion=completion)
+                yield replace(_piece_of(found, held, piece.reasoning), finish_reason=reason, completion=completion)
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:
@@ -119,7 +119,7 @@ class ToolCallDeltas:
         return finish_reason(reason, self._parser.has_tool_calls)
 
 
-def _deltas_of(deltas: list[dict[str, Any]]) -> dict[str, Any]:
-    """A piece's text and tool_calls from OpenAI's deltas."""
+def _piece_of(deltas: list[dict[str, Any]], held: HeldTokens, reasoning: str) -> Piece:
     text = "".join(d.get("content", "") for d in deltas)
-    return {"text": text, "tool_calls": [tc for d in deltas for tc in d.get("tool_calls", ())]}
+    calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
+    return Piece(text, held.take_tokens(), tool_calls=calls, reasoning=reasoning, logprobs=held.take_logprobs())

@@ -2,7 +2,7 @@
 timings (Model.generate and chat; BatchEngine reports Usage in its Chunks)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..toolcalls import ParsedToolCall
@@ -75,7 +75,7 @@ class Piece:
 
 class HeldTokens:
     """A stream reader's (chat's reasoning and tool-call splitters) tokens of the pieces whose text it holds back,
-    with their logprobs: sent with the piece that shows that text, so each token stays with its text."""
+    with their logprobs: taken by the piece that shows that text, so each token stays with its text."""
 
     def __init__(self) -> None:
         self._tokens: list[int] = []
@@ -83,11 +83,16 @@ class HeldTokens:
 
     def add(self, piece: Piece) -> None:
         self._tokens += piece.tokens
-        self._logprobs += piece.logprobs
+        if piece.logprobs:  # (none asked for: nothing more per piece)
+            self._logprobs += piece.logprobs
 
-    def sent_with(self, piece: Piece, **changes: Any) -> Piece:
-        """`piece` with `changes` (its text read out) and the tokens held until now, which are no longer held."""
+    def take_tokens(self) -> list[int]:
         tokens, self._tokens = self._tokens, []
-        logprobs = tuple(self._logprobs)  # (none asked for: the empty tuple, nothing allocated)
+        return tokens
+
+    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
+        if not self._logprobs:
+            return ()
+        taken = tuple(self._logprobs)
         self._logprobs.clear()
-        return replace(piece, tokens=tokens, logprobs=logprobs, **changes)
+        return taken
