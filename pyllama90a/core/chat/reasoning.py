@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from ..generation.outputs import Piece
+from ..generation.outputs import HeldTokens, Piece
 from ..generation.thinking import Thinking
 
 __all__ = ["DEFAULT_MARKERS", "REASONING_FORMATS", "ReasoningDefaults", "ReasoningOutput", "ReasoningSplitter",
@@ -111,22 +111,21 @@ class ReasoningOutput:
         """A chat's pieces with the text split into reasoning (Piece.reasoning) and content (Piece.text); the last
         piece's Completion has the content as its text and the reasoning."""
         splitter = self.splitter()
-        tokens: list[int] = []  # tokens of text held back, sent with the piece that shows it
-        reasoning_all: list[str] = []
+        held = HeldTokens()  # tokens of text held back, sent with the piece that shows it
         try:
             for piece in pieces:
                 done = piece.completion
                 reasoning, content = splitter.feed(piece.text, last=done is not None)
-                reasoning_all.append(reasoning)
-                tokens += piece.tokens
+                held.add(piece)
                 if done is None:
                     if reasoning or content:
-                        yield replace(piece, text=content, tokens=tokens, reasoning=reasoning)
-                        tokens = []
+                        yield replace(piece, text=content, reasoning=reasoning, tokens=held.take_tokens(),
+                                      logprobs=held.take_logprobs())
                     continue
                 whole_reasoning, whole_content = self.whole(done.text)
                 completion = replace(done, text=whole_content, reasoning=whole_reasoning)
-                yield replace(piece, text=content, tokens=tokens, reasoning=reasoning, completion=completion)
+                yield replace(piece, text=content, reasoning=reasoning, completion=completion,
+                              tokens=held.take_tokens(), logprobs=held.take_logprobs())
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
-from ..generation.outputs import Completion, Piece
+from ..generation.outputs import Completion, HeldTokens, Piece
 from ..toolcalls import ParseResult, ToolCallFormat, ToolCallStream
 
 R = TypeVar("R", bound=str)  # a finish_reason: FinishReason, or the engine's Chunk's (which may be "error")
@@ -45,24 +45,22 @@ class ToolCallOutput:
         """A chat's pieces with the text split into content (Piece.text) and tool-call deltas (Piece.tool_calls);
         the last piece's Completion has the calls, the content as its text and finish_reason "tool_calls"."""
         deltas = self.stream()
-        tokens: list[int] = []  # tokens of text the parser holds back, sent with the piece that shows it
+        held = HeldTokens()  # tokens of text the parser holds back, sent with the piece that shows it
         try:
             for piece in pieces:  # (a thinking chat's reasoning, read out before, passes as it is)
                 done = piece.completion
                 found = deltas.feed(piece.text, last=done is not None)
-                tokens += piece.tokens
+                held.add(piece)
                 if done is None:
                     if found or piece.reasoning:
-                        yield replace(_piece_of(found, tokens), reasoning=piece.reasoning)
-                        tokens = []
+                        yield _piece_of(found, held, piece.reasoning)
                     continue
                 found += deltas.cut_off(done.finish_reason)
                 result = deltas.result()
                 reason = deltas.finish_reason(done.finish_reason)
-                completion = Completion(result.content, done.tokens, reason, done.usage, done.timings,
-                                        tuple(result.tool_calls), done.reasoning)
-                yield replace(_piece_of(found, tokens), finish_reason=reason, completion=completion,
-                              reasoning=piece.reasoning)
+                completion = replace(done, text=result.content, finish_reason=reason,
+                                     tool_calls=tuple(result.tool_calls))
+                yield replace(_piece_of(found, held, piece.reasoning), finish_reason=reason, completion=completion)
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:
@@ -79,8 +77,7 @@ def completion_of(pieces: Iterator[Piece], output: ToolCallOutput | None) -> Com
     if output is None:
         return done
     parsed, reason = output.whole(done.text, done.finish_reason)
-    return Completion(parsed.content, done.tokens, reason, done.usage, done.timings, tuple(parsed.tool_calls),
-                      done.reasoning)
+    return replace(done, text=parsed.content, finish_reason=reason, tool_calls=tuple(parsed.tool_calls))
 
 
 class ToolCallDeltas:
@@ -122,7 +119,7 @@ class ToolCallDeltas:
         return finish_reason(reason, self._parser.has_tool_calls)
 
 
-def _piece_of(deltas: list[dict[str, Any]], tokens: list[int]) -> Piece:
+def _piece_of(deltas: list[dict[str, Any]], held: HeldTokens, reasoning: str) -> Piece:
     text = "".join(d.get("content", "") for d in deltas)
     calls = [tc for d in deltas for tc in d.get("tool_calls", ())]
-    return Piece(text, tokens, tool_calls=calls)
+    return Piece(text, held.take_tokens(), tool_calls=calls, reasoning=reasoning, logprobs=held.take_logprobs())

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..toolcalls import ParsedToolCall
+from .sequence import TokenLogprob
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 
@@ -50,6 +51,8 @@ class Completion:
     timings: Timings
     tool_calls: tuple[ParsedToolCall, ...] = ()  # chat with tools: the calls (`text` is then the content)
     reasoning: str | None = None  # a thinking chat: the text of its thinking block (`text` is then the content)
+    # with logprobs=N: each generated token's TokenLogprob, in the order of `tokens` (None: none were asked for)
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,37 @@ class Piece:
     A chat with tools streams its content in `text` and its calls in `tool_calls`, as OpenAI's deltas:
     {"index", "id", "type", "function": {"name", "arguments": ""}} when a call starts, then
     {"index", "function": {"arguments": <fragment>}} as its arguments arrive. A thinking chat streams its
-    thinking block's text in `reasoning` (see core.chat.reasoning)."""
+    thinking block's text in `reasoning` (see core.chat.reasoning). With logprobs=N, `logprobs` holds the
+    TokenLogprob of each of `tokens` (a token's logprob goes with the piece that shows its text)."""
     text: str
     tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     completion: Completion | None = None  # on the last piece: the whole result
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning: str = ""  # a thinking chat: the piece's reasoning text (`text` is its content)
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class HeldTokens:
+    """A stream reader's (chat's reasoning and tool-call splitters) tokens of the pieces whose text it holds back,
+    with their logprobs: taken by the piece that shows that text, so each token stays with its text."""
+
+    def __init__(self) -> None:
+        self._tokens: list[int] = []
+        self._logprobs: list[TokenLogprob] = []
+
+    def add(self, piece: Piece) -> None:
+        self._tokens += piece.tokens
+        if piece.logprobs:  # (none asked for: nothing more per piece)
+            self._logprobs += piece.logprobs
+
+    def take_tokens(self) -> list[int]:
+        tokens, self._tokens = self._tokens, []
+        return tokens
+
+    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
+        if not self._logprobs:
+            return ()
+        taken = tuple(self._logprobs)
+        self._logprobs.clear()
+        return taken

@@ -295,8 +295,8 @@ class Model:
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
                  stop: str | Sequence[str] | None = (), stream: bool = False, response_format: object = None,
                  json_schema: object = None, grammar: str | None = None, regex: str | None = None,
-                 logit_bias: Mapping[object, float] | None = None, n_keep: int = 0,
-                 ignore_eos: bool = False) -> Completion | Iterator[Piece]:
+                 logit_bias: Mapping[object, float] | None = None, n_keep: int = 0, ignore_eos: bool = False,
+                 logprobs: int | None = None) -> Completion | Iterator[Piece]:
         """Continue `prompt` (text, or token ids used as they are). temperature=0 is greedy.
 
         The output can be constrained by at most one of: json_schema (a dict, JSON text or a pydantic model
@@ -305,6 +305,8 @@ class Model:
         in [-100, 100] (-100 bans). Constraints need the llguidance package (pyllama90a[structured]).
         n_keep: the prompt tokens (BOS not counted; -1: all) a context shift keeps (Model(context_shift=True)).
         ignore_eos: generate max_tokens, the end-of-generation tokens banned (for benchmarks; no constraint).
+        logprobs: None, or each generated token's TokenLogprob (in Piece.logprobs and Completion.logprobs) with its
+        `logprobs` most likely alternatives (0 to MAX_TOP_LOGPROBS, as the engine and the server report them).
 
         With stream=True, an iterator of Pieces; the Model is busy from its first piece until it ends or is closed.
         """
@@ -315,7 +317,7 @@ class Model:
             max_tokens=max_tokens, stop=stop, constraint=constraint, logit_bias=logit_bias, temperature=temperature,
             top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed, n_keep=n_keep,
-            ignore_eos=ignore_eos)
+            ignore_eos=ignore_eos, logprobs=logprobs)
         return self._start(tokens, request, stream, None)
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
@@ -330,11 +332,12 @@ class Model:
              parallel_tool_calls: bool | None = None, response_format: object = None, json_schema: object = None,
              grammar: str | None = None, regex: str | None = None, logit_bias: Mapping[object, float] | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str | None = None,
-             reasoning_budget: int | None = None, continue_final_message: bool = False,
-             ignore_eos: bool = False) -> Completion | Iterator[Piece]:
+             reasoning_budget: int | None = None, continue_final_message: bool = False, ignore_eos: bool = False,
+             logprobs: int | None = None) -> Completion | Iterator[Piece]:
         """Generate the assistant's reply to `messages` (OpenAI's shape: role, content, an assistant's
         tool_calls, tool results) with the model's chat template (see chat_template). The sampling, constraint,
-        n_keep and ignore_eos arguments are generate()'s.
+        n_keep, ignore_eos and logprobs arguments are generate()'s (a token's logprob goes with the piece that shows
+        its text, reasoning or content or a tool call's delta).
 
         tools: OpenAI's function tools; tool_choice "auto" (the default with tools), "none", "required" or
         {"type": "function", "function": {"name": ...}}. A required or named call is guaranteed to be a call of
@@ -353,7 +356,7 @@ class Model:
             max_tokens=max_tokens, stop=stop, logit_bias=logit_bias, temperature=temperature, top_k=top_k,
             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, seed=self._sampling_seed if seed is None else seed, n_keep=n_keep,
-            ignore_eos=ignore_eos)
+            ignore_eos=ignore_eos, logprobs=logprobs)
         prepared = prepare_chat(
             self, normalize_messages(messages), tools=tools, tool_choice=tool_choice, constraint=constraint,
             parallel_tool_calls=parallel_tool_calls, template_kwargs=chat_template_kwargs,

@@ -14,7 +14,7 @@ from ...native import Batch, ContextHandle
 from ..generation.context_shift import shift
 from ..generation.outputs import Completion, Piece, Timings, Usage
 from ..generation.prefix_cache import keep_cached_prefix
-from ..generation.sequence import GenerationSequence, Step
+from ..generation.sequence import GenerationSequence, Step, TokenLogprob
 from .state_file import StateIdentity, StateLimits, restore_state, write_state_file
 
 
@@ -55,15 +55,21 @@ class SequenceCache:
         n_evaluated = self._hold_exactly(prompt)
         t1 = time.perf_counter()
         pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
+        # with logprobs=N: the pending tokens' logprobs, and those of the tokens shown (else both stay empty)
+        pending_logprobs: list[TokenLogprob] = []
+        shown_logprobs: list[TokenLogprob] = []
         steps = [sequence.step(self.context, -1, len(self.tokens))]
         while True:
             for step in steps:
                 if step.token is not None:
                     pending.append(step.token)
+                if step.logprob is not None:
+                    pending_logprobs.append(step.logprob)
                 if step.finish is not None:
                     break
                 if step.text:
-                    yield Piece(step.text, pending)
+                    logprobs = _taken(pending_logprobs, shown_logprobs) if pending_logprobs else ()
+                    yield Piece(step.text, pending, logprobs=logprobs)
                     pending = []
             if step.finish is not None:
                 break
@@ -71,12 +77,14 @@ class SequenceCache:
             steps = self._next_steps(step.token, sequence)
         t2 = time.perf_counter()
         generated = sequence.generated
+        logprobs = _taken(pending_logprobs, shown_logprobs)
         completion = Completion(
             text=sequence.text.text, tokens=generated, finish_reason=step.finish,
             usage=Usage(len(prompt), len(generated), cached_tokens=len(prompt) - n_evaluated,
                         draft_tokens=sequence.drafted, draft_accepted=sequence.accepted),
-            timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)))
-        yield Piece(step.text, pending, step.finish, completion)
+            timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)),
+            logprobs=tuple(shown_logprobs) if sequence.request.logprobs is not None else None)
+        yield Piece(step.text, pending, step.finish, completion, logprobs=logprobs)
 
     def _next_steps(self, token: int, sequence: GenerationSequence) -> list[Step]:
         """Decode `token` (and a draft after it, if the sequence guesses one) and run the steps that follow."""
@@ -169,3 +177,11 @@ class SequenceCache:
         whatever happens)."""
         self._logits_stale = True  # (a state holds the cells, not the logits; also when it is refused)
         restore_state(self.context, path, identity, limits, self.tokens, key)
+
+
+def _taken(pending: list[TokenLogprob], shown: list[TokenLogprob]) -> tuple[TokenLogprob, ...]:
+    """The pending logprobs, for the piece that shows their tokens, moved to `shown`."""
+    taken = tuple(pending)
+    shown += taken
+    pending.clear()
+    return taken
