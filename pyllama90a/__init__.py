@@ -46,6 +46,7 @@ from typing import Any
 
 from .core.engine.engine import BatchEngine, Chunk
 from .core.generation.outputs import Completion, Piece, Timings, Usage
+from .core.generation.sequence import TokenLogprob
 from .core.generation.speculative import Speculation
 from .core.gguf.default_model import default_model, pull_default_model
 from .core.model.attention_paths import AttentionPaths
@@ -123,6 +124,7 @@ __all__ = [
     "Speculation",
     "StateFileError",
     "Timings",
+    "TokenLogprob",
     "Usage",
     "calibrate",
     "default_model",

@@ -46,6 +46,7 @@ def _aligned(pieces: list[pl.Piece]) -> list[TokenLogprob]:
 def test_greedy_logprobs_are_the_models_distribution(model) -> None:
     done = _fresh(model).generate(PROMPT, max_tokens=12, temperature=0, logprobs=N_TOP)  # (no ignore_eos: below)
     assert done.logprobs is not None and [lp.token for lp in done.logprobs] == done.tokens and len(done.tokens) == 12
+    assert all(isinstance(lp, pl.TokenLogprob) for lp in done.logprobs)  # a public name, as Completion and Piece
     # the reference: the logits after the prompt and after each generated token, decoded one at a time as the
     # generation decodes them, through numpy's own log-softmax. (A banned token, as ignore_eos bans the end of
     # generation, takes no probability: the logprobs are of the distribution sampled from, bias and mask applied.)

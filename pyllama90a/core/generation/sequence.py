@@ -23,6 +23,8 @@ from .thinking import ThinkingTracker
 
 @dataclass(frozen=True)
 class TokenLogprob:
+    """One generated token's log-probability (natural log) under the distribution it was sampled from, with the
+    `top` most likely tokens of that step when logprobs=N asked for N > 0."""
     token: int
     piece: bytes
     logprob: float
