@@ -4,9 +4,10 @@
 
 Their code is never copied into this repository: at run time the suite is copied into a temporary folder,
 where its harness is adapted without editing it: LLAMA_SERVER_BIN_PATH names a script that runs
-llama_server_shim.py (llama-server's flags translated, the default model in place of the downloads), a `wget`
-module that refuses (nothing is downloaded), and a pytest plugin that lets `requests` reach this machine only
-(the tests fetch their images themselves). Prints pass/fail/skip per file (pytest's JUnit XML)."""
+llama_server_shim.py (llama-server's flags translated, the default model in place of the downloads), and the
+modules of stubs/ are copied beside the suite's tests: a `wget` that refuses (nothing is downloaded), a pytest
+plugin that lets `requests` reach this machine only (the tests fetch their images themselves), a `filelock`
+that does nothing (one pytest process). Prints pass/fail/skip per file (pytest's JUnit XML)."""
 from __future__ import annotations
 
 import argparse
@@ -25,26 +26,7 @@ REPO = HERE.parents[1]
 # modules the suite imports that the project's environment lacks: stubs for what the harness does with them
 # (the draft model of test_speculative.py is the one download stood in for: a link to the default model, which
 # then drafts for itself, so that the file exercises --model-draft; the shim passes the default model for it)
-STUBS = {"wget.py": '"""peer-suite stub: no downloads here."""\nimport os\n\nSTOOD_IN = {"stories15M-q4_0.gguf"}\n\n\n'
-                    'def download(url, out=None, **kwargs):\n'
-                    '    if out and url.rsplit("/", 1)[-1] in STOOD_IN:\n'
-                    '        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)\n'
-                    '        os.symlink(os.environ["PEER_SUITE_MODEL"], out)\n'
-                    '        return out\n'
-                    '    raise RuntimeError("no network: download refused")\n',
-         # (a pytest plugin: the suite's tests fetch their images with requests themselves)
-         "peer_no_network.py": '"""peer-suite plugin: requests reach this machine only."""\n'
-                               'from urllib.parse import urlsplit\n\nimport requests\n\n'
-                               '_request = requests.Session.request\n\n\n'
-                               'def _loopback_only(self, method, url, *args, **kwargs):\n'
-                               '    if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):\n'
-                               '        raise RuntimeError(f"no network: download refused ({url})")\n'
-                               '    return _request(self, method, url, *args, **kwargs)\n\n\n'
-                               'requests.Session.request = _loopback_only\n',
-         "filelock.py": '"""peer-suite stub: one pytest process, nothing to serialize."""\n\n'
-                        'class FileLock:\n    def __init__(self, *args, **kwargs):\n        pass\n\n'
-                        '    def __enter__(self):\n        return self\n\n'
-                        '    def __exit__(self, *exc):\n        return False\n'}
+STUBS = HERE / "stubs"
 
 
 def counts(report: Path) -> tuple[int, int, int]:
@@ -79,8 +61,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     tests = work / "tests"
     shutil.copytree(args.llama_cpp / "tools" / "server" / "tests", tests)
-    for module, text in STUBS.items():
-        (tests / module).write_text(text)
+    for stub in STUBS.glob("*.py"):
+        shutil.copy(stub, tests / stub.name)
     (tests / "tmp").mkdir(exist_ok=True)  # (the suite's download folder, LLAMA_CACHE; its router tests write there)
     launcher = work / "llama-server"
     # (run where the suite runs, as llama-server would be: its relative paths, --slot-save-path ./tmp, are the
