@@ -43,7 +43,8 @@ CUBLAS_STUB = """#pragma once
 typedef struct cublasContext * cublasHandle_t;
 typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
-typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68,
+               CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
 static inline const char * cublasGetStatusString(cublasStatus_t) { return ""; }
@@ -56,17 +57,16 @@ static inline cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATU
 
 def narrowed(source: str, type_name: str, dim: int, ncols: int) -> str:
     """The unit with each dispatch switch reduced to the one case asked for."""
-    source, n1 = re.subn(r"(switch \(pyl_dec_ncols\([^)]*\)[^{]*\{)(.*?)(\n    \})",
-                         lambda m: f"{m[1]}\n        default: pyl_attn_decode_launch<type, D, {ncols}>(ctx, dst); break;"
-                                   f"{m[3]}", source, count=1, flags=re.S)
-    source, n2 = re.subn(r"(switch \(dst->src\[1\]->ne\[0\]\) \{)(.*?)(\n        default:)",
-                         lambda m: f"{m[1]}\n        case {dim}: pyl_attn_decode_cols<type, {dim}>(ctx, dst); break;"
-                                   f"{m[3]}", source, count=1, flags=re.S)
-    source, n3 = re.subn(r"(switch \(type\) \{)(.*?)(\n        default:)",
-                         lambda m: f"{m[1]}\n        case {type_name}: pyl_attn_decode_dim<{type_name}>(ctx, dst); break;"
-                                   f"{m[3]}", source, count=1, flags=re.S)
-    if (n1, n2, n3) != (1, 1, 1):
-        raise SystemExit("sass_phases: the dispatch switches of pyl-attn-decode.cu were not found")
+    cases = ((r"(switch \(pyl_dec_ncols\([^)]*\)[^{]*\{)(.*?)(\n    \})",
+              f"default: pyl_attn_decode_launch<type, D, {ncols}>(ctx, dst); break;"),
+             (r"(switch \(dst->src\[1\]->ne\[0\]\) \{)(.*?)(\n        default:)",
+              f"case {dim}: pyl_attn_decode_cols<type, {dim}>(ctx, dst); break;"),
+             (r"(switch \(type\) \{)(.*?)(\n        default:)",
+              f"case {type_name}: pyl_attn_decode_dim<{type_name}>(ctx, dst); break;"))
+    for pattern, case in cases:
+        source, n = re.subn(pattern, lambda m, case=case: f"{m[1]}\n        {case}{m[3]}", source, count=1, flags=re.S)
+        if n != 1:
+            raise SystemExit(f"sass_phases: a dispatch switch of pyl-attn-decode.cu was not found: {pattern}")
     return source
 
 
