@@ -58,6 +58,9 @@ MUTATIONS = {
     "store-lane": ("pyl-set-rows-rot.cu",
                    "    const int      lane = threadIdx.x % 32;",
                    "    const int      lane = threadIdx.x % warpSize;"),
+    # not a wave64 bug but a control of the half2 cases' looser bound (patch 0026): each pair of codes turned into
+    # half2 takes the other pair's bytes (values 2k, 2k+1 read from 2k+2, 2k+3 and back), on any width
+    "half2-pairs": ("pyl-attn-decode.cu", "k % 2 ? 0x4342u : 0x4140u", "k % 2 ? 0x4140u : 0x4342u"),
 }
 
 

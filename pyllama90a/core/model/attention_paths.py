@@ -1,7 +1,7 @@
 """Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
 
-All paths but fused_decode are on by default. A path switched off takes the way upstream llama.cpp goes
-(for fused_decode: patch 0012's non-flash decode), so that the bench and the tests compare both in one
+All paths but fused_decode and fused_half2 are on by default. A path switched off takes the way upstream llama.cpp
+goes (for fused_decode: patch 0012's non-flash decode), so that the bench and the tests compare both in one
 process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
 llama.cpp reads them once per graph build of that context; no kernel reads the environment.
 """
@@ -13,7 +13,7 @@ from ...errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
 _BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
-         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8}
+         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8, "fused_half2": 1 << 9}
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class AttentionPaths:
                                 # off: q in F32, the kernel's third version
     lane_quant: bool = True     # with fold_rotations: the K/V stores quantize a block of 32 values with 32 lanes
                                 # (0017); off: one thread per block, as ggml's SET_ROWS
+    fused_half2: bool = False   # with fused_decode and fused_q8: the fused kernel's V^T p in half2 (0026: two values
+                                # per instruction, F32 sums once per tile) instead of F32; opt-in for one
+                                # side-by-side run on a GPU
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Where the fused decode's instructions go, without a GPU: NVIDIA SASS of one instance of k_pyl_attn_decode,
+counted by phase of its tile loop (a sibling of compile_gfx90a.py: the patched kernels compiled off-device).
+
+    python3 benchmarks/hip/sass_phases.py --nvdisasm PATH [--src TREE] [--type q4_0] [--dim 128] [--ncols 4]
+
+The patched pyl-attn-decode.cu (vendor/prepare_source.py's tree, or --src) is copied with its dispatch narrowed
+to one (type, head dim, query heads per KV head), so that only that shape's instances are compiled (nvcc -cubin
+-arch=sm_90a -lineinfo, a few seconds); nvdisasm -gi maps every instruction to its outermost source line in the
+kernel (inlined helpers count where they are called), and each phase is the run of kernel lines between two
+markers of the source. For every instance: registers and spills (ptxas), the static instruction count of each
+phase, and each loop inside a tile (a backward branch): the line and phase of its branch, its body. Executed
+counts follow from the trip counts of the launch shape (see the results README that quotes them).
+nvdisasm is not in nvcc 13.0's install here: the pip package nvidia-cuda-nvdisasm ships it. cuBLAS's header,
+which ggml-cuda's common header includes and the kernels never use, is replaced by a stub of the few names.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compile_gfx90a  # a sibling script: the prepared source tree
+
+UNIT = "ggml/src/ggml-cuda/pyl-attn-decode.cu"
+TYPES = {"q4_0": "GGML_TYPE_Q4_0", "q4_1": "GGML_TYPE_Q4_1", "q5_0": "GGML_TYPE_Q5_0", "q5_1": "GGML_TYPE_Q5_1",
+         "q8_0": "GGML_TYPE_Q8_0"}
+# the phases of a tile, each from the first source line holding its marker to the next phase's
+PHASES = (("before the tiles", "static __global__ void k_pyl_attn_decode("),
+          ("K/V copies", "for (int kv0 = c_begin; kv0 < c_end; kv0 += T) {"),
+          ("K^T q", "// K^T q: a thread per (cell, KV head)"),
+          ("softmax", "__syncthreads();  // scores written"),
+          ("V^T p", "const float alpha = alpha_s[vh*ncols + g];"),
+          ("epilogue", "// the R cell subsets' sums into q_s"))
+TILE_PHASES = ("K/V copies", "K^T q", "softmax", "V^T p")
+CUBLAS_STUB = """#pragma once
+#include <cuda_runtime.h>
+typedef struct cublasContext * cublasHandle_t;
+typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68,
+               CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+static inline const char * cublasGetStatusString(cublasStatus_t) { return ""; }
+static inline cublasStatus_t cublasCreate(cublasHandle_t *) { return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+"""
+
+
+def narrowed(source: str, type_name: str, dim: int, ncols: int) -> str:
+    """The unit with each dispatch switch reduced to the one case asked for."""
+    cases = ((r"(switch \(pyl_dec_ncols\([^)]*\)[^{]*\{)(.*?)(\n    \})",
+              f"default: pyl_attn_decode_launch<type, D, {ncols}>(ctx, dst); break;"),
+             (r"(switch \(dst->src\[1\]->ne\[0\]\) \{)(.*?)(\n        default:)",
+              f"case {dim}: pyl_attn_decode_cols<type, {dim}>(ctx, dst); break;"),
+             (r"(switch \(type\) \{)(.*?)(\n        default:)",
+              f"case {type_name}: pyl_attn_decode_dim<{type_name}>(ctx, dst); break;"))
+    for pattern, case in cases:
+        source, n = re.subn(pattern, lambda m, case=case: f"{m[1]}\n        {case}{m[3]}", source, count=1, flags=re.S)
+        if n != 1:
+            raise SystemExit(f"sass_phases: a dispatch switch of pyl-attn-decode.cu was not found: {pattern}")
+    return source
+
+
+def phase_starts(source: str) -> list[tuple[int, str]]:
+    lines = source.splitlines()
+    starts = []
+    for name, marker in PHASES:
+        hits = [i + 1 for i, line in enumerate(lines) if marker in line]
+        if not hits:
+            raise SystemExit(f"sass_phases: marker of {name!r} not found: {marker}")
+        starts.append((hits[0], name))
+    return starts
+
+
+def phase_of(line: int, starts: list[tuple[int, str]]) -> str:
+    name = "helpers"
+    for first, phase in starts:
+        if line >= first:
+            name = phase
+    return name
+
+
+def instructions(sass: str, function: str) -> list[tuple[str, str, int]]:
+    """(label or "", instruction, outermost source line) of one function of nvdisasm -gi's listing, in order."""
+    out: list[tuple[str, str, int]] = []
+    inside, line, label = False, 0, ""
+    for text in sass.splitlines():
+        if text.startswith(".text."):
+            inside = text[len(".text."):].rstrip(":") == function
+            continue
+        if not inside:
+            continue
+        if text.strip().startswith("//##"):
+            line = int(re.findall(r"line (\d+)", text)[-1])
+        elif m := re.match(r"^(\.L_x_\d+):", text.strip()):
+            label = m[1]
+        elif m := re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", text):
+            out.append((label, m[1], line))
+            label = ""
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nvdisasm", required=True, help="nvdisasm (the pip package nvidia-cuda-nvdisasm ships it)")
+    ap.add_argument("--src", help="patched llama.cpp tree (default: vendor/prepare_source.py's)")
+    ap.add_argument("--nvcc", default="nvcc")
+    ap.add_argument("--type", default="q4_0", choices=sorted(TYPES))
+    ap.add_argument("--dim", type=int, default=128, choices=(64, 128, 256))
+    ap.add_argument("--ncols", type=int, default=4, choices=(1, 2, 4, 8))
+    args = ap.parse_args()
+    tree = Path(args.src) if args.src else compile_gfx90a.prepared_tree()
+    source = narrowed((tree / UNIT).read_text(), TYPES[args.type], args.dim, args.ncols)
+    starts = phase_starts(source)
+    with tempfile.TemporaryDirectory() as tmp:
+        # beside the original, so that its relative includes resolve
+        unit = tree / UNIT.replace("pyl-attn-decode.cu", f"pyl-sass-phases-{Path(tmp).name}.cu")
+        (Path(tmp) / "cublas_v2.h").write_text(CUBLAS_STUB)
+        unit.write_text(source)
+        try:
+            cubin = Path(tmp) / "k.cubin"
+            ptxas = subprocess.run([args.nvcc, "-arch=sm_90a", "-cubin", "-O3", "-lineinfo", "-std=c++17",
+                                    f"-I{tmp}", f"-I{tree / 'ggml/include'}", f"-I{tree / 'ggml/src'}",
+                                    f"-I{tree / 'ggml/src/ggml-cuda'}", "-Xptxas", "-v", "-o", str(cubin),
+                                    str(unit)], check=True, capture_output=True, text=True).stderr
+        finally:
+            unit.unlink()
+        sass = subprocess.run([args.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True,
+                              text=True).stdout
+    regs = {m[0]: f"{m[2]} registers, {m[1]}" for m in
+            re.findall(r"Compiling entry function '(\w+)'.*?(\d+ bytes spill stores), \d+ bytes spill loads"
+                       r"\nptxas info\s+: Used (\d+) registers", ptxas, flags=re.S)}
+    for function in sorted(set(re.findall(r"^\.text\.(_Z17k_pyl_attn_decode\w+):", sass, flags=re.M))):
+        code = instructions(sass, function)
+        counts = Counter(phase_of(line, starts) for _, _, line in code)
+        print(f"{function}: {regs.get(function, '?')}, {len(code)} instructions")
+        print("  static, by phase: " + ", ".join(f"{name} {counts[name]}" for name in
+                                                 ["helpers", *(p for _, p in starts)] if counts[name]))
+        at = {label: i for i, (label, _, _) in enumerate(code) if label}
+        for i, (_, text, line) in enumerate(code):
+            target = re.search(r"\bBRA\b.*?(\.L_x_\d+)", text)
+            if target and target[1] in at and at[target[1]] < i:  # a backward branch closes a loop
+                # inside a tile (the warp-divergent shuffle fallbacks at the end jump back from afar: left out),
+                # named by its branch's line (the loop's own statement; its first instruction may be hoisted code)
+                if phase_of(line, starts) not in TILE_PHASES or i - at[target[1]] > 1000:
+                    continue
+                print(f"  loop closed at line {line} ({phase_of(line, starts)}): {i - at[target[1]] + 1} "
+                      f"instructions a trip")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
