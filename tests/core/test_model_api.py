@@ -9,6 +9,7 @@ import pytest
 
 import pyllama90a as pl
 from pyllama90a.errors import BusyError
+from support.mappings import mappings_of, needs_proc_maps
 
 
 def test_tokenize_detokenize_round_trip(model) -> None:
@@ -184,28 +185,21 @@ def test_close_is_idempotent_and_closed_model_raises(model_path) -> None:
         _ = m.kv_cache
 
 
-def _mappings_of(path: Path) -> int:
-    """How many times this process maps the file (llama.cpp mmaps a model's weights)."""
-    target = str(Path(path).resolve())
-    with open("/proc/self/maps") as f:
-        return sum(1 for line in f if line.rstrip().endswith(target))
-
-
-@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc/self/maps (Linux)")
+@needs_proc_maps
 def test_garbage_collected_model_is_freed(model_path) -> None:
     """A Model dropped without close() is freed by its finalizer: its weights' mapping goes away. (RSS is no
     measure here: mapped weights pages count in RSS only once touched, and allocators keep freed memory.)"""
     gc.collect()
-    before = _mappings_of(model_path)
+    before = mappings_of(model_path)
     kept = pl.Model(model_path, n_ctx=128)
-    assert _mappings_of(model_path) > before, "the weights are not mapped from the file: this test sees nothing"
+    assert mappings_of(model_path) > before, "the weights are not mapped from the file: this test sees nothing"
     del kept
     gc.collect()
-    assert _mappings_of(model_path) == before
+    assert mappings_of(model_path) == before
     for _ in range(3):
         pl.Model(model_path, n_ctx=2048)  # dropped at once: the finalizer frees context and model
         gc.collect()
-    assert _mappings_of(model_path) == before
+    assert mappings_of(model_path) == before
 
 
 def rss_growth_over_cycles(path, state: Path, cycles: int, warmup: int = 50) -> int:

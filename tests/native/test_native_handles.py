@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,24 +16,18 @@ from pyllama90a.core.generation.sampling import SamplingParams
 from pyllama90a.errors import ClosedError, ContextError, DecodeError, InvalidArgumentError, LlamaError, ModelLoadError
 from pyllama90a.native import Batch, ContextHandle, ContextParams, ModelHandle, SamplerChain
 from pyllama90a.native.log import NativeCall
+from support.mappings import mappings_of, needs_proc_maps
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc/self/maps (Linux)")
+pytestmark = needs_proc_maps
 
 PROMPT = "The capital of France is"
-
-
-def _mappings_of(path: Path) -> int:
-    """How many times this process maps the file: llama.cpp mmaps a model's weights once per load."""
-    target = str(Path(path).resolve())
-    with open("/proc/self/maps") as f:
-        return sum(1 for line in f if line.rstrip().endswith(target))
 
 
 @pytest.fixture
 def unmapped(model_path):
     """The model file's mapping count before the test (other tests' Models may hold it mapped)."""
     gc.collect()
-    return _mappings_of(model_path)
+    return mappings_of(model_path)
 
 
 def _greedy_tokens(context: ContextHandle, prompt: list[int], n: int) -> list[int]:
@@ -68,7 +61,7 @@ def test_greedy_sampling_by_argmax_picks_what_llamas_greedy_sampler_picks(model_
 
 def test_a_context_freed_before_its_model_leaves_the_model_usable(model_path, unmapped) -> None:
     handle = ModelHandle(model_path)
-    assert _mappings_of(model_path) > unmapped, "the weights are not mapped from the file: this test sees nothing"
+    assert mappings_of(model_path) > unmapped, "the weights are not mapped from the file: this test sees nothing"
     context = ContextHandle(handle, ContextParams(n_ctx=256, n_threads=2))
     prompt = handle.tokenize(PROMPT.encode(), True, False)
     expected = _greedy_tokens(context, prompt, 4)
@@ -82,7 +75,7 @@ def test_a_context_freed_before_its_model_leaves_the_model_usable(model_path, un
     del again
     del handle, context
     gc.collect()
-    assert _mappings_of(model_path) == unmapped  # the last user gone: the weights are freed
+    assert mappings_of(model_path) == unmapped  # the last user gone: the weights are freed
 
 
 def test_the_weights_stay_loaded_while_a_context_uses_them(model_path, unmapped) -> None:
@@ -94,11 +87,11 @@ def test_the_weights_stay_loaded_while_a_context_uses_them(model_path, unmapped)
     expected = _greedy_tokens(context, prompt, 4)
     del handle
     gc.collect()
-    assert _mappings_of(model_path) > unmapped
+    assert mappings_of(model_path) > unmapped
     assert _greedy_tokens(context, prompt, 4) == expected
     context.close()
     gc.collect()
-    assert _mappings_of(model_path) == unmapped
+    assert mappings_of(model_path) == unmapped
 
 
 def test_a_collected_context_is_freed_before_its_model(model_path, unmapped) -> None:
@@ -106,7 +99,7 @@ def test_a_collected_context_is_freed_before_its_model(model_path, unmapped) -> 
     for _ in range(3):
         ContextHandle(ModelHandle(model_path), ContextParams(n_ctx=256, n_threads=2)).decode_tokens([1, 2, 3])
         gc.collect()
-    assert _mappings_of(model_path) == unmapped
+    assert mappings_of(model_path) == unmapped
 
 
 # -- one model, several contexts ----------------------------------------------------------------------------------
@@ -114,22 +107,22 @@ def test_a_collected_context_is_freed_before_its_model(model_path, unmapped) -> 
 @pytest.mark.parametrize("first_closed", ["generator", "embedder"])
 def test_with_context_shares_the_loaded_weights(model_path, unmapped, first_closed: str) -> None:
     generator = pl.Model(model_path, n_ctx=512, n_threads=2)
-    loaded = _mappings_of(model_path)
+    loaded = mappings_of(model_path)
     embedder = generator.with_context(embedding=True, n_ctx=512, n_batch=512, n_threads=2)
     assert embedder.handle is generator.handle
-    assert _mappings_of(model_path) == loaded  # no second load of the file
+    assert mappings_of(model_path) == loaded  # no second load of the file
     text = generator.generate(PROMPT, max_tokens=6, temperature=0).text
     vector = embedder.embed("a cat")
     closing, staying = (generator, embedder) if first_closed == "generator" else (embedder, generator)
     closing.close()
-    assert not staying.closed and _mappings_of(model_path) == loaded  # still in use: not freed
+    assert not staying.closed and mappings_of(model_path) == loaded  # still in use: not freed
     if staying is embedder:
         assert np.allclose(embedder.embed("a cat"), vector, atol=1e-5)
     else:
         assert generator.generate(PROMPT, max_tokens=6, temperature=0).text == text
     staying.close()
     gc.collect()
-    assert _mappings_of(model_path) == unmapped
+    assert mappings_of(model_path) == unmapped
 
 
 def test_the_engine_and_an_embedder_on_its_model_run_at_once(model_path, unmapped) -> None:
@@ -163,7 +156,7 @@ def test_the_engine_and_an_embedder_on_its_model_run_at_once(model_path, unmappe
     assert np.allclose(embedder.embed(texts), expected_vectors, atol=1e-5)
     embedder.close()
     gc.collect()
-    assert _mappings_of(model_path) == unmapped
+    assert mappings_of(model_path) == unmapped
 
 
 # -- each user's own native log lines -----------------------------------------------------------------------------

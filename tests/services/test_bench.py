@@ -16,6 +16,7 @@ from pyllama90a.bench.__main__ import main
 from pyllama90a.bench.depths import VARIANT_ENV, Mode
 from pyllama90a.core.model.model import Model
 from pyllama90a.tools.synthetic import synthetic_model
+from support.mappings import mappings_of, needs_proc_maps
 
 
 def test_mode_parsing() -> None:
@@ -79,15 +80,14 @@ class _MappingsAtEachLine(io.StringIO):
 
     def __init__(self, path: Path) -> None:
         super().__init__()
-        self.path, self.counts = str(path.resolve()), []
+        self.path, self.counts = path, []
 
     def write(self, text: str) -> int:
-        with open("/proc/self/maps") as maps:
-            self.counts.append(sum(1 for line in maps if line.rstrip().endswith(self.path)))
+        self.counts.append(mappings_of(self.path))
         return super().write(text)
 
 
-@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc/self/maps (Linux)")
+@needs_proc_maps
 def test_the_depth_bench_loads_the_weights_once_for_all_its_modes() -> None:
     # llama.cpp maps a model's file once per load: a load per mode put calibrate's 22 modes of an 8B model past
     # an 80 GB GPU
