@@ -55,36 +55,33 @@ class SequenceCache:
         n_evaluated = self._hold_exactly(prompt)
         t1 = time.perf_counter()
         pending: list[int] = []  # tokens of text not shown yet, sent with the piece that shows it
-        # with logprobs=N: the pending tokens' logprobs, and those of the tokens shown (else both stay empty)
-        pending_logprobs: list[TokenLogprob] = []
-        shown_logprobs: list[TokenLogprob] = []
+        logprobs: list[TokenLogprob] = []  # with logprobs=N, every generated token's (else it stays empty)
+        n_sent = 0  # of them, those the pieces so far carried
         steps = [sequence.step(self.context, -1, len(self.tokens))]
         while True:
             for step in steps:
                 if step.token is not None:
                     pending.append(step.token)
                 if step.logprob is not None:
-                    pending_logprobs.append(step.logprob)
+                    logprobs.append(step.logprob)
                 if step.finish is not None:
                     break
                 if step.text:
-                    logprobs = _taken(pending_logprobs, shown_logprobs) if pending_logprobs else ()
-                    yield Piece(step.text, pending, logprobs=logprobs)
-                    pending = []
+                    yield Piece(step.text, pending, logprobs=tuple(logprobs[n_sent:]) if logprobs else ())
+                    pending, n_sent = [], len(logprobs)
             if step.finish is not None:
                 break
             assert step.token is not None  # (a step that goes on made a token)
             steps = self._next_steps(step.token, sequence)
         t2 = time.perf_counter()
         generated = sequence.generated
-        logprobs = _taken(pending_logprobs, shown_logprobs)
         completion = Completion(
             text=sequence.text.text, tokens=generated, finish_reason=step.finish,
             usage=Usage(len(prompt), len(generated), cached_tokens=len(prompt) - n_evaluated,
                         draft_tokens=sequence.drafted, draft_accepted=sequence.accepted),
             timings=Timings((t1 - t0) * 1e3, (t2 - t1) * 1e3, n_evaluated, len(generated)),
-            logprobs=tuple(shown_logprobs) if sequence.request.logprobs is not None else None)
-        yield Piece(step.text, pending, step.finish, completion, logprobs=logprobs)
+            logprobs=tuple(logprobs) if sequence.request.logprobs is not None else None)
+        yield Piece(step.text, pending, step.finish, completion, logprobs=tuple(logprobs[n_sent:]))
 
     def _next_steps(self, token: int, sequence: GenerationSequence) -> list[Step]:
         """Decode `token` (and a draft after it, if the sequence guesses one) and run the steps that follow."""
@@ -177,11 +174,3 @@ class SequenceCache:
         whatever happens)."""
         self._logits_stale = True  # (a state holds the cells, not the logits; also when it is refused)
         restore_state(self.context, path, identity, limits, self.tokens, key)
-
-
-def _taken(pending: list[TokenLogprob], shown: list[TokenLogprob]) -> tuple[TokenLogprob, ...]:
-    """The pending logprobs, for the piece that shows their tokens, moved to `shown`."""
-    taken = tuple(pending)
-    shown += taken
-    pending.clear()
-    return taken
