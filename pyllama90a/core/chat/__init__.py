@@ -6,4 +6,5 @@
     prepare: a chat request made ready to generate (messages, tools, constraint) and its output read back
     tool_output: `ToolCallOutput`, a chat's generated text read for the tool calls it offered
     reasoning: a thinking block read into reasoning_content (reasoning_format), and its budget's defaults
+    held_tokens: `HeldTokens`, the tokens and logprobs of text those two readers hold back
 """

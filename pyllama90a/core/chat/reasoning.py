@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from ..generation.outputs import HeldTokens, Piece
+from ..generation.outputs import Piece
 from ..generation.thinking import Thinking
+from .held_tokens import HeldTokens
 
 __all__ = ["DEFAULT_MARKERS", "REASONING_FORMATS", "ReasoningDefaults", "ReasoningOutput", "ReasoningSplitter",
            "closed_when_off", "get_defaults", "markers_of", "plan_reasoning", "set_defaults"]

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
-from ..generation.outputs import Completion, HeldTokens, Piece
+from ..generation.outputs import Completion, Piece
 from ..toolcalls import ParseResult, ToolCallFormat, ToolCallStream
+from .held_tokens import HeldTokens
 
 R = TypeVar("R", bound=str)  # a finish_reason: FinishReason, or the engine's Chunk's (which may be "error")
 

@@ -11,5 +11,5 @@
     context_shift: llama-server's context shift: a full sequence keeps n_keep tokens, drops half the rest, goes on
     text_stream: token pieces to text: incremental UTF-8 and stop strings
     output_checks: NaN or infinite logits and embeddings are an error, not text
-    outputs: `Piece`, `Completion`, `Usage`, `Timings`: what a generation gives back (`HeldTokens`: held text's)
+    outputs: `Piece`, `Completion`, `Usage`, `Timings`: what a generation gives back
 """

@@ -71,28 +71,3 @@ class Piece:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning: str = ""  # a thinking chat: the piece's reasoning text (`text` is its content)
     logprobs: tuple[TokenLogprob, ...] = ()
-
-
-class HeldTokens:
-    """A stream reader's (chat's reasoning and tool-call splitters) tokens of the pieces whose text it holds back,
-    with their logprobs: taken by the piece that shows that text, so each token stays with its text."""
-
-    def __init__(self) -> None:
-        self._tokens: list[int] = []
-        self._logprobs: list[TokenLogprob] = []
-
-    def add(self, piece: Piece) -> None:
-        self._tokens += piece.tokens
-        if piece.logprobs:  # (none asked for: nothing more per piece)
-            self._logprobs += piece.logprobs
-
-    def take_tokens(self) -> list[int]:
-        tokens, self._tokens = self._tokens, []
-        return tokens
-
-    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
-        if not self._logprobs:
-            return ()
-        taken = tuple(self._logprobs)
-        self._logprobs.clear()
-        return taken
