@@ -78,6 +78,27 @@ def test_phases_that_disagree_join_in_hybrid(model_path: Path, home: Path) -> No
     assert auto_choice(model_path).flash_attn == "hybrid"
 
 
+# tok/s that an H100 80GB HBM3 measured for an iq4_nl cache (benchmarks/results/h100-8b-hd128-calibrate/
+# calibration-full.json, depths 0 and 1024): FA has no CUDA kernel for iq4_nl and falls back to the CPU, so FA and
+# hybrid prefill at 40-313 tok/s, while hybrid's decode edges out FA-off's (204.5 against 203.5, geometric mean)
+H100_IQ4_NL = {("on", False): ((298.7, 130.9), (40.0, 25.6)), ("off", False): ((7801.7, 212.1), (6541.7, 195.2)),
+               ("hybrid", False): ((311.4, 211.9), (40.6, 197.4)), ("hybrid", True): ((312.7, 203.6), (42.0, 201.8))}
+
+
+def test_a_decode_winner_whose_prefill_is_far_slower_is_not_picked(model_path: Path, home: Path) -> None:
+    """Picking each phase's winner and then the decode's once took hybrid for iq4_nl on the H100: a 512-token
+    prompt in 12.8 s instead of 0.08 s, for a decode 0.5 % faster. The pick is the path that serves a whole
+    request (cal.REQUEST) fastest."""
+    speed = tuple(cal.SpeedPoint(fa, fused, "iq4_nl", "iq4_nl", phase, depth, tok_s)
+                  for (fa, fused), by_depth in H100_IQ4_NL.items()
+                  for depth, phases in zip((0, DEPTH), by_depth, strict=True)
+                  for phase, tok_s in zip(cal.PHASES, phases, strict=True))
+    cal.write(cal.Calibration(this_key(model_path), "hand-made", "now", speed, (), ()))
+    got = auto_choice(model_path, "iq4_nl")
+    assert (got.flash_attn, got.fused_decode) == ("off", False)
+    assert "512-token prompt" in got.reason and got.reason.index("off ") < got.reason.index("hybrid ")
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "foreign", "wrong-field"])
 def test_a_corrupt_or_foreign_file_is_refused_and_the_table_decides(model_path: Path, home: Path, damage: str,
                                                                      caplog: pytest.LogCaptureFixture) -> None:

@@ -30,6 +30,8 @@ logger = logging.getLogger("pyllama90a")
 FORMAT = "pyllama90a-calibration"
 VERSION = 1
 PHASES = ("prefill", "decode")
+# the request auto serves fastest: (prompt, reply) tokens, a chat turn's order of magnitude
+REQUEST = (512, 128)
 FLASH_ATTN = ("on", "off", "hybrid")
 # a calibration speaks for contexts up to this many times the deepest depth it measured a K/V pair at: the full
 # preset measures to at least n_ctx / 4 (depths 0, 1024, 4096, ... up to --n-ctx), --quick to 256 (so 1024)
@@ -201,38 +203,29 @@ class CalibratedChoice:
 
 
 def choose_flash_attn(calibration: Calibration, ctk: str, ctv: str, n_ctx: int) -> CalibratedChoice | None:
-    """The fastest path for each phase over the measured depths up to n_ctx (the shallowest if none is), for
-    this K/V pair; None when the pair was not measured. The phases' winners agree, or hybrid joins FA's prefill
-    to a non-flash decode when both win and hybrid was measured, or else the decode's winner (a generation's
-    time is mostly decode)."""
+    """The path that serves REQUEST fastest for this K/V pair: its prompt at each mode's measured prefill speed and
+    its reply at its decode speed, averaged over the measured depths up to n_ctx (the shallowest if none is); None
+    when the pair was not measured in both phases at those depths. One time per mode, not one winner per phase: a
+    decode winner whose prefill is 25x slower (iq4_nl on an H100, whose FA falls back to the CPU) never wins."""
     points = [p for p in calibration.speed if (p.ctk, p.ctv) == (ctk, ctv)]
     if not points:
         return None
     depths = sorted({p.depth for p in points})
     depths = [d for d in depths if d <= n_ctx] or depths[:1]
-    best: dict[str, tuple[tuple[str, bool], float]] = {}
-    for phase in PHASES:
-        score: dict[tuple[str, bool], list[float]] = {}
-        for p in points:
-            if p.phase == phase and p.depth in depths:
-                score.setdefault((p.flash_attn, p.fused_decode), []).append(math.log(p.tok_s))
-        complete = {mode: sum(v) / len(v) for mode, v in score.items() if len(v) == len(depths)}
-        if not complete:
-            return None
-        mode = max(complete, key=lambda m: complete[m])
-        best[phase] = mode, math.exp(complete[mode])
-    (prefill, pp), (decode, tg) = best["prefill"], best["decode"]
-    hybrids = [m for m in complete if m[0] == "hybrid"]
-    if prefill == decode:
-        mode = prefill
-    elif prefill[0] in ("on", "hybrid") and decode[0] in ("off", "hybrid") and hybrids:
-        mode = decode if decode[0] == "hybrid" else max(hybrids, key=lambda m: complete[m])
-    else:
-        mode = decode
+    tokens = dict(zip(PHASES, REQUEST, strict=True))
+    seconds: dict[tuple[str, bool], list[float]] = {}
+    for p in points:
+        if p.depth in depths:
+            seconds.setdefault((p.flash_attn, p.fused_decode), []).append(tokens[p.phase] / p.tok_s)
+    complete = {mode: sum(s) / len(depths) for mode, s in seconds.items() if len(s) == len(PHASES) * len(depths)}
+    if not complete:
+        return None
+    mode = min(complete, key=lambda m: complete[m])
+    times = ", ".join(f"{fa}{' + fused' if fused else ''} {t:.3f} s"
+                      for (fa, fused), t in sorted(complete.items(), key=lambda kv: kv[1]))
     fused = " (fused decode)" if mode[1] else ""
-    return CalibratedChoice(mode[0], mode[1], f"calibrated at depths {depths}: prefill fastest with {prefill[0]} "
-                                              f"({pp:.0f} tok/s), decode with {decode[0]} ({tg:.0f} tok/s) -> "
-                                              f"{mode[0]}{fused}")
+    return CalibratedChoice(mode[0], mode[1], f"calibrated at depths {depths}: a {REQUEST[0]}-token prompt and "
+                                              f"{REQUEST[1]}-token reply take {times} -> {mode[0]}{fused}")
 
 
 @lru_cache(maxsize=1)
