@@ -19,5 +19,5 @@ download() {  # FOLDER NAME...: the pinned cp312 wheels of NAME... into FOLDER
 }
 download .whl cffi pycparser gguf PyYAML tqdm
 download .whl-server fastapi starlette uvicorn h11 click anyio sniffio idna pydantic pydantic_core typing_extensions \
-    annotated-types typing-inspection llguidance
+    annotated-types typing-inspection llguidance opentelemetry-api
 ls .whl .whl-server
