@@ -20,7 +20,9 @@ def test_every_pair_in_the_cuda_fa_table_is_a_kv_type() -> None:
 
 def test_cuda_row_fa_on_or_hybrid_only_for_the_pairs_its_fa_kernels_have() -> None:
     got = {(ctk, ctv): decide("auto", ctk, ctv, "cuda", "CUDA0 (NVIDIA H200)") for ctk, ctv in PAIRS}
-    assert CUDA_HYBRID_PAIRS == {("q4_0", "q4_0")} <= CUDA_FA_PAIRS
+    # every quantized type with a CUDA FA kernel, K = V: the fused decode won there (H100 calibrate, 0026)
+    assert {(t, t) for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")} == CUDA_HYBRID_PAIRS
+    assert CUDA_HYBRID_PAIRS <= CUDA_FA_PAIRS
     assert {pair for pair, choice in got.items() if choice.flash_attn == "hybrid"} == CUDA_HYBRID_PAIRS
     assert {pair for pair, choice in got.items() if choice.flash_attn == "on"} == CUDA_FA_PAIRS - CUDA_HYBRID_PAIRS
     assert {choice.flash_attn for pair, choice in got.items() if pair not in CUDA_FA_PAIRS} == {"off"}
@@ -32,9 +34,11 @@ def test_cuda_row_fa_on_or_hybrid_only_for_the_pairs_its_fa_kernels_have() -> No
     assert not any(decide("auto", "q4_0", "q4_0", kind, "x").fused_decode for kind in ("cpu", "gfx90a", "hip", "gpu"))
 
 
-def test_cuda_row_names_the_pair_it_turns_fa_off_for() -> None:
+def test_cuda_row_names_the_pair_it_turns_fa_off_for_and_why() -> None:
     choice = decide("auto", "q4_0", "q8_0", "cuda", "CUDA0")
-    assert choice.flash_attn == "off" and "K q4_0 / V q8_0" in choice.reason
+    assert choice.flash_attn == "off" and "K q4_0 / V q8_0 not measured" in choice.reason
+    choice = decide("auto", "iq4_nl", "iq4_nl", "cuda", "CUDA0")
+    assert choice.flash_attn == "off" and "no FA kernel for K iq4_nl / V iq4_nl" in choice.reason
 
 
 @pytest.mark.parametrize("kind, expected", [("gfx90a", "off"), ("hip", "auto"), ("gpu", "auto")])

@@ -6,14 +6,18 @@
 |                    |                                 |                     | patch 0003 decodes and prefills faster than FA-on);     |
 |                    |                                 |                     | cpu-smollm2-hybrid: hybrid prefills as FA (0.18x off's) |
 | CPU                | f16/bf16/f32 V                  | llama.cpp decides   | upstream behaviour                                      |
-| CUDA               | f16/f16, bf16/bf16, q8_0/q8_0   | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
+| CUDA               | f16/f16, bf16/bf16              | on                  | benchmarks/results/h200-{1b-hd64,8b-hd128}: FA-on       |
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
-| CUDA               | q4_0/q4_0 (measured; q8_0/q8_0  | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
-|                    | hybrid not yet)                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
-|                    |                                 |                     | h200-8b-hd128-lane-quant: fused decode 1.03x / 1.25x /  |
-|                    |                                 |                     | 1.73x FA-on's at 0/8K/32K (0.91x/0.98x/1.08x FA-on f16) |
-| CUDA               | other pairs                     | off                 | FA would fall back to the CPU for those types; FA-off   |
-|                    |                                 |                     | reads them on the GPU (patches 0004-0007)               |
+| CUDA               | q4_0/q4_0                       | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
+|                    |                                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
+|                    |                                 |                     | h100-8b-hd128-0026: decode 0.91x / 1.03x / 1.12x FA-on  |
+|                    |                                 |                     | f16 at 0/8K/32K (FA-on q4_0: 0.64x f16's at 32K, H200) |
+| CUDA               | q8_0, q4_1, q5_0, q5_1 (K = V)  | hybrid, with the    | h100-8b-hd128-calibrate/calibration-full.md: decode     |
+|                    |                                 | fused decode kernel | 1.04-1.15x FA-on's and 1.10-1.25x FA-off's at depths 0  |
+|                    |                                 |                     | and 1024, prefill 0.98-1.02x FA-on's (H100)             |
+| CUDA               | iq4_nl, or K != V               | off                 | FA has no CUDA kernel for iq4_nl (it falls back to the  |
+|                    |                                 |                     | CPU: 40 tok/s prefill at depth 1024, H100); K != V not  |
+|                    |                                 |                     | measured. FA-off reads them on the GPU (0004-0007)      |
 | HIP, gfx90a (MI210)| any                             | off                 | shared/seeds: FA 2.6x slower prefill, 6.7x slower decode|
 | HIP, other         | any                             | llama.cpp decides   | no measurement                                          |
 
@@ -33,8 +37,10 @@ from .shape import AttentionShape
 
 logger = logging.getLogger("pyllama90a")
 
-CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")}
-CUDA_HYBRID_PAIRS = {("q4_0", "q4_0")}  # of CUDA_FA_PAIRS, those measured faster with hybrid
+# of the pairs CUDA's FA has kernels for, those measured on CUDA: FA's prefill wins for all, and for the quantized
+# ones the fused decode wins too (hybrid)
+CUDA_HYBRID_PAIRS = {(t, t) for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")}
+CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16")} | CUDA_HYBRID_PAIRS
 # the device kinds the table above was measured on: elsewhere (ROCm, Vulkan, ...) it is a guess worth a warning
 MEASURED_KINDS = frozenset({"cpu", "cuda"})
 
@@ -116,12 +122,15 @@ def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> Attenti
     elif kind == "cuda":
         if (ctk, ctv) in CUDA_HYBRID_PAIRS:
             choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the fused quantized "
-                                                      "decode (1.73x FA-on's at 32K), FA's compute buffer (H200)",
-                                     fused_decode=True)
+                                                      "decode (1.12x FA-on f16's at 32K for q4_0), FA's compute "
+                                                      "buffer (H100, H200)", fused_decode=True)
         elif (ctk, ctv) in CUDA_FA_PAIRS:
             choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
+        elif "iq4_nl" in (ctk, ctv):
+            choice = AttentionChoice("off", label, f"CUDA has no FA kernel for K {ctk} / V {ctv} (FA would run on "
+                                                   "the CPU); the non-FA path reads them on the GPU")
         else:
-            choice = AttentionChoice("off", label, f"CUDA has no FA kernel for K {ctk} / V {ctv}; the non-FA "
+            choice = AttentionChoice("off", label, f"CUDA: K {ctk} / V {ctv} not measured with FA; the non-FA "
                                                    "path reads them on the GPU")
     elif kind == "gfx90a":
         choice = AttentionChoice("off", label, "gfx90a: FA is 2.6x slower at prefill, 6.7x at decode (MI210)")
