@@ -58,8 +58,9 @@ MUTATIONS = {
     "store-lane": ("pyl-set-rows-rot.cu",
                    "    const int      lane = threadIdx.x % 32;",
                    "    const int      lane = threadIdx.x % warpSize;"),
-    # not a wave64 bug but a control of the half2 cases' looser bound (patch 0026): each pair of codes turned into
-    # half2 takes the other pair's bytes (values 2k, 2k+1 read from 2k+2, 2k+3 and back), on any width
+    # not a wave64 bug but a control of the q8 cases' looser bound (their V^T p in half2, patch 0026): each pair of
+    # codes turned into half2 takes the other pair's bytes (values 2k, 2k+1 read from 2k+2, 2k+3 and back), on any
+    # width
     "half2-pairs": ("pyl-attn-decode.cu", "k % 2 ? 0x4342u : 0x4140u", "k % 2 ? 0x4140u : 0x4342u"),
 }
 
@@ -180,7 +181,7 @@ def render_markdown(rows: list[dict]) -> str:
     out: list[str] = []
     by_name = {r["case"]: r for r in rows}
     types = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]
-    for kind, what in (("attn", "max |got - want| / max |want|, bound 1e-4"),
+    for kind, what in (("attn", "max |got - want| / max |want|, bound 4e-3 for q8 (V^T p in half2), 1e-4 for f32q"),
                        ("outprod", "max |got - want| / max |want|, bound 1e-4"),
                        ("store", "largest code difference in steps of the block's scale, bound 1.01")):
         keys = sorted({r["case"].rsplit("/", 2 if kind == "store" else 1)[0]

@@ -22,7 +22,6 @@ def test_paths_are_bits_of_the_native_enum() -> None:
     assert AttentionPaths(fold_rotations=False).bits == AttentionPaths().bits & ~lib.LLAMA_PYL_ATTN_FOLD_ROTATIONS
     assert AttentionPaths(fused_q8=False).bits == AttentionPaths().bits & ~lib.LLAMA_PYL_ATTN_FUSED_Q8
     assert AttentionPaths(lane_quant=False).bits == AttentionPaths().bits & ~lib.LLAMA_PYL_ATTN_LANE_QUANT
-    assert AttentionPaths(fused_half2=True).bits == AttentionPaths().bits | lib.LLAMA_PYL_ATTN_FUSED_HALF2
     for paths in (AttentionPaths(), AttentionPaths(False, False, False, False), AttentionPaths(kq_grouped=False)):
         assert AttentionPaths.from_bits(paths.bits) == paths
     with pytest.raises(pl.InvalidArgumentError, match="kq_grouped"):

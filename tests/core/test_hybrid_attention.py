@@ -168,7 +168,7 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     """Patch 0015: over a rotated cache (q4_0, head dim 128) the fused decode graph has none of the four rotation
     nodes per layer: its K and V stores rotate (ROTATE_ROWS, K's piece 128, V's 64, llama.cpp's sizes) and its
     attention rotates q and the output (ROTATED). Prefill keeps upstream's rotation nodes, and so does the fused
-    decode with fold_rotations off. V^T p in half2 (0026, opt-in) is marked only where it is asked for."""
+    decode with fold_rotations off. The fused kernel is the q8 one (not marked FUSED_F32Q): V^T p in half2 (0026)."""
     shape = SHAPES["hd128-gqa4"]
     path = synthetic_model(shape, weight_type="f16")
     prefill, decode = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
@@ -181,12 +181,7 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
     assert len(attention) == shape.n_layer
     assert all(n.mark & lib.GGML_PYL_MARK_ROTATED and n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
-    assert not any(n.mark & lib.GGML_PYL_MARK_FUSED_HALF2 for n in attention)  # 0024's F32 V^T p by default
-    _, half2 = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
-                           n_gpu_layers=-1, paths=KERNELS["q8-half2"])
-    half2_attention = [n for n in half2 if n.op == "FLASH_ATTN_EXT"]
-    assert len(half2_attention) == shape.n_layer
-    assert all(n.mark & lib.GGML_PYL_MARK_FUSED_HALF2 for n in half2_attention)
+    assert not any(n.mark & lib.GGML_PYL_MARK_FUSED_F32Q for n in attention)  # q8: V^T p in half2 (0026)
     assert {((n.mark >> 8) & 15, (n.mark >> 12) & 15) for n in attention} == {(7, 6)}  # pieces of 128 and 64
     _, unfolded = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
                               n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, fold_rotations=False))
@@ -238,10 +233,9 @@ def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -
 
 
 # the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, in 0024's tiles
-# (K and V in one round trip, K^T q over idle lanes) with V^T p in F32 or in half2 (0026, opt-in: summed in half
-# over a tile, in F32 across tiles), q in F32
+# (K and V in one round trip, K^T q over idle lanes) with V^T p in half2 (0026: summed in half over a tile, in F32
+# across tiles), q in F32
 KERNELS = {"q8": AttentionPaths(fused_decode=True),
-           "q8-half2": AttentionPaths(fused_decode=True, fused_half2=True),
            "f32q": AttentionPaths(fused_decode=True, fused_q8=False)}
 
 
@@ -291,10 +285,9 @@ def _stream_prompts(n_vocab: int) -> tuple[list[list[int]], list[list[int]]]:
 
 
 @on_gpu
-@pytest.mark.parametrize("kernel", ["q8", "q8-half2"])
 @pytest.mark.parametrize("shape", ["hd128-kv8", "hd64-gqa2"])
 @pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
-def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: str, kv: str, kernel: str) -> None:
+def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: str, kv: str) -> None:
     """N = 8 sequences, one token of each per step in one batch: every layer's attention of every step is one
     fused-kernel launch over the 8 KV streams (FLASH_ATTN_EXT marked FUSED_DECODE, grid z = the streams), and
     each sequence's logits are those of the same context's non-flash decode (hybrid without the fused kernel: no
@@ -308,20 +301,19 @@ def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: st
     non-flash difference came out at 8.8e-3 of the spread (both versions of then, bit-identical), above the 8e-3
     fitted on 301 cells. With 8 streams of 1.2K-1.8K cells the split makes chunks of 2 tiles or more (H200: 132
     multiprocessors), so 0024's later tiles run (their K and V loaded together; the first tile's before q is
-    prepared), and so do 0026's half2 sums (q8-half2: several tiles a block, each flushed to F32)."""
+    prepared), and so do 0026's half2 sums (several tiles a block, each flushed to F32)."""
     path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
     prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
-    together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=KERNELS[kernel])
+    together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=KERNELS["q8"])
     assert len(marks) == FUSED_SHAPES[shape].n_layer * STREAM_STEPS
     assert all(m & lib.GGML_PYL_MARK_FUSED_DECODE and not m & lib.GGML_PYL_MARK_FUSED_F32Q for m in marks)
-    assert all(bool(m & lib.GGML_PYL_MARK_FUSED_HALF2) == (kernel == "q8-half2") for m in marks)
     reference, reference_marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid",
                                                 paths=AttentionPaths())
     assert reference_marks == []
     for seq, (got, want) in enumerate(zip(together, reference, strict=True)):
         assert np.isfinite(got).all() and got.shape == want.shape == (STREAM_STEPS, FUSED_SHAPES[shape].n_vocab)
         alone = [decode_streams(path, [prompts[seq]], [[step[seq]] for step in steps], kv=kv, flash_attn="hybrid",
-                                paths=p)[0][0] for p in (KERNELS[kernel], AttentionPaths())]
+                                paths=p)[0][0] for p in (KERNELS["q8"], AttentionPaths())]
         spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
         floor = float(np.abs(alone[0] - alone[1]).max())
         assert np.abs(got - want).max() <= max(8e-3 * spread, 2 * floor), f"sequence {seq}"

@@ -6,9 +6,9 @@
 //   0015, q8 as 0016 with 0024's two buffers and split, or F32 q), through
 //   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
 //   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
-//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce). q8-half2*: the same
-//   three with patch 0026's V^T p in half2 (GGML_PYL_MARK_FUSED_HALF2: p in half, summed in half over a tile,
-//   in F32 across tiles), whose bound allows for half's rounding.
+//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce). q8's V^T p is in
+//   half2 (patch 0026: p in half, summed in half over a tile, in F32 across tiles), so its bound allows for
+//   half's rounding.
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
@@ -180,7 +180,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     Result res;
     res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
     const bool f32q = !strcmp(kernel, "f32q");
-    const bool half2 = !strncmp(kernel, "q8-half2", 8);  // patch 0026's V^T p in half2
     // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split)
     const size_t kn = strlen(kernel);
     const int cus = kn > 4 && !strcmp(kernel + kn - 4, "-4cu") ? 4 : kn > 4 && !strcmp(kernel + kn - 4, "-1cu") ? 1 : 104;
@@ -221,7 +220,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
                    GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
     mark |= f32q ? GGML_PYL_MARK_FUSED_F32Q : 0;
-    mark |= half2 ? GGML_PYL_MARK_FUSED_HALF2 : 0;
     ggml_pyl_set_mark(dst, mark);
     if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
         res.detail = "not supported by the fused kernel";
@@ -305,9 +303,9 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     bool same = fwd.out.size() == rev.out.size() &&
                 !memcmp(fwd.out.data(), rev.out.data(), fwd.out.size() * sizeof(float));
     res.error = err / amax;
-    // float sums in another order; a lane or group read at the wrong place is O(1). Half2 (0026): p, p*d and a
-    // tile's sums rounded to half (2^-11 relative each), up to ~8 of its ulps over a tile's cells
-    res.bound = half2 ? 4e-3 : 1e-4;
+    // float sums in another order; a lane or group read at the wrong place is O(1). q8's V^T p in half2 (0026):
+    // p, p*d and a tile's sums rounded to half (2^-11 relative each), up to ~8 of its ulps over a tile's cells
+    res.bound = f32q ? 1e-4 : 4e-3;
     std::vector<std::string> faults = fwd.faults;
     faults.insert(faults.end(), rev.faults.begin(), rev.faults.end());
     res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
@@ -678,7 +676,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "q8-half2", "q8-half2-4cu", "q8-half2-1cu", "f32q"}) {
+    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "f32q"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),

@@ -1,6 +1,6 @@
 """Which of pyllama90a's attention kernels a context may use: llama-pyllama90a.h's llama_pyl_attn_params.
 
-All paths but fused_decode and fused_half2 are on by default. A path switched off takes the way upstream llama.cpp
+All paths but fused_decode are on by default. A path switched off takes the way upstream llama.cpp
 goes (for fused_decode: patch 0012's non-flash decode), so that the bench and the tests compare both in one
 process: `Model(..., attention_paths=AttentionPaths(kq_grouped=False))`.
 llama.cpp reads them once per graph build of that context; no kernel reads the environment.
@@ -13,7 +13,7 @@ from ...errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
 _BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
-         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8, "fused_half2": 1 << 9}
+         "fold_rotations": 1 << 6, "fused_q8": 1 << 7, "lane_quant": 1 << 8}
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,10 @@ class AttentionPaths:
     fold_rotations: bool = True # with fused_decode over a rotated quantized cache: the kernels rotate q, the
                                 # output and the stored K/V rows, no rotation nodes in the decode graph (0015)
     fused_q8: bool = True       # with fused_decode: q rounded to 8 bits per 32 values (as the non-flash path and
-                                # FA round it), K^T q by dp4a, V's codes to floats without conversions (0016);
-                                # off: q in F32, the kernel's third version
+                                # FA round it), K^T q by dp4a (0016), V^T p in half2, two values per
+                                # instruction, F32 sums once per tile (0026); off: q in F32, the kernel's third version
     lane_quant: bool = True     # with fold_rotations: the K/V stores quantize a block of 32 values with 32 lanes
                                 # (0017); off: one thread per block, as ggml's SET_ROWS
-    fused_half2: bool = False   # with fused_decode and fused_q8: the fused kernel's V^T p in half2 (0026: two values
-                                # per instruction, F32 sums once per tile) instead of F32; opt-in for one
-                                # side-by-side run on a GPU
 
     def __post_init__(self) -> None:
         for f in fields(self):
