@@ -41,17 +41,20 @@ SKIP = 77
 NO_CLANG = "no clang++ >= 15 installed (apt-get install -y clang-19): the wave64 harness cannot be built here"
 
 # the ggml-cuda files whose kernels the harness runs (and the headers they include, all rewritten alike)
-UNITS = ("pyl-attn-decode.cu", "pyl-set-rows-rot.cu", "out-prod.cu")
+# (the fused decode: one unit per KV type since patch 0027, the kernels in pyl-attn-decode-impl.cuh)
+DECODE_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
+UNITS = ("pyl-attn-decode.cu", *(f"pyl-attn-decode-{t}.cu" for t in DECODE_TYPES), "pyl-set-rows-rot.cu",
+         "out-prod.cu")
 
 # Kernels that are wrong on 64-wide wavefronts only: each turns a group-of-32 lane index into a wavefront lane
 # index (threadIdx.x % warpSize), which is the same thing on a 32-wide warp. The harness must fail each.
 MUTATIONS = {
     # the fused decode's online softmax: a group of 32 lanes per query head
-    "softmax-lane": ("pyl-attn-decode.cu",
+    "softmax-lane": ("pyl-attn-decode-impl.cuh",
                      "const int lane = tid % 32;\n        for (int hh = tid / 32;",
                      "const int lane = tid % warpSize;\n        for (int hh = tid / 32;"),
     # the split-KV reduce: lane 0 of each group of 32 publishes its chunk maximum
-    "reduce-lane": ("pyl-attn-decode.cu",
+    "reduce-lane": ("pyl-attn-decode-impl.cuh",
                     "    const int     lane = threadIdx.x % 32;",
                     "    const int     lane = threadIdx.x % warpSize;"),
     # the K/V store: lane l of a group quantizes value l of a block
@@ -61,7 +64,7 @@ MUTATIONS = {
     # not a wave64 bug but a control of the q8 cases' looser bound (their V^T p in half2, patch 0026): each pair of
     # codes turned into half2 takes the other pair's bytes (values 2k, 2k+1 read from 2k+2, 2k+3 and back), on any
     # width
-    "half2-pairs": ("pyl-attn-decode.cu", "k % 2 ? 0x4342u : 0x4140u", "k % 2 ? 0x4140u : 0x4342u"),
+    "half2-pairs": ("pyl-attn-decode-impl.cuh", "k % 2 ? 0x4342u : 0x4140u", "k % 2 ? 0x4140u : 0x4342u"),
 }
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compile our CUDA/HIP kernels (patches 0004, 0006, 0007, 0013) for AMD MI210 (gfx90a, wavefront 64).
+"""Compile our CUDA/HIP kernels (patches 0004, 0006, 0007, 0013/0027) for AMD MI210 (gfx90a, wavefront 64).
 
 No AMD GPU is needed: each translation unit of the patched ggml-cuda that our patches touch is compiled
 the way ggml-hip compiles it (the .cu file as HIP, GGML_USE_HIP, --offload-arch=gfx90a, the defines of
@@ -99,9 +99,14 @@ UNITS = [
          (), ("ggml_backend_cuda_pyl_set_test_knobs",),
          "host side: OUT_PROD/CPY supports_op and the test knobs (0004), marked quantized-K prefill through "
          "cuBLAS (0007)"),
-    Unit("pyl-attn-decode.cu", "0013", "k_pyl_attn_decode",
-         (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
-         "fused decode attention over a quantized K and V (split-KV chunks and their reduce)"),
+    # the fused decode (0013; one unit per KV type since 0027, the kernels in pyl-attn-decode-impl.cuh)
+    Unit("pyl-attn-decode.cu", "0013, 0027", "ggml_cuda_pyl_attn_decode_q8_0(ctx, dst)", (),
+         ("ggml_cuda_pyl_attn_decode_supported",),
+         "host side of the fused decode: which nodes it takes, the dispatch to the five per-type units"),
+    *[Unit(f"pyl-attn-decode-{t}.cu", "0013, 0027", f"pyl_attn_decode_dim<GGML_TYPE_{t.upper()}>",
+           (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
+           f"fused decode attention over a {t} K and V (split-KV chunks and their reduce)")
+      for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")],
     # (not "^void ...<": a function as template argument leaves the name mangled in the code object report)
     Unit("pyl-set-rows-rot.cu", "0015", "k_pyl_set_rows_rot", (r"k_pyl_set_rows_rot",), (),
          "SET_ROWS into a quantized cache that rotates each piece of a row first (the fused decode's K/V stores)"),

@@ -4,12 +4,13 @@ counted by phase of its tile loop (a sibling of compile_gfx90a.py: the patched k
 
     python3 benchmarks/hip/sass_phases.py --nvdisasm PATH [--src TREE] [--type q4_0] [--dim 128] [--ncols 4]
 
-The patched pyl-attn-decode.cu (vendor/prepare_source.py's tree, or --src) is copied with its dispatch narrowed
-to one (type, head dim, query heads per KV head), so that only that shape's instances are compiled (nvcc -cubin
--arch=sm_90a -lineinfo, a few seconds); nvdisasm -gi maps every instruction to its outermost source line in the
-kernel (inlined helpers count where they are called), and each phase is the run of kernel lines between two
-markers of the source. For every instance: registers and spills (ptxas), the static instruction count of each
-phase, and each loop inside a tile (a backward branch): the line and phase of its branch, its body. Executed
+The type's translation unit of the patched tree (vendor/prepare_source.py's, or --src), pyl-attn-decode-<type>.cu
+(patch 0027), is copied with the header it includes, pyl-attn-decode-impl.cuh (the kernel, its launch and dispatch),
+whose dispatch is narrowed to one (head dim, query heads per KV head), so that only that shape's instances are
+compiled (nvcc -cubin -arch=sm_90a -lineinfo, a few seconds); nvdisasm -gi maps every instruction to its outermost
+source line in the kernel (inlined helpers count where they are called), and each phase is the run of kernel lines
+between two markers of the header. For every instance: registers and spills (ptxas), the static instruction count of
+each phase, and each loop inside a tile (a backward branch): the line and phase of its branch, its body. Executed
 counts follow from the trip counts of the launch shape (see the results README that quotes them).
 nvdisasm is not in nvcc 13.0's install here: the pip package nvidia-cuda-nvdisasm ships it. cuBLAS's header,
 which ggml-cuda's common header includes and the kernels never use, is replaced by a stub of the few names.
@@ -27,7 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compile_gfx90a  # a sibling script: the prepared source tree
 
-UNIT = "ggml/src/ggml-cuda/pyl-attn-decode.cu"
+CUDA_DIR = "ggml/src/ggml-cuda"
+HEADER = "pyl-attn-decode-impl.cuh"  # the kernel and its dispatch by head dim and query heads (patch 0027)
+UNIT = "pyl-attn-decode-{type}.cu"    # one KV type's instances, through the header
 TYPES = {"q4_0": "GGML_TYPE_Q4_0", "q4_1": "GGML_TYPE_Q4_1", "q5_0": "GGML_TYPE_Q5_0", "q5_1": "GGML_TYPE_Q5_1",
          "q8_0": "GGML_TYPE_Q8_0"}
 # the phases of a tile, each from the first source line holding its marker to the next phase's
@@ -55,18 +58,16 @@ static inline cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATU
 """
 
 
-def narrowed(source: str, type_name: str, dim: int, ncols: int) -> str:
-    """The unit with each dispatch switch reduced to the one case asked for."""
+def narrowed(source: str, dim: int, ncols: int) -> str:
+    """The header with each dispatch switch reduced to the one case asked for (the type is its unit's)."""
     cases = ((r"(switch \(pyl_dec_ncols\([^)]*\)[^{]*\{)(.*?)(\n    \})",
               f"default: pyl_attn_decode_launch<type, D, {ncols}>(ctx, dst); break;"),
              (r"(switch \(dst->src\[1\]->ne\[0\]\) \{)(.*?)(\n        default:)",
-              f"case {dim}: pyl_attn_decode_cols<type, {dim}>(ctx, dst); break;"),
-             (r"(switch \(type\) \{)(.*?)(\n        default:)",
-              f"case {type_name}: pyl_attn_decode_dim<{type_name}>(ctx, dst); break;"))
+              f"case {dim}: pyl_attn_decode_cols<type, {dim}>(ctx, dst); break;"))
     for pattern, case in cases:
         source, n = re.subn(pattern, lambda m, case=case: f"{m[1]}\n        {case}{m[3]}", source, count=1, flags=re.S)
         if n != 1:
-            raise SystemExit(f"sass_phases: a dispatch switch of pyl-attn-decode.cu was not found: {pattern}")
+            raise SystemExit(f"sass_phases: a dispatch switch of {HEADER} was not found: {pattern}")
     return source
 
 
@@ -119,21 +120,29 @@ def main() -> int:
     ap.add_argument("--ncols", type=int, default=4, choices=(1, 2, 4, 8))
     args = ap.parse_args()
     tree = Path(args.src) if args.src else compile_gfx90a.prepared_tree()
-    source = narrowed((tree / UNIT).read_text(), TYPES[args.type], args.dim, args.ncols)
+    cuda = tree / CUDA_DIR
+    unit_name = UNIT.format(type=args.type)
+    source = narrowed((cuda / HEADER).read_text(), args.dim, args.ncols)
+    unit_text = (cuda / unit_name).read_text()
+    if f'#include "{HEADER}"' not in unit_text or TYPES[args.type] not in unit_text:
+        raise SystemExit(f"sass_phases: {unit_name} does not instantiate {TYPES[args.type]} through {HEADER}")
     starts = phase_starts(source)
     with tempfile.TemporaryDirectory() as tmp:
-        # beside the original, so that its relative includes resolve
-        unit = tree / UNIT.replace("pyl-attn-decode.cu", f"pyl-sass-phases-{Path(tmp).name}.cu")
+        # beside the originals, so that their relative includes resolve
+        header = cuda / f"pyl-sass-phases-{Path(tmp).name}.cuh"
+        unit = header.with_suffix(".cu")
         (Path(tmp) / "cublas_v2.h").write_text(CUBLAS_STUB)
-        unit.write_text(source)
+        header.write_text(source)
+        unit.write_text(unit_text.replace(f'#include "{HEADER}"', f'#include "{header.name}"'))
         try:
             cubin = Path(tmp) / "k.cubin"
             ptxas = subprocess.run([args.nvcc, "-arch=sm_90a", "-cubin", "-O3", "-lineinfo", "-std=c++17",
                                     f"-I{tmp}", f"-I{tree / 'ggml/include'}", f"-I{tree / 'ggml/src'}",
-                                    f"-I{tree / 'ggml/src/ggml-cuda'}", "-Xptxas", "-v", "-o", str(cubin),
+                                    f"-I{cuda}", "-Xptxas", "-v", "-o", str(cubin),
                                     str(unit)], check=True, capture_output=True, text=True).stderr
         finally:
             unit.unlink()
+            header.unlink()
         sass = subprocess.run([args.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True,
                               text=True).stdout
     regs = {m[0]: f"{m[2]} registers, {m[1]}" for m in

@@ -17,8 +17,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = REPO / "benchmarks" / "hip" / "rocm_env.py"
-UNITS = ["out-prod.cu", "mmvq.cu", "convert.cu", "pyl-attn-decode.cu", "pyl-set-rows-rot.cu", "fmha_mapping.cpp",
-         "ck_fa_hip.cpp"]
+UNITS = ["out-prod.cu", "mmvq.cu", "convert.cu", "pyl-attn-decode.cu",
+         *[f"pyl-attn-decode-{t}.cu" for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")],  # patch 0027
+         "pyl-set-rows-rot.cu", "fmha_mapping.cpp", "ck_fa_hip.cpp"]
 
 pytestmark = pytest.mark.hip
 

@@ -26,7 +26,12 @@
 #define WAVE64_IMPLEMENTATION
 #include "wave64.h"
 
-#include "pyl-attn-decode.cu"
+#include "pyl-attn-decode.cu"  // the fused decode's dispatch by type; its five per-type units (patch 0027):
+#include "pyl-attn-decode-q4_0.cu"
+#include "pyl-attn-decode-q4_1.cu"
+#include "pyl-attn-decode-q5_0.cu"
+#include "pyl-attn-decode-q5_1.cu"
+#include "pyl-attn-decode-q8_0.cu"
 #include "pyl-set-rows-rot.cu"
 #include "out-prod.cu"
 
