@@ -32,14 +32,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...native.kv_types import KV_TYPES, QUANTIZED_KV_TYPES
 from .calibration import calibration_key, choose_flash_attn, lookup, reach
 from .shape import AttentionShape
 
 logger = logging.getLogger("pyllama90a")
 
-# of the pairs CUDA's FA has kernels for, those measured on CUDA: FA's prefill wins for all, and for the quantized
-# ones the fused decode wins too (hybrid)
-CUDA_HYBRID_PAIRS = {(t, t) for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")}
+# the cache types CUDA's FA has kernels for (ggml-cuda's ggml_cuda_fattn_kv_type_supported at the pinned commit);
+# FA over any other runs on the CPU
+CUDA_FA_KV_TYPES = frozenset(KV_TYPES) - {"iq4_nl"}
+# of their pairs, those measured on CUDA: FA's prefill wins for all, and for the quantized ones (K = V) the fused
+# decode wins too (hybrid)
+CUDA_HYBRID_PAIRS = {(t, t) for t in QUANTIZED_KV_TYPES if t in CUDA_FA_KV_TYPES}
 CUDA_FA_PAIRS = {("f16", "f16"), ("bf16", "bf16")} | CUDA_HYBRID_PAIRS
 # the device kinds the table above was measured on: elsewhere (ROCm, Vulkan, ...) it is a guess worth a warning
 MEASURED_KINDS = frozenset({"cpu", "cuda"})
@@ -126,7 +130,7 @@ def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> Attenti
                                                       "buffer (H100, H200)", fused_decode=True)
         elif (ctk, ctv) in CUDA_FA_PAIRS:
             choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
-        elif "iq4_nl" in (ctk, ctv):
+        elif not {ctk, ctv} <= CUDA_FA_KV_TYPES:
             choice = AttentionChoice("off", label, f"CUDA has no FA kernel for K {ctk} / V {ctv} (FA would run on "
                                                    "the CPU); the non-FA path reads them on the GPU")
         else:
