@@ -42,8 +42,7 @@ NO_CLANG = "no clang++ >= 15 installed (apt-get install -y clang-19): the wave64
 
 # the ggml-cuda files whose kernels the harness runs (and the headers they include, all rewritten alike)
 # (the fused decode: one unit per KV type since patch 0027, the kernels in pyl-attn-decode-impl.cuh)
-DECODE_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
-UNITS = ("pyl-attn-decode.cu", *(f"pyl-attn-decode-{t}.cu" for t in DECODE_TYPES), "pyl-set-rows-rot.cu",
+UNITS = ("pyl-attn-decode.cu", *(f"pyl-attn-decode-{t}.cu" for t in compile_gfx90a.DECODE_TYPES), "pyl-set-rows-rot.cu",
          "out-prod.cu")
 
 # Kernels that are wrong on 64-wide wavefronts only: each turns a group-of-32 lane index into a wavefront lane

@@ -56,6 +56,8 @@ DEFINES = [
 # ggml/cmake/common.cmake's ggml_cuda_fattn_vec_instances (called by ggml-hip) defines these for every
 # ggml-hip source: the default GGML_CUDA_FA_QUANTS and a 0/1 per K-V type combination
 FA_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "f16"]
+# the fused decode's cache types, one translation unit each since patch 0027 (pyl-attn-decode-<type>.cu)
+DECODE_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 FA_QUANTS = ["q4_0-q4_0", "q8_0-q8_0", "f16-f16", "bf16-bf16"]
 DEFINES += [f'GGML_CUDA_FA_QUANTS="{",".join(FA_QUANTS)}"'] + [
     f"GGML_CUDA_FA_{k.upper()}_{v.upper()}={int(f'{k}-{v}' in FA_QUANTS)}" for v in FA_TYPES for k in FA_TYPES]
@@ -106,7 +108,7 @@ UNITS = [
     *[Unit(f"pyl-attn-decode-{t}.cu", "0013, 0027", f"pyl_attn_decode_dim<GGML_TYPE_{t.upper()}>",
            (r"^void k_pyl_attn_decode<", r"^void k_pyl_attn_decode_reduce<"), (),
            f"fused decode attention over a {t} K and V (split-KV chunks and their reduce)")
-      for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")],
+      for t in DECODE_TYPES],
     # (not "^void ...<": a function as template argument leaves the name mangled in the code object report)
     Unit("pyl-set-rows-rot.cu", "0015", "k_pyl_set_rows_rot", (r"k_pyl_set_rows_rot",), (),
          "SET_ROWS into a quantized cache that rotates each piece of a row first (the fused decode's K/V stores)"),

@@ -31,8 +31,7 @@ import compile_gfx90a  # a sibling script: the prepared source tree
 CUDA_DIR = "ggml/src/ggml-cuda"
 HEADER = "pyl-attn-decode-impl.cuh"  # the kernel and its dispatch by head dim and query heads (patch 0027)
 UNIT = "pyl-attn-decode-{type}.cu"    # one KV type's instances, through the header
-TYPES = {"q4_0": "GGML_TYPE_Q4_0", "q4_1": "GGML_TYPE_Q4_1", "q5_0": "GGML_TYPE_Q5_0", "q5_1": "GGML_TYPE_Q5_1",
-         "q8_0": "GGML_TYPE_Q8_0"}
+TYPES = {t: f"GGML_TYPE_{t.upper()}" for t in compile_gfx90a.DECODE_TYPES}
 # the phases of a tile, each from the first source line holding its marker to the next phase's
 PHASES = (("before the tiles", "static __global__ void k_pyl_attn_decode("),
           ("K/V copies", "for (int kv0 = c_begin; kv0 < c_end; kv0 += T) {"),
