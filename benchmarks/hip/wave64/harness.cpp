@@ -13,7 +13,8 @@
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
 // - store/<variant>/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per
-//   block as 0017, or serial), through ggml_cuda_pyl_set_rows_rot, K then V, n tokens. Reference:
+//   block as 0017, or serial), through ggml_cuda_pyl_set_rows_rot, K then V, n tokens; kv: both in one launch
+//   (ggml_cuda_pyl_set_rows_rot_kv, patch 0029). Reference:
 //   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
 //   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
 // - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
@@ -378,8 +379,16 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
             memset(x.data, 0x5a, row * KV_SIZE);
         }
         ggml_backend_cuda_context cctx(0);
-        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
-        ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
+        if (!strcmp(variant, "kv")) {
+            if (!ggml_cuda_pyl_set_rows_rot_kv_supported(st[0].node, st[1].node)) {
+                res.detail = "kv: not supported";
+                return res;
+            }
+            ggml_cuda_pyl_set_rows_rot_kv(cctx, st[0].node, st[1].node);
+        } else {
+            ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
+            ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
+        }
         faults.insert(faults.end(), r.faults.begin(), r.faults.end());
         for (auto & x : st) {
             outs[pass].insert(outs[pass].end(), (unsigned char *) x.data, (unsigned char *) x.data + row * KV_SIZE);
@@ -695,7 +704,7 @@ int main(int argc, char ** argv) {
             add(std::string("outprod/") + s.name + "/" + ggml_type_name(t), [s, t] { return outprod_case(s, t); });
         }
     }
-    for (const char * variant : {"lanes", "serial"}) {
+    for (const char * variant : {"lanes", "kv", "serial"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 for (int n : {1, 5}) {

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Kernel versions side by side on one warm machine, each a build of its own: the package that an earlier call built
+# and installed (gpu_decode.sh, setup.sh), then the same build without the newest patches, one more each time.
+# WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028).
+#
+# A variant is the earlier call's build tree rebuilt after `git apply -R` of the patch on the prepared source: only
+# the files that patch touches recompile (~2 min), where a pip install would copy the source afresh and rebuild all
+# of it (~9 min). Its libggml-cuda.so goes into a copy of the installed package, /tmp/variants/<name>/pyllama90a;
+# "all" is the installed package itself. Leaves the build tree without the patches (a later pip install prepares
+# the source afresh). Then BENCH (a command line; default below) runs once per variant, in the order of VARIANTS
+# (default: all, then each variant made), with that variant first on PYTHONPATH and $VARIANT naming it.
+set -uo pipefail
+OUT=${OUT:-/tmp/pyllama90a-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/variants.log") 2>&1
+SKIP_BUILD=1 source benchmarks/device/setup.sh
+V=/tmp/variants
+R=/tmp/gpu-decode/r
+mkdir -p "$V" "$R"
+
+build=$(dirname "$(ls -d "$REPO"/build/*/CMakeCache.txt | head -1)")
+src=$(ls -d "$PYLLAMA90A_CACHE"/src/local-* | head -1)  # prepare_source.py's copy of the carried tree
+cmake_bin=$(sed -n 's/^CMAKE_COMMAND:INTERNAL=//p' "$build/CMakeCache.txt")
+installed=$(cd /tmp && python3 -c "import os, pyllama90a; print(os.path.dirname(pyllama90a.__file__))")
+echo "build $build, source $src, installed $installed"
+[ -d "$V/all" ] || { mkdir -p "$V/all" && cp -r "$installed" "$V/all/"; }
+
+made=() name=without
+for n in ${WITHOUT:-}; do
+    name=$name-$n
+    start=$(date +%s)
+    patch_file=$(ls "$REPO"/vendor/patches/"$n"-*.patch)
+    if command -v git > /dev/null; then (cd "$src" && git apply -R "$patch_file"); else patch -d "$src" -R -p1 -s < "$patch_file"; fi \
+        || { echo "$n does not reverse"; exit 1; }
+    "$cmake_bin" --build "$build" --target ggml-cuda -j "${CMAKE_BUILD_PARALLEL_LEVEL:-16}" > "$OUT/build-$name.log" 2>&1 \
+        || { tail -30 "$OUT/build-$name.log"; exit 1; }
+    rm -rf "${V:?}/$name" && cp -r "$V/all" "$V/$name"
+    cp "$(find "$build" -name libggml-cuda.so | head -1)" "$V/$name/pyllama90a/"
+    echo "$name: rebuilt in $(( $(date +%s) - start )) s"
+    made+=("$name")
+done
+
+cd /tmp
+for VARIANT in ${VARIANTS:-all ${made[@]}}; do
+    export VARIANT
+    echo "== $VARIANT $(date -u +%T)"
+    PYTHONPATH=$V/$VARIANT:/tmp/site timeout "${BENCH_S:-200}" bash -c "${BENCH:-python3 -m pyllama90a.bench batched \
+        --synthetic 8b-hd128 --n-seq 1 8 32 --depths 8192 --tg 16 --reps 3 \
+        --modes hybrid:q4_0/q4_0+fused fa-on:f16/f16 --out $R/batched-\$VARIANT > $R/batched-\$VARIANT.log 2>&1; \
+        cat $R/batched-\$VARIANT/batched.md}"
+    echo "$VARIANT rc=$?"
+done
+(cd /tmp/gpu-decode && tar czf "$OUT/results.tgz" r)
