@@ -41,13 +41,19 @@ for n in ${WITHOUT:-}; do
 done
 
 cd /tmp
+# each variant's tables, FA-on f16 beside it in each: N = 1 / 8 / 32 sequences at 8K (bench batched), then one
+# sequence at depths 0 / 2K / 8K / 32K
+DEFAULT_BENCH='python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 --depths 8192 --tg 16 --reps 3
+    --modes hybrid:q4_0/q4_0+fused fa-on:f16/f16 --out $R/batched-$VARIANT > $R/batched-$VARIANT.log 2>&1;
+    cat $R/batched-$VARIANT/batched.md;
+    python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 --tg 32 --reps 3 --no-overhead
+    --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 hybrid:q4_0/q4_0+fused --out $R/single-$VARIANT
+    > $R/single-$VARIANT.log 2>&1; grep "| tg" $R/single-$VARIANT/bench.md'
+export R
 for VARIANT in ${VARIANTS:-all ${made[@]}}; do
     export VARIANT
     echo "== $VARIANT $(date -u +%T)"
-    PYTHONPATH=$V/$VARIANT:/tmp/site timeout "${BENCH_S:-200}" bash -c "${BENCH:-python3 -m pyllama90a.bench batched \
-        --synthetic 8b-hd128 --n-seq 1 8 32 --depths 8192 --tg 16 --reps 3 \
-        --modes hybrid:q4_0/q4_0+fused fa-on:f16/f16 --out $R/batched-\$VARIANT > $R/batched-\$VARIANT.log 2>&1; \
-        cat $R/batched-\$VARIANT/batched.md}"
+    PYTHONPATH=$V/$VARIANT:/tmp/site timeout "${BENCH_S:-200}" bash -c "${BENCH:-${DEFAULT_BENCH//$'\n'/ }}"
     echo "$VARIANT rc=$?"
 done
 (cd /tmp/gpu-decode && tar czf "$OUT/results.tgz" r)
