@@ -12,9 +12,8 @@
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8, scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
-// - store/<variant>/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per
-//   block as 0017), lanes: through ggml_cuda_pyl_set_rows_rot, K then V, n tokens; kv: both in one launch
-//   (ggml_cuda_pyl_set_rows_rot_kv, patch 0029). Reference:
+// - store/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per block as 0017),
+//   through ggml_cuda_pyl_set_rows_rot, K then V, n tokens. Reference:
 //   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
 //   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
 // - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
@@ -329,9 +328,9 @@ struct Store {
     int N;
 };
 
-Result store_case(const char * variant, const Shape & s, ggml_type type, int n_tokens) {
+Result store_case(const Shape & s, ggml_type type, int n_tokens) {
     Result res;
-    res.name = std::string("store/") + variant + "/" + s.name + "/" + ggml_type_name(type) + "/" +
+    res.name = std::string("store/") + s.name + "/" + ggml_type_name(type) + "/" +
                std::to_string(n_tokens);
     std::mt19937_64 rng(99 + s.D * 3 + s.n_head_kv * 5 + (int) type + n_tokens);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -374,16 +373,8 @@ Result store_case(const char * variant, const Shape & s, ggml_type type, int n_t
             memset(x.data, 0x5a, row * KV_SIZE);
         }
         ggml_backend_cuda_context cctx(0);
-        if (!strcmp(variant, "kv")) {
-            if (!ggml_cuda_pyl_set_rows_rot_kv_supported(st[0].node, st[1].node)) {
-                res.detail = "kv: not supported";
-                return res;
-            }
-            ggml_cuda_pyl_set_rows_rot_kv(cctx, st[0].node, st[1].node);
-        } else {
-            ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
-            ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
-        }
+        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
+        ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
         faults.insert(faults.end(), r.faults.begin(), r.faults.end());
         for (auto & x : st) {
             outs[pass].insert(outs[pass].end(), (unsigned char *) x.data, (unsigned char *) x.data + row * KV_SIZE);
@@ -699,13 +690,11 @@ int main(int argc, char ** argv) {
             add(std::string("outprod/") + s.name + "/" + ggml_type_name(t), [s, t] { return outprod_case(s, t); });
         }
     }
-    for (const char * variant : {"lanes", "kv"}) {
-        for (const Shape & s : SHAPES) {
-            for (ggml_type t : TYPES) {
-                for (int n : {1, 5}) {
-                    add(std::string("store/") + variant + "/" + s.name + "/" + ggml_type_name(t) + "/" +
-                        std::to_string(n), [variant, s, t, n] { return store_case(variant, s, t, n); });
-                }
+    for (const Shape & s : SHAPES) {
+        for (ggml_type t : TYPES) {
+            for (int n : {1, 5}) {
+                add(std::string("store/") + s.name + "/" + ggml_type_name(t) + "/" + std::to_string(n),
+                    [s, t, n] { return store_case(s, t, n); });
             }
         }
     }
