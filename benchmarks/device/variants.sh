@@ -4,8 +4,10 @@
 # WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028).
 #
 # A variant is the earlier call's build tree rebuilt after `git apply -R` of the patch on the prepared source: only
-# the files that patch touches recompile (~2 min), where a pip install would copy the source afresh and rebuild all
-# of it (~9 min). Its libggml-cuda.so goes into a copy of the installed package, /tmp/variants/<name>/pyllama90a;
+# the files that patch touches recompile (46-50 s on the H100 machine's host, 2026-12-05), where a pip install would
+# copy the source afresh and rebuild all of it (260 s). Its libggml-cuda.so goes into a copy of the installed
+# package, /tmp/variants/<name>/pyllama90a (so a patch that also changes libllama, or the C API the Python side
+# reads, needs a build of its own);
 # "all" is the installed package itself. Leaves the build tree without the patches (a later pip install prepares
 # the source afresh). Then BENCH (a command line; default below) runs once per variant, in the order of VARIANTS
 # (default: all, then each variant made), with that variant first on PYTHONPATH and $VARIANT naming it.
