@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks" / "hip"))
+import compile_gfx90a  # noqa: E402  (the script whose units this test compiles: its one list of decode types)
+
 ENV = REPO / "benchmarks" / "hip" / "rocm_env.py"
 UNITS = ["out-prod.cu", "mmvq.cu", "convert.cu", "pyl-attn-decode.cu",
-         *[f"pyl-attn-decode-{t}.cu" for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")],  # patch 0027
+         *[f"pyl-attn-decode-{t}.cu" for t in compile_gfx90a.DECODE_TYPES],  # one per KV type (patch 0027)
          "pyl-set-rows-rot.cu", "fmha_mapping.cpp", "ck_fa_hip.cpp"]
 
 pytestmark = pytest.mark.hip
