@@ -34,7 +34,7 @@ UNIT = "pyl-attn-decode-{type}.cu"    # one KV type's instances, through the hea
 TYPES = {t: f"GGML_TYPE_{t.upper()}" for t in compile_gfx90a.DECODE_TYPES}
 # the phases of a tile, each from the first source line holding its marker to the next phase's
 PHASES = (("before the tiles", "static __global__ void k_pyl_attn_decode("),
-          ("K/V copies", "for (int kv0 = c_begin; kv0 < c_end; kv0 += T) {"),
+          ("K/V copies", "for (int kv0 = c_begin; kv0 < c_end; kv0 += T"),
           ("K^T q", "// K^T q: a thread per (cell, KV head)"),
           ("softmax", "__syncthreads();  // scores written"),
           ("V^T p", "const float alpha = alpha_s[vh*ncols + g];"),
