@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel versions side by side on one warm machine, each a build of its own: the package that an earlier call built
 # and installed (gpu_decode.sh, setup.sh), then the same build without the newest patches, one more each time.
-# WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028).
+# WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028). WITH: names of
+# experiments in benchmarks/device/experiments/ (with-NAME each, made first; see its README).
 #
 # A variant is the earlier call's build tree rebuilt after `git apply -R` of the patch on the prepared source: only
 # the files that patch touches recompile (46-50 s on the H100 machine's host, 2026-12-05), where a pip install would
@@ -27,17 +28,36 @@ installed=$(cd /tmp && python3 -c "import os, pyllama90a; print(os.path.dirname(
 echo "build $build, source $src, installed $installed"
 [ -d "$V/all" ] || { mkdir -p "$V/all" && cp -r "$installed" "$V/all/"; }
 
-made=() name=without
+# $1, a patch file, applied to the prepared source ($2 = -R: reversed)
+patch_src() {
+    if command -v git > /dev/null; then (cd "$src" && git apply ${2:-} "$1"); else patch -d "$src" ${2:-} -p1 -s < "$1"; fi
+}
+# the build tree's ggml-cuda rebuilt, its library into a copy of the installed package: the variant $1
+build_variant() {
+    "$cmake_bin" --build "$build" --target ggml-cuda -j "${CMAKE_BUILD_PARALLEL_LEVEL:-16}" > "$OUT/build-$1.log" 2>&1 \
+        || { tail -30 "$OUT/build-$1.log"; exit 1; }
+    rm -rf "${V:?}/$1" && cp -r "$V/all" "$V/$1"
+    cp "$(find "$build" -name libggml-cuda.so | head -1)" "$V/$1/pyllama90a/"
+}
+
+made=()
+# WITH: experiments (benchmarks/device/experiments/NAME.patch, e.g. one stage done twice: the difference from "all"
+# is what that stage costs inside the decode step), each applied alone on top of every patch, then taken off again
+for e in ${WITH:-}; do
+    start=$(date +%s)
+    patch_file=$REPO/benchmarks/device/experiments/$e.patch
+    patch_src "$patch_file" || { echo "$e does not apply"; exit 1; }
+    build_variant "with-$e"
+    patch_src "$patch_file" -R || { echo "$e does not reverse"; exit 1; }
+    echo "with-$e: rebuilt in $(( $(date +%s) - start )) s"
+    made+=("with-$e")
+done
+name=without
 for n in ${WITHOUT:-}; do
     name=$name-$n
     start=$(date +%s)
-    patch_file=$(ls "$REPO"/vendor/patches/"$n"-*.patch)
-    if command -v git > /dev/null; then (cd "$src" && git apply -R "$patch_file"); else patch -d "$src" -R -p1 -s < "$patch_file"; fi \
-        || { echo "$n does not reverse"; exit 1; }
-    "$cmake_bin" --build "$build" --target ggml-cuda -j "${CMAKE_BUILD_PARALLEL_LEVEL:-16}" > "$OUT/build-$name.log" 2>&1 \
-        || { tail -30 "$OUT/build-$name.log"; exit 1; }
-    rm -rf "${V:?}/$name" && cp -r "$V/all" "$V/$name"
-    cp "$(find "$build" -name libggml-cuda.so | head -1)" "$V/$name/pyllama90a/"
+    patch_src "$(ls "$REPO"/vendor/patches/"$n"-*.patch)" -R || { echo "$n does not reverse"; exit 1; }
+    build_variant "$name"
     echo "$name: rebuilt in $(( $(date +%s) - start )) s"
     made+=("$name")
 done
