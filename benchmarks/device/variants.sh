@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel versions side by side on one warm machine, each a build of its own: the package that an earlier call built
 # and installed (gpu_decode.sh, setup.sh), then the same build without the newest patches, one more each time.
-# WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028). WITH: names of
+# WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028; "0029+0028" one
+# build without both, without-0029+0028). WITH: names of
 # experiments in benchmarks/device/experiments/ (with-NAME each, made first; see its README).
 #
 # A variant is the earlier call's build tree rebuilt after `git apply -R` of the patch on the prepared source: only
@@ -56,7 +57,9 @@ name=without
 for n in ${WITHOUT:-}; do
     name=$name-$n
     start=$(date +%s)
-    patch_src "$(ls "$REPO"/vendor/patches/"$n"-*.patch)" -R || { echo "$n does not reverse"; exit 1; }
+    for m in ${n//+/ }; do  # "0032+0031": both reverted, one build
+        patch_src "$(ls "$REPO"/vendor/patches/"$m"-*.patch)" -R || { echo "$m does not reverse"; exit 1; }
+    done
     build_variant "$name"
     echo "$name: rebuilt in $(( $(date +%s) - start )) s"
     made+=("$name")
