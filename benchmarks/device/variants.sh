@@ -35,34 +35,32 @@ patch_src() {
 }
 # the build tree's ggml-cuda rebuilt, its library into a copy of the installed package: the variant $1
 build_variant() {
+    local t0
+    t0=$(date +%s)
     "$cmake_bin" --build "$build" --target ggml-cuda -j "${CMAKE_BUILD_PARALLEL_LEVEL:-16}" > "$OUT/build-$1.log" 2>&1 \
         || { tail -30 "$OUT/build-$1.log"; exit 1; }
     rm -rf "${V:?}/$1" && cp -r "$V/all" "$V/$1"
     cp "$(find "$build" -name libggml-cuda.so | head -1)" "$V/$1/pyllama90a/"
+    echo "$1: rebuilt in $(( $(date +%s) - t0 )) s"
+    made+=("$1")
 }
 
 made=()
 # WITH: experiments (benchmarks/device/experiments/NAME.patch, e.g. one stage done twice: the difference from "all"
 # is what that stage costs inside the decode step), each applied alone on top of every patch, then taken off again
 for e in ${WITH:-}; do
-    start=$(date +%s)
     patch_file=$REPO/benchmarks/device/experiments/$e.patch
     patch_src "$patch_file" || { echo "$e does not apply"; exit 1; }
     build_variant "with-$e"
     patch_src "$patch_file" -R || { echo "$e does not reverse"; exit 1; }
-    echo "with-$e: rebuilt in $(( $(date +%s) - start )) s"
-    made+=("with-$e")
 done
 name=without
 for n in ${WITHOUT:-}; do
     name=$name-$n
-    start=$(date +%s)
     for m in ${n//+/ }; do  # "0032+0031": both reverted, one build
         patch_src "$(ls "$REPO"/vendor/patches/"$m"-*.patch)" -R || { echo "$m does not reverse"; exit 1; }
     done
     build_variant "$name"
-    echo "$name: rebuilt in $(( $(date +%s) - start )) s"
-    made+=("$name")
 done
 
 cd /tmp
