@@ -12,7 +12,8 @@
 # reads, needs a build of its own);
 # "all" is the installed package itself. Leaves the build tree without the patches (a later pip install prepares
 # the source afresh). Then BENCH (a command line; default below) runs once per variant, in the order of VARIANTS
-# (default: all, then each variant made), with that variant first on PYTHONPATH and $VARIANT naming it.
+# (default: all, then each variant made), with that variant first on PYTHONPATH, $VARIANT naming it and $RUN naming
+# that run's outputs ($VARIANT, or $VARIANT-run2 and so on where VARIANTS repeats it, e.g. "all" first and last).
 set -uo pipefail
 OUT=${OUT:-/tmp/pyllama90a-out}
 mkdir -p "$OUT"
@@ -67,16 +68,20 @@ cd /tmp
 # each variant's tables, FA-on f16 beside it in each: N = 1 / 8 / 32 sequences at 8K (bench batched), then one
 # sequence at depths 0 / 2K / 8K / 32K
 DEFAULT_BENCH='python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 --depths 8192 --tg 16 --reps 3
-    --modes hybrid:q4_0/q4_0+fused fa-on:f16/f16 --out $R/batched-$VARIANT > $R/batched-$VARIANT.log 2>&1;
-    cat $R/batched-$VARIANT/batched.md;
+    --modes hybrid:q4_0/q4_0+fused fa-on:f16/f16 --out $R/batched-$RUN > $R/batched-$RUN.log 2>&1;
+    cat $R/batched-$RUN/batched.md;
     python3 -m pyllama90a.bench --synthetic 8b-hd128 --depths 0 2048 8192 32768 --pp 512 --tg 32 --reps 3 --no-overhead
-    --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 hybrid:q4_0/q4_0+fused --out $R/single-$VARIANT
-    > $R/single-$VARIANT.log 2>&1; grep "| tg" $R/single-$VARIANT/bench.md'
+    --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 hybrid:q4_0/q4_0+fused --out $R/single-$RUN
+    > $R/single-$RUN.log 2>&1; grep "| tg" $R/single-$RUN/bench.md'
 export R
+declare -A runs=()
 for VARIANT in ${VARIANTS:-all ${made[@]}}; do
-    export VARIANT
-    echo "== $VARIANT $(date -u +%T)"
+    runs[$VARIANT]=$(( ${runs[$VARIANT]:-0} + 1 ))
+    RUN=$VARIANT
+    [ "${runs[$VARIANT]}" -gt 1 ] && RUN=$VARIANT-run${runs[$VARIANT]}
+    export VARIANT RUN
+    echo "== $RUN $(date -u +%T)"
     PYTHONPATH=$V/$VARIANT:/tmp/site timeout "${BENCH_S:-200}" bash -c "${BENCH:-${DEFAULT_BENCH//$'\n'/ }}"
-    echo "$VARIANT rc=$?"
+    echo "$RUN rc=$?"
 done
 (cd /tmp/gpu-decode && tar czf "$OUT/results.tgz" r)
