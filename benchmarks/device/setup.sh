@@ -1,6 +1,7 @@
 # Sourced by the device scripts: cffi from the carried wheels (and the server's, where .whl-server/ is carried;
 # benchmarks/device/wheels.sh writes both), the carried llama.cpp tree, the CUDA build
-# (incremental when build/ survived from an earlier call; none with SKIP_BUILD=1). Expects OUT; leaves REPO set.
+# (incremental when build/ survived from an earlier call; none with SKIP_BUILD=1), and meanwhile the synthetic
+# models the benches use (SYNTHETIC). Expects OUT; leaves REPO set.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     $(ls .whl-server/*.whl 2>/dev/null) || exit 1
 export PYTHONPATH=/tmp/site
@@ -12,9 +13,18 @@ export CMAKE_BUILD_PARALLEL_LEVEL=16
 # SKIP_BUILD=1: an earlier script of the same call has built and installed it
 if [ -z "${SKIP_BUILD:-}" ]; then  # (a call that carries the built package carries no llama.cpp tree)
     [ -d /tmp/src/llama.cpp ] || { mkdir -p /tmp/src && tar xzf .device/llama.cpp-src.tar.gz -C /tmp/src; }
+    # the bench's model written while the package builds (36-45 s for 8B, 2026-12-06), not on the bench's first use:
+    # synthetic.py needs only gguf (above), not the package. SYNTHETIC: the shapes, "" for none
+    pids=()
+    for shape in ${SYNTHETIC-8b-hd128}; do
+        python3 pyllama90a/tools/synthetic.py "$shape" > "$OUT/synthetic-$shape.log" 2>&1 & pids+=($!)
+    done
     start=$(date +%s)
     python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
     echo "build: $(( $(date +%s) - start )) s"
+    for pid in "${pids[@]}"; do
+        wait "$pid" || { echo "a synthetic model was not written: $OUT/synthetic-*.log"; exit 1; }
+    done
 fi
 REPO=$PWD
 export PYTHONFAULTHANDLER=1
