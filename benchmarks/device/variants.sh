@@ -40,6 +40,12 @@ build_variant() {
     t0=$(date +%s)
     "$cmake_bin" --build "$build" --target ggml-cuda -j "${CMAKE_BUILD_PARALLEL_LEVEL:-16}" > "$OUT/build-$1.log" 2>&1 \
         || { tail -30 "$OUT/build-$1.log"; exit 1; }
+    # a re-run of CMake prepares the source afresh from this tree's vendor/patches/, undoing what was applied above
+    # (a call whose tree lacks a patch the build had: 2026-12-06, call 2); the variant would be the wrong build
+    if grep -q "Re-running CMake" "$OUT/build-$1.log"; then
+        echo "$1: the build re-ran CMake, which re-prepared the source; carry the build's vendor/patches/ and retry"
+        exit 1
+    fi
     rm -rf "${V:?}/$1" && cp -r "$V/all" "$V/$1"
     cp "$(find "$build" -name libggml-cuda.so | head -1)" "$V/$1/pyllama90a/"
     echo "$1: rebuilt in $(( $(date +%s) - t0 )) s"
