@@ -10,8 +10,8 @@
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
 | CUDA               | q4_0/q4_0                       | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
 |                    |                                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
-|                    |                                 |                     | h100-8b-hd128-0031-0032: decode 0.94x / 1.01x / 1.19x   |
-|                    |                                 |                     | FA-on f16 at 0/8K/32K, 1.25x at 32 sequences of 8K;     |
+|                    |                                 |                     | h100-8b-hd128-0034-0035: decode 0.94x / 1.01x / 1.18x   |
+|                    |                                 |                     | FA-on f16 at 0/8K/32K, 1.30x at 32 sequences of 8K;     |
 |                    |                                 |                     | FA-on q4_0: 0.64x f16's at 32K (H200)                   |
 | CUDA               | q8_0, q4_1, q5_0, q5_1 (K = V)  | hybrid, with the    | h100-8b-hd128-calibrate/calibration-full.md: decode     |
 |                    |                                 | fused decode kernel | 1.04-1.15x FA-on's and 1.10-1.25x FA-off's at depths 0  |
@@ -127,7 +127,7 @@ def decide(requested: str, ctk: str, ctv: str, kind: str, label: str) -> Attenti
     elif kind == "cuda":
         if (ctk, ctv) in CUDA_HYBRID_PAIRS:
             choice = AttentionChoice("hybrid", label, "CUDA with quantized V: FA prefill, the fused quantized "
-                                                      "decode (1.19x FA-on f16's at 32K for q4_0), FA's compute "
+                                                      "decode (1.18x FA-on f16's at 32K for q4_0), FA's compute "
                                                       "buffer (H100, H200)", fused_decode=True)
         elif (ctk, ctv) in CUDA_FA_PAIRS:
             choice = AttentionChoice("on", label, "CUDA: FA-on prefills much faster for these types (H200)")
