@@ -58,6 +58,8 @@ D=$REPO/benchmarks/device
 ncu_stage() {
     local name=$1 steps=$2 script=$3 mode csv metrics rc summary=()
     local stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+    # the instructions executed and the issue slots' use: whether a kernel is bound by its instruction count
+    local issue='smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active'
     shift 3
     # a fresh machine's first use of the model writes it (~1-2 min for 8B): not under ncu's timeout
     timeout "$(cap 200)" python3 -c "from pyllama90a.tools.synthetic import synthetic_model as m; m('8b-hd128')"
@@ -66,7 +68,7 @@ ncu_stage() {
     for mode in ${NCU_MODES:-hybrid:q4_0/q4_0+fused fa-on:f16/f16}; do
         csv="$R/ncu-$name-${mode//[:\/+]/_}.csv"
         # the second metrics if the first fail (not if the time ran out: the second would take as long)
-        for metrics in "dram__bytes_read.sum,$stalls" dram__bytes_read.sum; do
+        for metrics in "dram__bytes_read.sum,$issue,$stalls" dram__bytes_read.sum; do
             timeout "$(cap "${NCU_S:-120}")" ncu --clock-control none --profile-from-start off \
                 --kernel-name regex:'pyl_attn_decode|flash_attn_' \
                 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

@@ -1,7 +1,8 @@
 """ncu's details CSV of ncu_depths.py or ncu_batched.py runs -> one table: per mode and captured step (a depth,
 or a number N of sequences decoding together), each attention kernel's time per step (summed over layers), DRAM
-bytes read per step and the rate, achieved and theoretical occupancy, waves, registers, and the largest warp
-stalls; then a row of the step's attention kernels together.
+bytes read per step and the rate, achieved and theoretical occupancy, waves, registers, the warp instructions it
+executed per step and how busy the schedulers' issue slots were (where the CSV has those metrics), and the largest
+warp stalls; then a row of the step's attention kernels together.
 
     python3 ncu_summary.py N_LAYER [LABEL=]STEPS MODE=FILE.csv [MODE=FILE.csv ...]
         STEPS: 0,2048,8192,32768 (depths, ncu_depths.py) or N=1,8,32 (ncu_batched.py's N at one depth)
@@ -27,6 +28,10 @@ METRICS = {
     "Block Limit Shared Mem": "limit_smem",
     "Warp Cycles Per Issued Instruction": "cpi",
 }
+# metric name -> key, summed over a step's launches: the kernel's whole instruction stream, which bounds its time at
+# the schedulers' issue rate whatever the memory does
+SUMMED = {"smsp__inst_executed.sum": "inst"}
+AVERAGED = {"smsp__issue_active.avg.pct_of_peak_sustained_active": "issue_pct"}
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 UNIT = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
@@ -55,6 +60,8 @@ def summarize(path, n_layer, steps):
             k[1][METRICS[metric]] = v * UNIT.get(unit, 1.0) if metric == "Duration" else v
         k[1]["grid"] = r.get("Grid Size", "")
         per = BYTES.get(unit.split("/")[0], 1.0)  # e.g. "Kbyte/block"
+        if metric in SUMMED or metric in AVERAGED:
+            k[1][SUMMED.get(metric) or AVERAGED[metric]] = v
         if metric == "dram__bytes_read.sum":
             k[1]["dram_read"] = v * per
         if metric == "Dynamic Shared Memory Per Block":
@@ -79,13 +86,14 @@ def main():
     label, _, values = sys.argv[2].rpartition("=")
     steps = [int(v) for v in values.split(",")]
     print(f"| mode | {label or 'depth'} | kernel | launches | µs/step | µs/launch | DRAM MB read/step | read GB/s | "
-          "DRAM % peak | achieved occupancy % | theoretical % | waves/SM | regs | "
-          "dyn smem KiB | grid | warp cycles/instr | top stalls (cycles/instr) |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+          "DRAM % peak | achieved occupancy % | theoretical % | waves/SM | regs | dyn smem KiB | grid | "
+          "M warp instr/step | issue slots busy % | warp cycles/instr | top stalls (cycles/instr) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for arg in sys.argv[3:]:
         mode, path = arg.split("=", 1)
         for step, per_kernel in sorted(summarize(path, n_layer, steps).items()):
             step_time = step_read = 0.0
+            step_inst = 0.0
             for name, items in per_kernel.items():
                 n = len(items)
                 def avg(key, items=items, n=n):
@@ -98,14 +106,19 @@ def main():
                 total = sum(m.get("time", 0.0) for m, _ in items)
                 read = sum(m.get("dram_read", 0.0) for m, _ in items)
                 rate = read / (total * 1e3) if total else 0.0  # bytes per ns = GB/s
+                inst = sum(m.get("inst", 0.0) for m, _ in items)
+                has = all("inst" in m for m, _ in items)
                 step_time, step_read = step_time + total, step_read + read
+                step_inst = step_inst + inst if has and step_inst is not None else None
+                issued = f"{inst / 1e6:.2f} | {avg('issue_pct'):.1f}" if has else "- | -"
                 print(f"| {mode} | {step} | `{name}` | {n} | {total:.1f} | {avg('time'):.2f} | {read / 1e6:.1f} | "
                       f"{rate:.0f} | {avg('dram_pct'):.1f} | {avg('occupancy'):.1f} | {avg('theoretical'):.1f} | "
                       f"{avg('waves'):.2f} | {avg('registers'):.0f} | {avg('smem_dyn') / 1024:.1f} | "
-                      f"{items[-1][0].get('grid', '')} | {avg('cpi'):.1f} | {top} |")
+                      f"{items[-1][0].get('grid', '')} | {issued} | {avg('cpi'):.1f} | {top} |")
             rate = step_read / (step_time * 1e3) if step_time else 0.0
+            inst = f"**{step_inst / 1e6:.2f}**" if step_inst is not None else "-"
             print(f"| {mode} | {step} | **all** | | **{step_time:.1f}** | | **{step_read / 1e6:.1f}** | **{rate:.0f}** "
-                  "| | | | | | | | | |")
+                  f"| | | | | | | | {inst} | | | |")
 
 
 if __name__ == "__main__":
