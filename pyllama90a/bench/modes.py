@@ -20,14 +20,12 @@ from ..native.kv_types import check_kv_type
 # "+nock": patch 0009's CK FlashAttention off (gfx90a builds with CK);
 # "+norot": upstream's Hadamard rotation of Q/K/V for quantized caches off (what it costs; it buys accuracy);
 # "+fused": hybrid's decode through patch 0013's fused kernel instead of the non-flash path (CUDA/HIP);
-# "+fused-unfolded": the same with patch 0015 off, i.e. upstream's four rotation nodes per layer around it;
-# "+fused-f32q": the same with patch 0016 off (q kept in F32, the kernel's third version)
+# "+fused-unfolded": the same with patch 0015 off, i.e. upstream's four rotation nodes per layer around it
 VARIANT_PATHS: dict[str, AttentionPaths] = {
     "": AttentionPaths(), "deq": AttentionPaths(vquant_direct=False), "ungrouped": AttentionPaths(kq_grouped=False),
     "mmq": AttentionPaths(kv_cublas=False), "nock": AttentionPaths(ck_fa=False), "norot": AttentionPaths(),
     "fused": AttentionPaths(fused_decode=True),
-    "fused-unfolded": AttentionPaths(fused_decode=True, fold_rotations=False),
-    "fused-f32q": AttentionPaths(fused_decode=True, fused_q8=False)}
+    "fused-unfolded": AttentionPaths(fused_decode=True, fold_rotations=False)}
 VARIANT_ENV: dict[str, tuple[str, str]] = {"norot": ("LLAMA_ATTN_ROT_DISABLE", "1")}
 
 

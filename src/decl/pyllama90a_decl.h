@@ -8,7 +8,6 @@ enum llama_pyl_attn_path {
     LLAMA_PYL_ATTN_HYBRID = 16,
     LLAMA_PYL_ATTN_FUSED_DECODE = 32,
     LLAMA_PYL_ATTN_FOLD_ROTATIONS = 64,
-    LLAMA_PYL_ATTN_FUSED_Q8 = 128,
 };
 #define LLAMA_PYL_HYBRID_MAX_DECODE_TOKENS 8
 struct llama_pyl_attn_params { uint32_t paths; };
@@ -20,8 +19,7 @@ size_t llama_compute_buffer_bytes(const struct llama_context * ctx);
 
 #define GGML_PYL_MARK_SLOT ...
 enum ggml_pyl_mark { GGML_PYL_MARK_K_CACHE = 1, GGML_PYL_MARK_KV_CUBLAS = 2, GGML_PYL_MARK_CK_FA = 4,
-                     GGML_PYL_MARK_FUSED_DECODE = 8, GGML_PYL_MARK_ROTATED = 16, GGML_PYL_MARK_ROTATE_ROWS = 32,
-                     GGML_PYL_MARK_FUSED_F32Q = 64 };
+                     GGML_PYL_MARK_FUSED_DECODE = 8, GGML_PYL_MARK_ROTATED = 16, GGML_PYL_MARK_ROTATE_ROWS = 32 };
 bool ggml_pyl_kv_quant_type(enum ggml_type type);
 int32_t ggml_pyl_get_mark(const struct ggml_tensor * t);
 void ggml_pyl_set_mark(struct ggml_tensor * t, int32_t mark);

@@ -20,13 +20,14 @@ def test_paths_are_bits_of_the_native_enum() -> None:
     assert AttentionPaths(ck_fa=False).bits == AttentionPaths().bits & ~lib.LLAMA_PYL_ATTN_CK_FA
     assert AttentionPaths(fused_decode=True).bits == AttentionPaths().bits | lib.LLAMA_PYL_ATTN_FUSED_DECODE
     assert AttentionPaths(fold_rotations=False).bits == AttentionPaths().bits & ~lib.LLAMA_PYL_ATTN_FOLD_ROTATIONS
-    assert AttentionPaths(fused_q8=False).bits == AttentionPaths().bits & ~lib.LLAMA_PYL_ATTN_FUSED_Q8
     for paths in (AttentionPaths(), AttentionPaths(False, False, False, False), AttentionPaths(kq_grouped=False)):
         assert AttentionPaths.from_bits(paths.bits) == paths
     with pytest.raises(pl.InvalidArgumentError, match="kq_grouped"):
         AttentionPaths(kq_grouped=0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="lane_quant"):  # the serial K/V store's switch, removed by patch 0030
         AttentionPaths(lane_quant=False)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="fused_q8"):  # the F32-q kernel's switch, removed by patch 0036
+        AttentionPaths(fused_q8=False)  # type: ignore[call-arg]
 
 
 def test_one_check_of_a_paths_argument(model_path) -> None:

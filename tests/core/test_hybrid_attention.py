@@ -150,7 +150,6 @@ def test_the_gpu_decodes_through_the_fused_kernel_and_not_without_it() -> None:
         if fused:
             assert len(attention) == SHAPES["hd128-gqa4"].n_layer
             assert all(n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
-            assert not any(n.mark & lib.GGML_PYL_MARK_FUSED_F32Q for n in attention)  # q8 by default (0016)
             assert "OUT_PROD" not in _ops(decode)
         else:
             assert not attention and "OUT_PROD" in _ops(decode)
@@ -168,7 +167,7 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     """Patch 0015: over a rotated cache (q4_0, head dim 128) the fused decode graph has none of the four rotation
     nodes per layer: its K and V stores rotate (ROTATE_ROWS, K's piece 128, V's 64, llama.cpp's sizes) and its
     attention rotates q and the output (ROTATED). Prefill keeps upstream's rotation nodes, and so does the fused
-    decode with fold_rotations off. The fused kernel is the q8 one (not marked FUSED_F32Q): V^T p in half2 (0026)."""
+    decode with fold_rotations off."""
     shape = SHAPES["hd128-gqa4"]
     path = synthetic_model(shape, weight_type="f16")
     prefill, decode = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
@@ -180,7 +179,6 @@ def test_the_fused_decode_does_the_rotations_in_its_kernels() -> None:
     attention = [n for n in decode if n.op == "FLASH_ATTN_EXT"]
     assert len(attention) == shape.n_layer
     assert all(n.mark & lib.GGML_PYL_MARK_ROTATED and n.mark & lib.GGML_PYL_MARK_FUSED_DECODE for n in attention)
-    assert not any(n.mark & lib.GGML_PYL_MARK_FUSED_F32Q for n in attention)  # q8: V^T p in half2 (0026)
     assert {((n.mark >> 8) & 15, (n.mark >> 12) & 15) for n in attention} == {(7, 6)}  # pieces of 128 and 64
     _, unfolded = phase_nodes(path, _tokens()[:40], ctk="q4_0", ctv="q4_0", flash_attn="hybrid", n_ctx=512,
                               n_gpu_layers=-1, paths=AttentionPaths(fused_decode=True, fold_rotations=False))
@@ -223,29 +221,26 @@ def test_auto_takes_hybrid_with_the_fused_kernel_on_cuda_and_given_paths_win() -
         assert m.attention.flash_attn == "hybrid" and not m.attention_paths.fused_decode
 
 
-# the fused kernel's versions: q in 8 bits (0016, the default) split over KV chunks with a reduce, in 0024's tiles
-# (K and V in one round trip, K^T q over idle lanes) with V^T p in half2 (0026: summed in half over a tile, in F32
-# across tiles), q in F32
-KERNELS = {"q8": AttentionPaths(fused_decode=True),
-           "f32q": AttentionPaths(fused_decode=True, fused_q8=False)}
+# the fused kernel: q in 8 bits (0016) split over KV chunks with a reduce, in 0024's tiles (K and V in one round
+# trip, K^T q over idle lanes) with V^T p in half2 (0026: summed in half over a tile, in F32 across tiles)
+FUSED = AttentionPaths(fused_decode=True)
 
 
 @on_gpu
-@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("shape", FUSED_SHAPES)
 @pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
-def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, kernel: str, tmp_path: Path) -> None:
+def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, tmp_path: Path) -> None:
     """The fused kernel, the GPU's non-flash decode and the CPU's FA-off decode, all from one cache (a state
     file): only the order of the sums and the rounding of q differ. The GPU's non-flash path rounds q to q8_1
-    (MMVQ) and the CPU's to q8_0 or q8_1; the fused kernel rounds it to 8 bits per 32 values too (patch 0016,
-    fused_q8) or keeps it in F32 (fused_q8 off). With 8 KV heads of 128 that rounding alone moves the logits by
-    up to ~6e-3 of their spread (H200, 2026-12-01, F32 q: fused~CPU 5.1e-3 for q4_1, 5.9e-3 q5_1, 5.6e-3 q8_0 over
-    6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so the bound is 8e-3 of the
-    spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of chunks or heads, or a
-    code of V or K read at the wrong place, is off by a large part of the spread. 600+ cells make several KV
-    chunks, so the reduce runs."""
+    (MMVQ) and the CPU's to q8_0 or q8_1; the fused kernel rounds it to 8 bits per 32 values too (patch 0016).
+    With 8 KV heads of 128 a rounding of q unlike the references' alone moved the logits by up to ~6e-3 of their
+    spread (H200, 2026-12-01, the kernel's F32-q version, removed by patch 0036: fused~CPU 5.1e-3 for q4_1,
+    5.9e-3 q5_1, 5.6e-3 q8_0 over 6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so
+    the bound is 8e-3 of the spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of
+    chunks or heads, or a code of V or K read at the wrong place, is off by a large part of the spread. 600+ cells
+    make several KV chunks, so the reduce runs."""
     prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
-    with _model(shape, kv, "hybrid", n_ctx=1024, paths=KERNELS[kernel]) as fused:
+    with _model(shape, kv, "hybrid", n_ctx=1024, paths=FUSED) as fused:
         fused.eval(prompt + prompt)
         fused.save_state(tmp_path / "prompt.state")
         got = step_logits(fused, rest)
@@ -295,16 +290,16 @@ def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: st
     prepared), and so do 0026's half2 sums (several tiles a block, each flushed to F32)."""
     path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
     prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
-    together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=KERNELS["q8"])
+    together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=FUSED)
     assert len(marks) == FUSED_SHAPES[shape].n_layer * STREAM_STEPS
-    assert all(m & lib.GGML_PYL_MARK_FUSED_DECODE and not m & lib.GGML_PYL_MARK_FUSED_F32Q for m in marks)
+    assert all(m & lib.GGML_PYL_MARK_FUSED_DECODE for m in marks)
     reference, reference_marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid",
                                                 paths=AttentionPaths())
     assert reference_marks == []
     for seq, (got, want) in enumerate(zip(together, reference, strict=True)):
         assert np.isfinite(got).all() and got.shape == want.shape == (STREAM_STEPS, FUSED_SHAPES[shape].n_vocab)
         alone = [decode_streams(path, [prompts[seq]], [[step[seq]] for step in steps], kv=kv, flash_attn="hybrid",
-                                paths=p)[0][0] for p in (KERNELS["q8"], AttentionPaths())]
+                                paths=p)[0][0] for p in (FUSED, AttentionPaths())]
         spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
         floor = float(np.abs(alone[0] - alone[1]).max())
         assert np.abs(got - want).max() <= max(8e-3 * spread, 2 * floor), f"sequence {seq}"

@@ -3,13 +3,13 @@
 //
 // Cases (tests/test_hybrid_attention.py's fused-kernel cases):
 // - attn/<kernel>/<shape>/<type>: FLASH_ATTN_EXT marked for the fused decode (patch 0013, rotations folded as
-//   0015, q8 as 0016 with 0024's two buffers and split, or F32 q), through
+//   0015, q in 8 bits as 0016 with 0024's two buffers and split), through
 //   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
 //   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
 //   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce). q8's V^T p is in
 //   half2 (patch 0026: p in half, summed in half over a tile, in F32 across tiles), so its bound allows for
 //   half's rounding.
-//   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8 (not for f32q), scores
+//   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8, scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
 // - store/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per block as 0017),
@@ -184,7 +184,6 @@ AttnOut run_attn(ggml_tensor * dst, bool reversed) {
 Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     Result res;
     res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
-    const bool f32q = !strcmp(kernel, "f32q");
     // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split)
     const size_t kn = strlen(kernel);
     const int cus = kn > 4 && !strcmp(kernel + kn - 4, "-4cu") ? 4 : kn > 4 && !strcmp(kernel + kn - 4, "-1cu") ? 1 : 104;
@@ -224,7 +223,6 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     const int rot_q = D, rot_out = 64;  // llama.cpp's rotation sizes: K the largest power of 2 dividing D, V 64
     int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
                    GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
-    mark |= f32q ? GGML_PYL_MARK_FUSED_F32Q : 0;
     ggml_pyl_set_mark(dst, mark);
     if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
         res.detail = "not supported by the fused kernel";
@@ -248,16 +246,14 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
         }
         fwht(qr, 0, rot_q);
         std::vector<double> qx = qr;  // exact
-        if (!f32q) {                  // 8 bits per 32 values: d = amax/127, code = round(x/d)
-            for (int b = 0; b < D / 32; ++b) {
-                float am = 0;
-                for (int i = 0; i < 32; ++i) {
-                    am = std::max(am, std::fabs((float) qr[b * 32 + i]));
-                }
-                const float dq = am / 127.0f;
-                for (int i = 0; i < 32; ++i) {
-                    qr[b * 32 + i] = am == 0.0f ? 0.0 : dq * (double) roundf((float) qr[b * 32 + i] / dq);
-                }
+        for (int b = 0; b < D / 32; ++b) {  // 8 bits per 32 values: d = amax/127, code = round(x/d)
+            float am = 0;
+            for (int i = 0; i < 32; ++i) {
+                am = std::max(am, std::fabs((float) qr[b * 32 + i]));
+            }
+            const float dq = am / 127.0f;
+            for (int i = 0; i < 32; ++i) {
+                qr[b * 32 + i] = am == 0.0f ? 0.0 : dq * (double) roundf((float) qr[b * 32 + i] / dq);
             }
         }
         std::vector<double> sc(N_KV), scx(N_KV);
@@ -310,7 +306,7 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     res.error = err / amax;
     // float sums in another order; a lane or group read at the wrong place is O(1). q8's V^T p in half2 (0026):
     // p, p*d and a tile's sums rounded to half (2^-11 relative each), up to ~8 of its ulps over a tile's cells
-    res.bound = f32q ? 1e-4 : 4e-3;
+    res.bound = 4e-3;
     std::vector<std::string> faults = fwd.faults;
     faults.insert(faults.end(), rev.faults.begin(), rev.faults.end());
     res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
@@ -680,7 +676,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "f32q"}) {
+    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),

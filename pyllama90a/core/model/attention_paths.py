@@ -13,8 +13,9 @@ from ...errors import InvalidArgumentError
 
 # the bits of enum llama_pyl_attn_path, in the order of the fields below
 _BITS = {"vquant_direct": 1 << 0, "kq_grouped": 1 << 1, "kv_cublas": 1 << 2, "ck_fa": 1 << 3, "fused_decode": 1 << 5,
-         "fold_rotations": 1 << 6, "fused_q8": 1 << 7}
-# (1 << 8, lane_quant, was retired by patch 0030 with the slower K/V store it chose)
+         "fold_rotations": 1 << 6}
+# (1 << 7, fused_q8, was retired by patch 0036 with the F32-q kernel it chose when off; 1 << 8, lane_quant, by
+# patch 0030 with the slower K/V store)
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,6 @@ class AttentionPaths:
                                 # (patch 0013; opt-in, and what flash_attn="auto" takes on CUDA)
     fold_rotations: bool = True # with fused_decode over a rotated quantized cache: the kernels rotate q, the
                                 # output and the stored K/V rows, no rotation nodes in the decode graph (0015)
-    fused_q8: bool = True       # with fused_decode: q rounded to 8 bits per 32 values (as the non-flash path and
-                                # FA round it), K^T q by dp4a (0016), V^T p in half2, two values per
-                                # instruction, F32 sums once per tile (0026); off: q in F32, the kernel's third version
 
     def __post_init__(self) -> None:
         for f in fields(self):
