@@ -27,13 +27,14 @@ METRICS = {
     "Block Limit Registers": "limit_regs",
     "Block Limit Shared Mem": "limit_smem",
     "Warp Cycles Per Issued Instruction": "cpi",
+    # the kernel's whole instruction stream (summed over a step's launches below), which bounds its time at the
+    # schedulers' issue rate whatever the memory does, and how busy their issue slots were
+    "smsp__inst_executed.sum": "inst",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue_pct",
 }
-# metric name -> key, summed over a step's launches: the kernel's whole instruction stream, which bounds its time at
-# the schedulers' issue rate whatever the memory does
-SUMMED = {"smsp__inst_executed.sum": "inst"}
-AVERAGED = {"smsp__issue_active.avg.pct_of_peak_sustained_active": "issue_pct"}
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 UNIT = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+INST = {"Kinst": 1e3, "Minst": 1e6, "Ginst": 1e9}  # instruction counts as ncu may scale them ("inst" unscaled)
 BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
@@ -57,11 +58,9 @@ def summarize(path, n_layer, steps):
         except ValueError:
             continue
         if metric in METRICS:
-            k[1][METRICS[metric]] = v * UNIT.get(unit, 1.0) if metric == "Duration" else v
+            k[1][METRICS[metric]] = v * UNIT.get(unit, 1.0) if metric == "Duration" else v * INST.get(unit, 1.0)
         k[1]["grid"] = r.get("Grid Size", "")
         per = BYTES.get(unit.split("/")[0], 1.0)  # e.g. "Kbyte/block"
-        if metric in SUMMED or metric in AVERAGED:
-            k[1][SUMMED.get(metric) or AVERAGED[metric]] = v
         if metric == "dram__bytes_read.sum":
             k[1]["dram_read"] = v * per
         if metric == "Dynamic Shared Memory Per Block":
