@@ -13,8 +13,9 @@ One context per (mode, D), of the largest N that fits: sequence 0 is filled to D
 cells (a sequence state copy), and each N decodes on sequences 0..N-1. Modes run one after another (two contexts
 of 100 GB do not fit one device together), not interleaved as the single-sequence bench runs them.
 --kv-budget-gb: the largest N whose KV cache at --budget-depth fits that many bytes, per mode, from the plans
-(llama.cpp's limit of 256 sequences applied); --measure-budget also decodes at that N. --plan-only: the plans
-alone (which (mode, D, N) fit, and the budget), no decoding: on any machine, in seconds.
+(llama.cpp's limit of 256 sequences applied); --measure-budget also decodes at that N and compares each mode there
+with the baseline at its own N (equal KV memory). --plan-only: the plans alone (which (mode, D, N) fit, and the
+budget), no decoding: on any machine, in seconds.
 """
 from __future__ import annotations
 
@@ -194,6 +195,14 @@ def add_ratios(result: dict[str, Any], baseline: str) -> None:
     for r in result["rows"]:
         b = base.get((r["depth"], r["n_seq"]))
         r["ratio_vs_baseline"] = r["aggregate_tok_s"] / b if b and "aggregate_tok_s" in r else None
+    # equal KV memory (--measure-budget): each mode at its own budget N, against the baseline at its own
+    measured = {(r["mode"], r["depth"], r["n_seq"]): r["aggregate_tok_s"] for r in result["rows"]
+                if "aggregate_tok_s" in r}
+    for b in result.get("budget", []):
+        b["aggregate_tok_s"] = measured.get((b["mode"], b["depth"], b["n_seq"]))
+    base_budget = next((b["aggregate_tok_s"] for b in result.get("budget", []) if b["mode"] == baseline), None)
+    for b in result.get("budget", []):
+        b["ratio_vs_baseline"] = b["aggregate_tok_s"] / base_budget if b["aggregate_tok_s"] and base_budget else None
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -215,11 +224,16 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{r['aggregate_tok_s_sd']:.1f} | {ratio} | {r['per_sequence_tok_s']:.2f} | {mib} | {r['path']} |")
     if result.get("budget"):
         lines += ["", "Largest N whose KV cache fits the budget (plan_memory of one sequence; llama.cpp takes at "
-                  "most 256 sequences):", "", "| mode | depth | KV budget GB | KV MB per sequence | N that fits | "
-                  "N (<= 256) |", "|---|---:|---:|---:|---:|---:|"]
+                  "most 256 sequences), and with --measure-budget each mode's aggregate at its own N (equal KV "
+                  "memory):", "", "| mode | depth | KV budget GB | KV MB per sequence | N that fits | N (<= 256) | "
+                  "aggregate tok/s at that N | vs baseline, each at its own N |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for b in result["budget"]:
+            tok_s = f"{b['aggregate_tok_s']:.1f}" if b.get("aggregate_tok_s") else "-"
+            ratio = f"{b['ratio_vs_baseline']:.2f}x" if b.get("ratio_vs_baseline") else "-"
             lines.append(f"| {b['mode']} | {b['depth']} | {b['budget_bytes'] / 1e9:g} | "
-                         f"{b['kv_bytes_per_sequence'] / 1e6:.1f} | {b['n_seq_fit']} | {b['n_seq']} |")
+                         f"{b['kv_bytes_per_sequence'] / 1e6:.1f} | {b['n_seq_fit']} | {b['n_seq']} | {tok_s} | "
+                         f"{ratio} |")
     return "\n".join(lines) + "\n"
 
 

@@ -148,6 +148,29 @@ def test_batched_bench_decodes_n_sequences_together_and_reports_memory(tmp_path:
     assert "| fa-off:q4_0/q4_0 | 40 | 3 |" in (tmp_path / "batched.md").read_text()
 
 
+def test_batched_bench_measures_each_mode_at_its_own_budget_n(tmp_path: Path) -> None:
+    # equal KV memory: a budget of 2.5 f16 sequences holds 2 of f16 and 8 of q4_0 (18/64 the bytes); each is decoded
+    # at its own N and compared with the baseline at its own
+    modes = ["fa-off:f16/f16", "fa-off:q4_0/q4_0"]
+    common = ["batched", "--synthetic", "tiny", "--n-seq", "1", "--depths", "40", "--budget-depth", "40", "--tg", "2",
+              "--reps", "2", "--threads", "2", "--modes", *modes]
+    assert main([*common, "--kv-budget-gb", "1", "--plan-only", "--out", str(tmp_path / "plan")]) == 0
+    plan = json.loads((tmp_path / "plan" / "batched.json").read_text())
+    (f16_one,) = [b["kv_bytes_per_sequence"] for b in plan["budget"] if b["mode"] == modes[0]]
+    assert main([*common, "--kv-budget-gb", str(2.5 * f16_one / 1e9), "--measure-budget", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "batched.json").read_text())
+    budget = {b["mode"]: b for b in result["budget"]}
+    assert budget[modes[0]]["n_seq"] == 2 and budget[modes[1]]["n_seq"] == 8
+    measured = {(r["mode"], r["n_seq"]): r["aggregate_tok_s"] for r in result["rows"]}
+    for mode, b in budget.items():
+        assert b["aggregate_tok_s"] == measured[mode, b["n_seq"]] > 0
+    assert budget[modes[0]]["ratio_vs_baseline"] == pytest.approx(1.0)
+    ratio = measured[modes[1], 8] / measured[modes[0], 2]
+    assert budget[modes[1]]["ratio_vs_baseline"] == pytest.approx(ratio)
+    assert f"| {modes[1]} | 40 | {2.5 * f16_one / 1e9:g} |" in (tmp_path / "batched.md").read_text()
+    assert f"| 8 | 8 | {measured[modes[1], 8]:.1f} | {ratio:.2f}x |" in (tmp_path / "batched.md").read_text()
+
+
 def test_batched_bench_skips_what_does_not_fit_the_memory_limit(tmp_path: Path) -> None:
     assert main(["batched", "--synthetic", "tiny", "--n-seq", "2", "--depths", "0", "--tg", "1", "--reps", "1",
                  "--modes", "fa-off:f16/f16", "--memory-limit-gib", "0.0001", "--out", str(tmp_path)]) == 0
