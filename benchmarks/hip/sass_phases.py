@@ -32,10 +32,11 @@ CUDA_DIR = "ggml/src/ggml-cuda"
 HEADER = "pyl-attn-decode-impl.cuh"  # the kernel and its dispatch by head dim and query heads (patch 0027)
 UNIT = "pyl-attn-decode-{type}.cu"    # one KV type's instances, through the header
 TYPES = {t: f"GGML_TYPE_{t.upper()}" for t in compile_gfx90a.DECODE_TYPES}
-# the phases of a tile, each from the first source line holding its marker to the next phase's
+# the phases of a tile, each from the first source line holding one of its markers to the next phase's (K^T q: the
+# tensor cores' branch, candidate 0037, comes first where it exists)
 PHASES = (("before the tiles", "static __global__ void k_pyl_attn_decode("),
           ("K/V copies", "for (int kv0 = c_begin; kv0 < c_end; kv0 += T"),
-          ("K^T q", "// K^T q: a thread per (cell, KV head)"),
+          ("K^T q", "// K^T q on the tensor cores:|// K^T q: a thread per (cell, KV head)"),
           ("softmax", "__syncthreads();  // scores written"),
           ("V^T p", "const float alpha = alpha_s[vh*ncols + g];"),
           ("epilogue", "// the R cell subsets' sums into q_s"))
@@ -74,7 +75,7 @@ def phase_starts(source: str) -> list[tuple[int, str]]:
     lines = source.splitlines()
     starts = []
     for name, marker in PHASES:
-        hits = [i + 1 for i, line in enumerate(lines) if marker in line]
+        hits = [i + 1 for i, line in enumerate(lines) if any(m in line for m in marker.split("|"))]
         if not hits:
             raise SystemExit(f"sass_phases: marker of {name!r} not found: {marker}")
         starts.append((hits[0], name))
