@@ -13,7 +13,9 @@
 # "all" is the installed package itself. Leaves the build tree without the patches (a later pip install prepares
 # the source afresh). Then BENCH (a command line; default below) runs once per variant, in the order of VARIANTS
 # (default: all, then each variant made), with that variant first on PYTHONPATH, $VARIANT naming it and $RUN naming
-# that run's outputs ($VARIANT, or $VARIANT-run2 and so on where VARIANTS repeats it, e.g. "all" first and last).
+# that run's outputs ($VARIANT, or $VARIANT-run2 and so on where it ran before on this machine: VARIANTS repeats it,
+# e.g. "all" first and last, or an earlier call did). VARIANTS may name builds an earlier call made (WITHOUT/WITH
+# empty: no build, the benches only).
 set -uo pipefail
 OUT=${OUT:-/tmp/pyllama90a-out}
 mkdir -p "$OUT"
@@ -80,11 +82,14 @@ DEFAULT_BENCH='python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 
     --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 hybrid:q4_0/q4_0+fused --out $R/single-$RUN
     > $R/single-$RUN.log 2>&1; grep "| tg" $R/single-$RUN/bench.md'
 export R
-declare -A runs=()
+# a variant's runs are counted on the machine ($R/runs/), so that a later call's run of it (a warm machine, its
+# builds still in $V) does not overwrite an earlier call's outputs
+mkdir -p "$R/runs"
 for VARIANT in ${VARIANTS:-all ${made[@]}}; do
-    runs[$VARIANT]=$(( ${runs[$VARIANT]:-0} + 1 ))
-    RUN=$VARIANT
-    [ "${runs[$VARIANT]}" -gt 1 ] && RUN=$VARIANT-run${runs[$VARIANT]}
+    [ -d "$V/$VARIANT" ] || { echo "$VARIANT: no such build in $V"; exit 1; }
+    RUN=$VARIANT n=1
+    while [ -e "$R/runs/$RUN" ]; do n=$((n + 1)); RUN=$VARIANT-run$n; done
+    touch "$R/runs/$RUN"
     export VARIANT RUN
     echo "== $RUN $(date -u +%T)"
     PYTHONPATH=$V/$VARIANT:/tmp/site timeout "${BENCH_S:-200}" bash -c "${BENCH:-${DEFAULT_BENCH//$'\n'/ }}"
