@@ -10,6 +10,7 @@ export PYLLAMA90A_LLAMA_CPP_SRC=/tmp/src/llama.cpp PYLLAMA90A_CACHE=/tmp/cache P
 # x64 the fallback on any other; the six others only lengthened each fresh build (228-333 s on 2026-12-06)
 export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DPYLLAMA90A_CPU_VARIANTS=x64;sapphirerapids"
 export CMAKE_BUILD_PARALLEL_LEVEL=16
+VARIANTS_DIR=/tmp/variants  # variants.sh's builds of the installed package's tree
 # SKIP_BUILD=1: an earlier script of the same call has built and installed it
 if [ -z "${SKIP_BUILD:-}" ]; then  # (a call that carries the built package carries no llama.cpp tree)
     [ -d /tmp/src/llama.cpp ] || { mkdir -p /tmp/src && tar xzf .device/llama.cpp-src.tar.gz -C /tmp/src; }
@@ -22,6 +23,7 @@ if [ -z "${SKIP_BUILD:-}" ]; then  # (a call that carries the built package carr
     start=$(date +%s)
     python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
     echo "build: $(( $(date +%s) - start )) s"
+    rm -rf "$VARIANTS_DIR"  # variants.sh's builds (and what they reverted) were of the tree this build replaced
     for pid in "${pids[@]}"; do
         wait "$pid" || { echo "a synthetic model was not written: $OUT/synthetic-*.log"; exit 1; }
     done

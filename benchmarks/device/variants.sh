@@ -2,16 +2,17 @@
 # Kernel versions side by side on one warm machine, each a build of its own: the package that an earlier call built
 # and installed (gpu_decode.sh, setup.sh), then the same build without the newest patches, one more each time.
 # WITHOUT: patch numbers, newest first (e.g. "0029 0028" makes without-0029 and without-0029-0028; "0029+0028" one
-# build without both, without-0029+0028). WITH: names of
+# build without both, without-0029+0028; a later call's "0028" after an earlier call's "0029" makes
+# without-0029-0028 too). WITH: names of
 # experiments in benchmarks/device/experiments/ (with-NAME each, made first; see its README).
 #
 # A variant is the earlier call's build tree rebuilt after `git apply -R` of the patch on the prepared source: only
 # the files that patch touches recompile (46-50 s on the H100 machine's host, 2026-12-05), where a pip install would
 # copy the source afresh and rebuild all of it (260 s). Its libggml-cuda.so goes into a copy of the installed
-# package, /tmp/variants/<name>/pyllama90a (so a patch that also changes libllama, or the C API the Python side
-# reads, needs a build of its own);
-# "all" is the installed package itself. Leaves the build tree without the patches (a later pip install prepares
-# the source afresh). Then BENCH (a command line; default below) runs once per variant, in the order of VARIANTS
+# package, $VARIANTS_DIR/<name>/pyllama90a (setup.sh's folder; so a patch that also changes libllama, or the C API
+# the Python side reads, needs a build of its own); "all" is the installed package itself. Leaves the build tree
+# without the patches (a later call's WITHOUT goes on from there; a later pip install prepares the source afresh
+# and empties $VARIANTS_DIR). Then BENCH (a command line; default below) runs once per variant, in the order of VARIANTS
 # (default: all, then each variant made), with that variant first on PYTHONPATH, $VARIANT naming it and $RUN naming
 # that run's outputs ($VARIANT, or $VARIANT-run2 and so on where it ran before on this machine: VARIANTS repeats it,
 # e.g. "all" first and last, or an earlier call did). VARIANTS may name builds an earlier call made (WITHOUT/WITH
@@ -21,7 +22,7 @@ OUT=${OUT:-/tmp/pyllama90a-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/variants.log") 2>&1
 SKIP_BUILD=1 source benchmarks/device/setup.sh
-V=/tmp/variants
+V=$VARIANTS_DIR
 R=/tmp/gpu-decode/r
 mkdir -p "$V" "$R"
 
@@ -57,18 +58,23 @@ build_variant() {
 made=()
 # WITH: experiments (benchmarks/device/experiments/NAME.patch, e.g. one stage done twice: the difference from "all"
 # is what that stage costs inside the decode step), each applied alone on top of every patch, then taken off again
+# what an earlier call on this machine reverted stays reverted in the build tree (its name in $V/reverted): a later
+# call's WITHOUT goes on from there, and an experiment would not sit on every patch
+reverted=$(cat "$V/reverted" 2>/dev/null || echo without)
+[ -n "${WITH:-}" ] && [ "$reverted" != without ] && { echo "WITH after $reverted: the tree lacks patches"; exit 1; }
 for e in ${WITH:-}; do
     patch_file=$REPO/benchmarks/device/experiments/$e.patch
     patch_src "$patch_file" || { echo "$e does not apply"; exit 1; }
     build_variant "with-$e"
     patch_src "$patch_file" -R || { echo "$e does not reverse"; exit 1; }
 done
-name=without
+name=$reverted
 for n in ${WITHOUT:-}; do
     name=$name-$n
     for m in ${n//+/ }; do  # "0032+0031": both reverted, one build
         patch_src "$(ls "$REPO"/vendor/patches/"$m"-*.patch)" -R || { echo "$m does not reverse"; exit 1; }
     done
+    echo "$name" > "$V/reverted"
     build_variant "$name"
 done
 
