@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 34 on the H200, in one call: STAGES (in order) of
+# Issue 34 on the device (an H100 or H200; each table names it), in one call: STAGES (in order) of
 #   tests    the CUDA tests of the attention paths (synthetic models; the tier "model", the default model's tests,
 #            is deselected: the device cannot download it); TESTS_S: its timeout (default 150 s)
 #   bench8b  single-sequence decode, 8b-hd128 at depths 0/2K/8K/32K: FA-on f16, FA-on q4_0, hybrid q4_0 + fused,
@@ -103,8 +103,8 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 \
             --depths ${BENCH8B_DEPTHS:-0 2048 8192 32768} --pp 512 --tg 32 --reps 3 --no-overhead --no-plot \
             --baseline fa-on:f16/f16 --modes ${BENCH8B_MODES:-fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused} \
-            ${BENCH8B_EXTRA:-} --out "$R/h200-8b-hd128" > "$R/bench8b.log" 2>&1
-        echo "bench8b rc=$?"; grep "| tg" "$R/h200-8b-hd128/bench.md" ;;
+            ${BENCH8B_EXTRA:-} --out "$R/8b-hd128" > "$R/bench8b.log" 2>&1
+        echo "bench8b rc=$?"; grep "| tg" "$R/8b-hd128/bench.md" ;;
     ncu) ncu_stage depths 0,2048,8192,32768 ncu_depths.py 0 2048 8192 32768 ;;
     ncu_batched) NCU_S=${NCU_S:-150} ncu_stage batched N=1,8,32 ncu_batched.py 8192 1 8 32 ;;
     steps0)
@@ -116,27 +116,27 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         timeout "$(cap "${BATCHED_S:-330}")" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
             --depths ${BATCHED_DEPTHS:-2048 8192 32768} --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
             ${BATCHED_EXTRA:---measure-budget} --modes ${BATCHED_MODES:-fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused} \
-            --out "$R/h200-8b-hd128-batched" > "$R/batched.log" 2>&1
-        echo "batched rc=$?"; cat "$R/h200-8b-hd128-batched/batched.md" ;;
+            --out "$R/8b-hd128-batched" > "$R/batched.log" 2>&1
+        echo "batched rc=$?"; cat "$R/8b-hd128-batched/batched.md" ;;
     server)  # the OpenAI server under 8 and 32 streaming clients: FA-on f16 against auto (hybrid + fused) q4_0
         model=$(python3 -c "from pyllama90a.tools.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
         for cfg in "f16 on" "q4_0 auto"; do
             set -- $cfg
             timeout "$(cap 150)" python3 -m pyllama90a.bench server --model "$model" --clients 8 32 --max-tokens 64 \
                 --reps 2 --ctk "$1" --ctv "$1" --flash-attn "$2" --n-ctx 131072 --threads 8 \
-                --out "$R/h200-8b-hd128-server-$1-$2" > "$R/server-$1.log" 2>&1
-            echo "server $cfg rc=$?"; cat "$R/h200-8b-hd128-server-$1-$2/server.md"
+                --out "$R/8b-hd128-server-$1-$2" > "$R/server-$1.log" 2>&1
+            echo "server $cfg rc=$?"; cat "$R/8b-hd128-server-$1-$2/server.md"
         done ;;
     calibrate)  # random weights: the speed and memory parts mean something, the quality part does not
         model=$(python3 -c "from pyllama90a.tools.synthetic import synthetic_model; print(synthetic_model('8b-hd128'))")
         timeout "$(cap "${CALIBRATE_S:-300}")" python3 -m pyllama90a calibrate "$model" --n-ctx 1400 --no-progress \
-            --out "$R/h200-8b-hd128-calibrate" > "$R/calibrate.log" 2>&1
-        echo "calibrate rc=$?"; head -40 "$R/h200-8b-hd128-calibrate/calibration.md" ;;
+            --out "$R/8b-hd128-calibrate" > "$R/calibrate.log" 2>&1
+        echo "calibrate rc=$?"; head -40 "$R/8b-hd128-calibrate/calibration.md" ;;
     bench1b)
         timeout "$(cap 160)" python3 -m pyllama90a.bench --synthetic 1b-hd64 --depths 0 2048 8192 32768 --pp 512 \
             --tg 32 --reps 3 --no-overhead --no-plot --baseline fa-on:f16/f16 --modes fa-on:f16/f16 fa-on:q4_0/q4_0 \
-            hybrid:q4_0/q4_0+fused fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused --out "$R/h200-1b-hd64" > "$R/bench1b.log" 2>&1
-        echo "bench1b rc=$?"; grep "| tg" "$R/h200-1b-hd64/bench.md" ;;
+            hybrid:q4_0/q4_0+fused fa-on:q8_0/q8_0 hybrid:q8_0/q8_0+fused --out "$R/1b-hd64" > "$R/bench1b.log" 2>&1
+        echo "bench1b rc=$?"; grep "| tg" "$R/1b-hd64/bench.md" ;;
     esac
     (cd "$RESULTS" && tar czf "$OUT/results.tgz" r)  # what has been measured so far comes back even if a later stage hangs
 done
