@@ -189,19 +189,19 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int
 
 
 def add_ratios(result: dict[str, Any], baseline: str) -> None:
-    base = {(r["depth"], r["n_seq"]): r["aggregate_tok_s"] for r in result["rows"]
-            if r["mode"] == baseline and "aggregate_tok_s" in r}
-    result["baseline"] = baseline
-    for r in result["rows"]:
-        b = base.get((r["depth"], r["n_seq"]))
-        r["ratio_vs_baseline"] = r["aggregate_tok_s"] / b if b and "aggregate_tok_s" in r else None
-    # equal KV memory (--measure-budget): each mode at its own budget N, against the baseline at its own
+    """Each measured row against the baseline at its (depth, N); with --measure-budget each mode's budget N
+    against the baseline's own (equal KV memory)."""
     measured = {(r["mode"], r["depth"], r["n_seq"]): r["aggregate_tok_s"] for r in result["rows"]
                 if "aggregate_tok_s" in r}
-    for b in result.get("budget", []):
+    result["baseline"] = baseline
+    for r in result["rows"]:
+        b = measured.get((baseline, r["depth"], r["n_seq"]))
+        r["ratio_vs_baseline"] = r["aggregate_tok_s"] / b if b and "aggregate_tok_s" in r else None
+    budget = result.get("budget", [])
+    for b in budget:
         b["aggregate_tok_s"] = measured.get((b["mode"], b["depth"], b["n_seq"]))
-    base_budget = next((b["aggregate_tok_s"] for b in result.get("budget", []) if b["mode"] == baseline), None)
-    for b in result.get("budget", []):
+    base_budget = next((b["aggregate_tok_s"] for b in budget if b["mode"] == baseline), None)
+    for b in budget:
         b["ratio_vs_baseline"] = b["aggregate_tok_s"] / base_budget if b["aggregate_tok_s"] and base_budget else None
 
 
