@@ -7,7 +7,7 @@ counted by phase of its tile loop (a sibling of compile_gfx90a.py: the patched k
 The type's translation unit of the patched tree (vendor/prepare_source.py's, or --src), pyl-attn-decode-<type>.cu
 (patch 0027), is copied with the header it includes, pyl-attn-decode-impl.cuh (the kernel, its launch and dispatch),
 whose dispatch is narrowed to one (head dim, query heads per KV head), so that only that shape's instances are
-compiled (nvcc -cubin -arch=sm_90a -lineinfo, a few seconds); nvdisasm -gi maps every instruction to its outermost
+compiled (nvcc -cubin -arch=sm_90a -lineinfo with the build's -use_fast_math, a few seconds); nvdisasm -gi maps every instruction to its outermost
 source line in the kernel (inlined helpers count where they are called), and each phase is the run of kernel lines
 between two markers of the header. For every instance: registers and spills (ptxas), the static instruction count of
 each phase, and each loop inside a tile (a backward branch): the line and phase of its branch, its body. Executed
@@ -136,7 +136,10 @@ def main() -> int:
         unit.write_text(unit_text.replace(f'#include "{HEADER}"', f'#include "{header.name}"'))
         try:
             cubin = Path(tmp) / "k.cubin"
-            ptxas = subprocess.run([args.nvcc, "-arch=sm_90a", "-cubin", "-O3", "-lineinfo", "-std=c++17",
+            # ggml-cuda's CMakeLists.txt compiles with -use_fast_math: without it expf alone is ~11 instructions
+            # where the build has 2, and the softmax a quarter more (2026-12-06)
+            ptxas = subprocess.run([args.nvcc, "-arch=sm_90a", "-cubin", "-O3", "-use_fast_math", "-lineinfo",
+                                    "-std=c++17",
                                     f"-I{tmp}", f"-I{tree / 'ggml/include'}", f"-I{tree / 'ggml/src'}",
                                     f"-I{cuda}", "-Xptxas", "-v", "-o", str(cubin),
                                     str(unit)], check=True, capture_output=True, text=True).stderr
