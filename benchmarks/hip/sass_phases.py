@@ -7,11 +7,12 @@ counted by phase of its tile loop (a sibling of compile_gfx90a.py: the patched k
 The type's translation unit of the patched tree (vendor/prepare_source.py's, or --src), pyl-attn-decode-<type>.cu
 (patch 0027), is copied with the header it includes, pyl-attn-decode-impl.cuh (the kernel, its launch and dispatch),
 whose dispatch is narrowed to one (head dim, query heads per KV head), so that only that shape's instances are
-compiled (nvcc -cubin -arch=sm_90a -lineinfo with the build's -use_fast_math, a few seconds); nvdisasm -gi maps every instruction to its outermost
-source line in the kernel (inlined helpers count where they are called), and each phase is the run of kernel lines
-between two markers of the header. For every instance: registers and spills (ptxas), the static instruction count of
-each phase, and each loop inside a tile (a backward branch): the line and phase of its branch, its body. Executed
-counts follow from the trip counts of the launch shape (see the results README that quotes them).
+compiled (nvcc -cubin -arch=sm_90a -lineinfo with the build's -use_fast_math, a few seconds); nvdisasm -gi maps
+every instruction to its outermost source line in the kernel (inlined helpers count where they are called), and each
+phase is the run of kernel lines between two markers of the header. For every instance: registers and spills
+(ptxas), the static instruction count of each phase, and each loop inside a tile (a backward branch): the line and
+phase of its branch, its body. Executed counts follow from the trip counts of the launch shape (see the results
+README that quotes them).
 nvdisasm is not in nvcc 13.0's install here: the pip package nvidia-cuda-nvdisasm ships it. cuBLAS's header,
 which ggml-cuda's common header includes and the kernels never use, is replaced by a stub of the few names.
 """
