@@ -229,7 +229,8 @@ FUSED = AttentionPaths(fused_decode=True)
 @on_gpu
 @pytest.mark.parametrize("shape", FUSED_SHAPES)
 @pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
-def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache", ["chunks", "one-tile"])
+def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, cache: str, tmp_path: Path) -> None:
     """The fused kernel, the GPU's non-flash decode and the CPU's FA-off decode, all from one cache (a state
     file): only the order of the sums and the rounding of q differ. The GPU's non-flash path rounds q to q8_1
     (MMVQ) and the CPU's to q8_0 or q8_1; the fused kernel rounds it to 8 bits per 32 values too (patch 0016).
@@ -237,11 +238,12 @@ def test_the_fused_kernel_decodes_as_the_non_flash_path(shape: str, kv: str, tmp
     spread (H200, 2026-12-01, the kernel's F32-q version, removed by patch 0036: fused~CPU 5.1e-3 for q4_1,
     5.9e-3 q5_1, 5.6e-3 q8_0 over 6 steps, where the two references, rounding alike, are 2.4-3.6e-3 apart), so
     the bound is 8e-3 of the spread, or no farther from the CPU than 1.25x the non-flash path; a wrong combine of
-    chunks or heads, or a code of V or K read at the wrong place, is off by a large part of the spread. 600+ cells
-    make several KV chunks, so the reduce runs."""
+    chunks or heads, or a code of V or K read at the wrong place, is off by a large part of the spread. "chunks":
+    600+ cells make several KV chunks, so the reduce runs; "one-tile": 151-156 cells, fewer than one tile of one
+    KV head holds (a 256-cell cache view), the depth where a chat starts."""
     prompt, rest = _tokens()[:N_PROMPT], _tokens()[N_PROMPT:]
     with _model(shape, kv, "hybrid", n_ctx=1024, paths=FUSED) as fused:
-        fused.eval(prompt + prompt)
+        fused.eval(prompt + prompt if cache == "chunks" else prompt[:151])
         fused.save_state(tmp_path / "prompt.state")
         got = step_logits(fused, rest)
     decoded = {}

@@ -184,9 +184,14 @@ AttnOut run_attn(ggml_tensor * dst, bool reversed) {
 Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     Result res;
     res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
-    // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split)
-    const size_t kn = strlen(kernel);
-    const int cus = kn > 4 && !strcmp(kernel + kn - 4, "-4cu") ? 4 : kn > 4 && !strcmp(kernel + kn - 4, "-1cu") ? 1 : 104;
+    // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split); "-short":
+    // the cache view of a decode step at depth ~150 (256 cells, fewer than one tile of one KV head holds)
+    const auto ends_with = [kernel](const char * tail) {
+        const size_t kn = strlen(kernel), tn = strlen(tail);
+        return kn > tn && !strcmp(kernel + kn - tn, tail);
+    };
+    const int cus = ends_with("-4cu") ? 4 : ends_with("-1cu") ? 1 : 104;
+    const int n_kv = ends_with("-short") ? 256 : N_KV, n_used = ends_with("-short") ? 151 : N_USED;
     struct CUs {  // restored when the case ends, whichever way
         explicit CUs(int n) { harness_info().devices[0].nsm = n; }
         ~CUs() { harness_info().devices[0].nsm = 104; }
@@ -202,8 +207,8 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     ggml_tensor * vc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
     kc->data = kdata;
     vc->data = vdata;
-    ggml_tensor * k = ggml_view_4d(c.ctx, kc, D, N_KV, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
-    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, N_KV, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
+    ggml_tensor * k = ggml_view_4d(c.ctx, kc, D, n_kv, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
+    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, n_kv, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
     ggml_tensor * qc = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F32, D, s.n_head);
     qc->data = dev<float>((size_t) D * s.n_head);
     for (int i = 0; i < D * s.n_head; ++i) {
@@ -212,10 +217,10 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
     // q as build_attn_mha permutes it: [D, 1 token, n_head, 1]
     ggml_tensor * q = ggml_view_4d(c.ctx, qc, D, 1, s.n_head, 1, (size_t) D * s.n_head * 4, (size_t) D * 4,
                                    (size_t) D * s.n_head * 4, 0);
-    ggml_tensor * mask = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F16, N_KV, 1);
-    mask->data = dev<ggml_fp16_t>(N_KV);
-    for (int j = 0; j < N_KV; ++j) {
-        ((ggml_fp16_t *) mask->data)[j] = ggml_fp32_to_fp16(j < N_USED ? 0.0f : -INFINITY);
+    ggml_tensor * mask = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F16, n_kv, 1);
+    mask->data = dev<ggml_fp16_t>(n_kv);
+    for (int j = 0; j < n_kv; ++j) {
+        ((ggml_fp16_t *) mask->data)[j] = ggml_fp32_to_fp16(j < n_used ? 0.0f : -INFINITY);
     }
     const float scale = 1.0f / sqrtf((float) D);
     ggml_tensor * dst = ggml_flash_attn_ext(c.ctx, q, k, v, mask, scale, 0.0f, 0.0f);
@@ -256,10 +261,10 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
                 qr[b * 32 + i] = am == 0.0f ? 0.0 : dq * (double) roundf((float) qr[b * 32 + i] / dq);
             }
         }
-        std::vector<double> sc(N_KV), scx(N_KV);
+        std::vector<double> sc(n_kv), scx(n_kv);
         double mx = -INFINITY, mxx = -INFINITY;
-        for (int j = 0; j < N_KV; ++j) {
-            if (j >= N_USED) {
+        for (int j = 0; j < n_kv; ++j) {
+            if (j >= n_used) {
                 sc[j] = scx[j] = -INFINITY;
                 continue;
             }
@@ -276,7 +281,7 @@ Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
         }
         std::vector<double> o(D, 0.0), ox(D, 0.0);
         double l = 0, lx = 0;
-        for (int j = 0; j < N_USED; ++j) {
+        for (int j = 0; j < n_used; ++j) {
             const std::vector<float> vr = to_float(type, (const char *) vdata + j * row + hk * rd, D);
             const double p = std::exp(sc[j] - mx), px = std::exp(scx[j] - mxx);
             l += p;
@@ -676,7 +681,7 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu"}) {
+    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "q8-short"}) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
                 add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
