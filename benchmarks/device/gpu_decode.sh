@@ -8,6 +8,8 @@
 #            BENCH8B_S: its timeout (default 280 s; ~70 s more per extra mode)
 #   ncu      ncu counters (--clock-control none) of the attention kernels at 0/2K/8K/32K (ncu_depths.py)
 #   ncu_batched  the same counters of one step of N = 1/8/32 sequences decoding together at 8K (ncu_batched.py)
+#   ncu_depth0  the same counters at depth 1 of every kernel a layer's attention is made of, the K/V stores too
+#            (ours rotate and quantize; FA-on f16's convert): what depth 0 costs beyond FA-on f16, kernel by kernel
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched); BATCHED_S: its
 #            timeout (default 330 s)
@@ -51,9 +53,10 @@ fi
 cd /tmp
 R=$RESULTS/r
 D=$REPO/benchmarks/device
-# ncu's counters of the attention kernels (all of FA's: with several KV streams FA over f16 runs its MMA kernel)
-# in the capture ranges of SCRIPT (ncu_depths.py, ncu_batched.py) on 8b-hd128, one process per mode of NCU_MODES
-# (NCU_S seconds at most each), summarized by ncu_summary.py into $R/ncu-NAME-attention-8b-hd128.md.
+# ncu's counters of the attention kernels (all of FA's: with several KV streams FA over f16 runs its MMA kernel;
+# NCU_KERNELS: another regex of kernel names) in the capture ranges of SCRIPT (ncu_depths.py, ncu_batched.py) on
+# 8b-hd128, one process per mode of NCU_MODES (NCU_S seconds at most each), summarized by ncu_summary.py into
+# $R/ncu-NAME-attention-8b-hd128.md.
 # Arguments: NAME, STEPS (ncu_summary.py's), SCRIPT, its arguments after the mode.
 ncu_stage() {
     local name=$1 steps=$2 script=$3 mode csv metrics rc summary=()
@@ -70,7 +73,7 @@ ncu_stage() {
         # the second metrics if the first fail (not if the time ran out: the second would take as long)
         for metrics in "dram__bytes_read.sum,$issue,$stalls" dram__bytes_read.sum; do
             timeout "$(cap "${NCU_S:-120}")" ncu --clock-control none --profile-from-start off \
-                --kernel-name regex:'pyl_attn_decode|flash_attn_' \
+                --kernel-name regex:"${NCU_KERNELS:-pyl_attn_decode|flash_attn_}" \
                 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
                 --metrics "$metrics" --csv --page details --log-file "$csv" \
                 python3 "$D/$script" 8b-hd128 "$mode" "$@" >> "$R/ncu-$name.log" 2>&1
@@ -107,6 +110,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         echo "bench8b rc=$?"; grep "| tg" "$R/8b-hd128/bench.md" ;;
     ncu) ncu_stage depths 0,2048,8192,32768 ncu_depths.py 0 2048 8192 32768 ;;
     ncu_batched) NCU_S=${NCU_S:-150} ncu_stage batched N=1,8,32 ncu_batched.py 8192 1 8 32 ;;
+    ncu_depth0) NCU_KERNELS='pyl_attn_decode|flash_attn_|set_rows' ncu_stage depth0 0 ncu_depths.py 0 ;;
     steps0)
         (cd "$REPO" && OUT=$R SKIP_BUILD=1 DEPTH=0 STEPS=4 NCU_FLAGS="--clock-control none" \
             MODES="fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused" \
