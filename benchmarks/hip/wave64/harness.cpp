@@ -6,7 +6,8 @@
 //   0015, q in 8 bits as 0016 with 0024's two buffers and split), through
 //   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
 //   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
-//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce). q8's V^T p is in
+//   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce); q8-short: a 256-cell
+//   view with 151 unmasked, fewer than one tile of one KV head holds (ATTN_CASES). q8's V^T p is in
 //   half2 (patch 0026: p in half, summed in half over a tile, in F32 across tiles), so its bound allows for
 //   half's rounding.
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8, scores
@@ -41,12 +42,14 @@
 
 // ---- the host symbols of ggml-cuda.cu that the units use: one MI210 --------------------------------------
 
+constexpr int MI210_CUS = 104;  // its compute units
+
 ggml_cuda_device_info & harness_info() {
     static ggml_cuda_device_info info = [] {
         ggml_cuda_device_info i = {};
         i.device_count = i.physical_device_count = 1;
         i.devices[0].cc = GGML_CUDA_CC_CDNA2;
-        i.devices[0].nsm = 104;  // MI210: 104 compute units
+        i.devices[0].nsm = MI210_CUS;
         i.devices[0].smpb = i.devices[0].smpbo = 64 * 1024;
         i.devices[0].warp_size = WAVE64_WIDTH;
         i.devices[0].total_vram = (size_t) 64 << 30;
@@ -139,6 +142,18 @@ constexpr int KV_SIZE = 1024;  // the test's n_ctx
 constexpr int N_KV    = 768;   // the cache view of a decode step there (llama.cpp pads n_kv to 256)
 constexpr int N_USED  = 607;   // 2 x 301 prompt tokens and the decode steps before the last
 
+// the fused kernel's cases: a device of cus CUs, a cache view of n_kv cells of which n_used are unmasked
+struct AttnCase {
+    const char * name;
+    int cus, n_kv, n_used;
+};
+const AttnCase ATTN_CASES[] = {
+    {"q8", MI210_CUS, N_KV, N_USED},
+    {"q8-4cu", 4, N_KV, N_USED},       // the split gives a block several tiles
+    {"q8-1cu", 1, N_KV, N_USED},       // no split: one chunk of several tiles
+    {"q8-short", MI210_CUS, 256, 151},  // the depth where a chat starts
+};
+
 struct Ctx {
     ggml_context * ctx;
     Ctx() {
@@ -181,21 +196,14 @@ AttnOut run_attn(ggml_tensor * dst, bool reversed) {
     return {std::vector<float>(d, d + ggml_nelements(dst)), r.faults};
 }
 
-Result attn_case(const char * kernel, const Shape & s, ggml_type type) {
+Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
     Result res;
-    res.name = std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(type);
-    // the second version's splits with several tiles per block: a device of 4 CUs, or of 1 (no split); "-short":
-    // the cache view of a decode step at depth ~150 (256 cells, fewer than one tile of one KV head holds)
-    const auto ends_with = [kernel](const char * tail) {
-        const size_t kn = strlen(kernel), tn = strlen(tail);
-        return kn > tn && !strcmp(kernel + kn - tn, tail);
-    };
-    const int cus = ends_with("-4cu") ? 4 : ends_with("-1cu") ? 1 : 104;
-    const int n_kv = ends_with("-short") ? 256 : N_KV, n_used = ends_with("-short") ? 151 : N_USED;
+    res.name = std::string("attn/") + a.name + "/" + s.name + "/" + ggml_type_name(type);
+    const int n_kv = a.n_kv, n_used = a.n_used;
     struct CUs {  // restored when the case ends, whichever way
         explicit CUs(int n) { harness_info().devices[0].nsm = n; }
-        ~CUs() { harness_info().devices[0].nsm = 104; }
-    } cus_of_case(cus);
+        ~CUs() { harness_info().devices[0].nsm = MI210_CUS; }
+    } cus_of_case(a.cus);
     std::mt19937_64 rng(1234 + s.D * 7 + s.n_head * 13 + (int) type);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int D = s.D, n_embd = D * s.n_head_kv, G = s.n_head / s.n_head_kv;
@@ -681,11 +689,11 @@ int main(int argc, char ** argv) {
     add("selftest/shuffle-reads-returned-lanes", [] { return selftest_inactive(true); });
     add("selftest/broadcast", [] { return selftest_broadcast(false); });
     add("selftest/broadcast-default-width", [] { return selftest_broadcast(true); });
-    for (const char * kernel : {"q8", "q8-4cu", "q8-1cu", "q8-short"}) {
+    for (const AttnCase & a : ATTN_CASES) {
         for (const Shape & s : SHAPES) {
             for (ggml_type t : TYPES) {
-                add(std::string("attn/") + kernel + "/" + s.name + "/" + ggml_type_name(t),
-                    [kernel, s, t] { return attn_case(kernel, s, t); });
+                add(std::string("attn/") + a.name + "/" + s.name + "/" + ggml_type_name(t),
+                    [&a, s, t] { return attn_case(a, s, t); });
             }
         }
     }
