@@ -14,7 +14,7 @@
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
 // - store/<shape>/<type>/<n>: a layer's K and V SET_ROWS marked ROTATE_ROWS (0015, 32 lanes per block as 0017),
-//   through ggml_cuda_pyl_set_rows_rot, K then V, n tokens. Reference:
+//   through ggml_cuda_pyl_set_rows_rot, K and V in one launch (0041), n tokens. Reference:
 //   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
 //   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
 // - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
@@ -386,8 +386,7 @@ Result store_case(const Shape & s, ggml_type type, int n_tokens) {
             memset(x.data, 0x5a, row * KV_SIZE);
         }
         ggml_backend_cuda_context cctx(0);
-        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node);
-        ggml_cuda_pyl_set_rows_rot(cctx, st[1].node);
+        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node, st[1].node);  // one launch, as the graph runs them (0041)
         faults.insert(faults.end(), r.faults.begin(), r.faults.end());
         for (auto & x : st) {
             outs[pass].insert(outs[pass].end(), (unsigned char *) x.data, (unsigned char *) x.data + row * KV_SIZE);
