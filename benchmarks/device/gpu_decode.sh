@@ -18,7 +18,7 @@
 #   calibrate  `python -m pyllama90a calibrate` on 8b-hd128: the full preset's depths up to 1K (up to 4K it ran
 #            past 280 s on an H100: 22 modes, 3 depths, then 36 quality steps of 1-5 s); CALIBRATE_S its timeout
 # TESTS_K / BATCHED_MODES / BATCHED_DEPTHS: the tests stage's -k, the batched stage's modes and depths in place of
-# the defaults; TESTS_SHIFT=0: the tests stage without its context-shift test.
+# the defaults; TESTS_SHIFT=0: the tests stage without its context-shift test; TESTS_VARIANT: its build.
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
 # earlier call of the same native source: no build then, and no .device/ needed). DEADLINE_S: the call's budget (each stage's timeout
 # is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log). The results folder stays
@@ -90,17 +90,23 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     echo "== stage $stage ($t s left) $(date -u +%T)"
     case $stage in
     tests)
-        timeout "$(cap "${TESTS_S:-150}")" python3 -m pytest -q -p no:cacheprovider \
+        # TESTS_VARIANT: a build variants.sh made (e.g. without-0040: the series without a candidate), tested in
+        # place of the installed package
+        log=$R/pytest${TESTS_VARIANT:+-$TESTS_VARIANT}.log
+        [ -z "${TESTS_VARIANT:-}" ] || [ -d "$VARIANTS_DIR/$TESTS_VARIANT" ] || { echo "no build $TESTS_VARIANT"; exit 1; }
+        PYTHONPATH=${TESTS_VARIANT:+$VARIANTS_DIR/$TESTS_VARIANT:}$PYTHONPATH timeout "$(cap "${TESTS_S:-150}")" \
+            python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) \
-            -m "not model" ${TESTS_K:+-k "$TESTS_K"} > "$R/pytest.log" 2>&1
-        echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10
+            -m "not model" ${TESTS_K:+-k "$TESTS_K"} > "$log" 2>&1
+        echo "tests rc=$?"; tail -3 "$log"; grep -E "FAILED|ERROR" "$log" | head -10
         # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2);
         # TESTS_SHIFT=0 leaves it out (a call that tests one kernel variant only)
         if [ "${TESTS_SHIFT:-1}" = 1 ]; then
-            timeout "$(cap 60)" python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
-                -k on_every_backend > "$R/pytest-context-shift.log" 2>&1
-            echo "context shift tests rc=$?"; tail -3 "$R/pytest-context-shift.log"
+            PYTHONPATH=${TESTS_VARIANT:+$VARIANTS_DIR/$TESTS_VARIANT:}$PYTHONPATH timeout "$(cap 60)" \
+                python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
+                -k on_every_backend > "${log%.log}-context-shift.log" 2>&1
+            echo "context shift tests rc=$?"; tail -3 "${log%.log}-context-shift.log"
         fi ;;
     bench8b)
         timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 \
