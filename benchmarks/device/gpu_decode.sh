@@ -94,7 +94,8 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         # place of the installed package
         log=$R/pytest${TESTS_VARIANT:+-$TESTS_VARIANT}.log
         [ -z "${TESTS_VARIANT:-}" ] || [ -d "$VARIANTS_DIR/$TESTS_VARIANT" ] || { echo "no build $TESTS_VARIANT"; exit 1; }
-        PYTHONPATH=${TESTS_VARIANT:+$VARIANTS_DIR/$TESTS_VARIANT:}$PYTHONPATH timeout "$(cap "${TESTS_S:-150}")" \
+        tests_path=${TESTS_VARIANT:+$VARIANTS_DIR/$TESTS_VARIANT:}$PYTHONPATH
+        PYTHONPATH=$tests_path timeout "$(cap "${TESTS_S:-150}")" \
             python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) \
@@ -103,7 +104,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2);
         # TESTS_SHIFT=0 leaves it out (a call that tests one kernel variant only)
         if [ "${TESTS_SHIFT:-1}" = 1 ]; then
-            PYTHONPATH=${TESTS_VARIANT:+$VARIANTS_DIR/$TESTS_VARIANT:}$PYTHONPATH timeout "$(cap 60)" \
+            PYTHONPATH=$tests_path timeout "$(cap 60)" \
                 python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
                 -k on_every_backend > "${log%.log}-context-shift.log" 2>&1
             echo "context shift tests rc=$?"; tail -3 "${log%.log}-context-shift.log"
