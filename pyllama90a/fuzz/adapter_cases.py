@@ -1,6 +1,6 @@
 """The fuzz target "adapter": LoRA adapters for a real model, mutated, then loaded and used (issue 33).
 
-A base adapter is a well-formed LoRA GGUF (pyllama90a.tools.synthetic.write_synthetic_lora) for the default model's
+A base adapter is a well-formed LoRA GGUF (pyllama90a.tools.synthetic_lora.write_synthetic_lora) for the default model's
 shapes ("adapter-real": SmolLM2's weights, tied output) or the tiny synthetic model's ("adapter-tiny": its own
 output.weight, so that a pair renamed to token_embd reaches a decode). A case mutates it with gguf_generator's
 classes that apply to an adapter's header (metadata, tensor infos, truncation, bit flips) and with this module's
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.gguf.header import GGML_TYPE_SIZES, read_header
-from ..tools.synthetic import Shape, synthetic_model, write_synthetic_lora
+from ..tools.synthetic import Shape, synthetic_model
+from ..tools.synthetic_lora import write_synthetic_lora
 from .gguf_file import F32, F64, STRING, U32, GGUFFile, read_gguf
 from .gguf_generator import FLOAT_SPECIALS, _Generator
 from .gguf_mutations import typed, write_case

@@ -8,6 +8,7 @@ Modules:
     malformed_requests: malformed and hostile HTTP requests against a running server, counted by answer
     pool_saturation: pool saturation, a class of hostile load
     synthetic: random-weight GGUF models of realistic llama shapes, for benchmarks and tests
+    synthetic_lora: a random LoRA adapter GGUF for a synthetic model, as llama.cpp's loader reads one
     synthetic_reranker: a random-weight reranker GGUF (Qwen3-Reranker's kind, rank pooling), for tests
     synthetic_target: a real model with extra zero-output layers, the draft-model bench's larger target
 """

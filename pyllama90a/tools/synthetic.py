@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,6 @@ __all__ = [
     "import_gguf",
     "synthetic_model",
     "write_synthetic",
-    "write_synthetic_lora",
 ]
 
 WEIGHT_TYPES = ("f16", "q8_0", "q4_0", "f32")  # f32: exact weights, for checks against numpy (LoRA merges)
@@ -384,50 +383,6 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
             data = _make_tensor(gguf, rng, np_shape, weight_type, method)
             writer.write_tensor_data(data if adjust is None else np.asarray(adjust(name, data), dtype=np.float32))
     return path
-
-
-def write_synthetic_lora(shape: str | Shape, path: str | os.PathLike[str], targets: Sequence[str], *, rank: int = 4,
-                         alpha: float = 8.0, std: float = 0.05, seed: int = 0, architecture: str = "llama",
-                         extra: Mapping[str, Any] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Write a random LoRA adapter GGUF for the synthetic `shape` to `path`, adapting the weight matrices named
-    in `targets` (e.g. "blk.0.attn_q.weight"), as llama.cpp's loader reads one: F32 `<name>.lora_a` of numpy
-    shape (rank, n_in) and `<name>.lora_b` of (n_out, rank), noise of `std` (B @ A then changes the weights by
-    about as much as they are: a visible effect), adapter.lora.alpha = `alpha`. A decode with scale s
-    then computes with W + s * alpha / rank * B @ A. `architecture` and `extra` (metadata key -> value: str,
-    float, int or a list of ints) make files a loader must refuse. Returns name -> (A, B)."""
-    s = _resolve_shape(shape)
-    shapes = dict(_tensor_plan(s))
-    unknown = [t for t in targets if len(shapes.get(t, ())) != 2]
-    if unknown:
-        raise ValueError(f"not weight matrices of shape {s.name!r}: {', '.join(unknown)}")
-    gguf = import_gguf()
-    writer = gguf.GGUFWriter(Path(path), architecture)
-    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    try:
-        writer.add_type("adapter")
-        writer.add_string("adapter.type", "lora")
-        writer.add_float32("adapter.lora.alpha", float(alpha))
-        for key, value in (extra or {}).items():
-            if isinstance(value, list):
-                writer.add_array(key, value)
-            elif isinstance(value, str):
-                writer.add_string(key, value)
-            else:
-                (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(key, value)
-        for index, name in enumerate(targets):
-            n_out, n_in = shapes[name]
-            rng = np.random.default_rng([seed, index])
-            a = rng.standard_normal((rank, n_in), dtype=np.float32) * np.float32(std)
-            b = rng.standard_normal((n_out, rank), dtype=np.float32) * np.float32(std)
-            writer.add_tensor(f"{name}.lora_a", a)
-            writer.add_tensor(f"{name}.lora_b", b)
-            pairs[name] = (a, b)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
-    return pairs
 
 
 def _home() -> Path:

@@ -1,5 +1,5 @@
 """LoRA adapters (issue 21, item 4) on the real library: a LoRA GGUF written for the synthetic tiny model
-(pyllama90a.tools.synthetic.write_synthetic_lora) changes the logits exactly as merging it into the weights by hand
+(pyllama90a.tools.synthetic_lora.write_synthetic_lora) changes the logits exactly as merging it into the weights by hand
 does (W + s * alpha / rank * B @ A, computed with numpy, written as a second f32 model); scale 0 is the base
 model; bad files and scales are LoraAdapterErrors saying why; a BatchEngine serves requests with different
 adapter sets at once, each getting the tokens a Model with that set generates; the server's --lora,
@@ -18,7 +18,8 @@ import pyllama90a as pl
 from pyllama90a.errors import LoraAdapterError
 from pyllama90a.server.__main__ import lora_flag, parse_args
 from pyllama90a.tools.server_process import ServerProcess
-from pyllama90a.tools.synthetic import BOS_ID, GQA_SHAPES, write_synthetic, write_synthetic_lora
+from pyllama90a.tools.synthetic import BOS_ID, GQA_SHAPES, write_synthetic
+from pyllama90a.tools.synthetic_lora import write_synthetic_lora
 
 SHAPE, RANK, ALPHA = "tiny", 4, 8.0
 # weight matrices of attention (Q, V), the feed-forward and the output projection

@@ -27,7 +27,8 @@ from pyllama90a.fuzz.tensor_types import retype
 from pyllama90a.native._ffi import ffi, lib
 from pyllama90a.native.ggml import type_info
 from pyllama90a.tools.server_process import ServerProcess
-from pyllama90a.tools.synthetic import BOS_ID, write_synthetic, write_synthetic_lora
+from pyllama90a.tools.synthetic import BOS_ID, write_synthetic
+from pyllama90a.tools.synthetic_lora import write_synthetic_lora
 
 SHAPE = "tiny"  # n_embd 256, n_ff 512: rows of every block size
 TARGETS = ("blk.0.attn_q.weight", "blk.1.ffn_down.weight", "output.weight")
