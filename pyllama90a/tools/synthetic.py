@@ -107,6 +107,22 @@ class Shape:
         return self.n_layer * n_ctx * self.n_embd_kv * 2
 
 
+@dataclass(frozen=True)
+class Rope:
+    """RoPE other than llama's plain kind, for the kernels that apply it themselves (the K store of patch 0043).
+    neox: channel k pairs with k + head_dim/2 (the file is an EXAONE model: llama's tensors, NEOX RoPE);
+    freq_factors: a rope_freqs tensor, one factor a pair (Llama 3.1's kind); yarn_factor: YaRN context scaling by
+    this factor (the original context n_ctx_train / factor), 0 for none."""
+
+    neox: bool = False
+    freq_factors: bool = False
+    yarn_factor: float = 0.0
+
+    @property
+    def architecture(self) -> str:
+        return "exaone" if self.neox else "llama"
+
+
 SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("tiny", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512),
     Shape("smollm-135m", n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=49152),
@@ -231,7 +247,7 @@ def _vocab(n_vocab: int, fim: Sequence[str] = ()) -> tuple[list[str], list[float
 
 # -- tensors ---------------------------------------------------------------------------------------
 
-def _tensor_plan(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+def _tensor_plan(shape: Shape, rope: Rope | None = None) -> list[tuple[str, tuple[int, ...]]]:
     """(name, numpy shape) in file order; a numpy shape is the ggml shape reversed."""
     e, kv, f, v = shape.n_embd, shape.n_embd_kv, shape.n_ff, shape.n_vocab
     plan: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (v, e))]
@@ -248,6 +264,8 @@ def _tensor_plan(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
             (f"blk.{i}.ffn_down.weight", (e, f)),
         ]
     plan += [("output_norm.weight", (e,)), ("output.weight", (v, e))]
+    if rope is not None and rope.freq_factors:  # last: the other tensors' seeds (their indices) stay
+        plan.append((ROPE_FREQS, (shape.head_dim // 2,)))
     return plan
 
 
@@ -284,8 +302,13 @@ def _fast_blocks(rng: np.random.Generator, np_shape: tuple[int, ...], weight_typ
     return blocks.reshape(rows, -1)
 
 
+ROPE_FREQS = "rope_freqs.weight"
+
+
 def _make_tensor(gguf: types.ModuleType, rng: np.random.Generator, np_shape: tuple[int, ...],
-                 weight_type: str, method: str) -> np.ndarray:
+                 weight_type: str, method: str, name: str = "") -> np.ndarray:
+    if name == ROPE_FREQS:  # the pairs' factors from 1 to 8 (Llama 3.1's span): each pair's angle its own
+        return np.linspace(1.0, 8.0, np_shape[0], dtype=np.float32)
     if len(np_shape) == 1:
         return np.ones(np_shape, dtype=np.float32)
     if weight_type in ("q4_0", "q8_0") and method == "fast":
@@ -334,14 +357,15 @@ def file_size_estimate(shape: str | Shape, weight_type: str = "q4_0") -> int:
 
 
 def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_type: str = "q4_0",
-                    seed: int = 0, method: str = "fast", fim: Sequence[str] = (),
+                    seed: int = 0, method: str = "fast", fim: Sequence[str] = (), rope: Rope | None = None,
                     adjust: Callable[[str, np.ndarray], np.ndarray] | None = None) -> Path:
     """Write a random-weight llama GGUF of `shape` (a SHAPES name or a Shape) to `path`.
 
     2-D weights are `weight_type` (f16, q8_0, q4_0 or f32), norms f32 ones. adjust: (name, weights) -> the
     weights written instead, for f32 files (e.g. a LoRA merged into them by hand). fim: the FIM tokens (FIM_TEXTS'
-    kinds) the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). The
-    file is written under a temporary name next to `path` and renamed at the end, one tensor in memory at a time.
+    kinds) the vocabulary ends with, control tokens named in the metadata (fim_token_ids says where they are). rope:
+    a RoPE other than llama's plain one (Rope). The file is written under a temporary name next to `path` and
+    renamed at the end, one tensor in memory at a time.
     """
     s = _resolve_shape(shape)
     _check_args(s, weight_type, method)
@@ -350,13 +374,17 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
     tokens, scores, token_types = _vocab(s.n_vocab, fim)  # (checks fim)
     gguf = import_gguf()
     path = Path(path)
-    with gguf_written_whole(path, "llama") as writer:
+    with gguf_written_whole(path, rope.architecture if rope else "llama") as writer:
         file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
                      "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "f32": gguf.LlamaFileType.ALL_F32}[weight_type]
         writer.add_name(f"synthetic-{s.name}-{weight_type}")
         writer.add_description("random weights written by pyllama90a.tools.synthetic; output text is meaningless")
         write_shape_keys(writer, s)
         writer.add_rope_dimension_count(s.head_dim)
+        if rope is not None and rope.yarn_factor:
+            writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            writer.add_rope_scaling_factor(rope.yarn_factor)
+            writer.add_rope_scaling_orig_ctx_len(int(s.n_ctx_train / rope.yarn_factor))
         writer.add_vocab_size(s.n_vocab)
         writer.add_file_type(int(file_type))
         if weight_type in ("q4_0", "q8_0"):
@@ -367,7 +395,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         for kind, token in fim_token_ids(s.n_vocab, fim).items():
             writer.add_uint32(f"tokenizer.ggml.fim_{kind}_token_id", token)
 
-        plan = _tensor_plan(s)
+        plan = _tensor_plan(s, rope)
         for name, np_shape in plan:
             if len(np_shape) == 1:
                 writer.add_tensor_info(name, np_shape, np.dtype(np.float32), _tensor_nbytes(np_shape, "f32"))
@@ -380,7 +408,7 @@ def write_synthetic(shape: str | Shape, path: str | os.PathLike[str], *, weight_
         writer.write_ti_data_to_file()
         for index, (name, np_shape) in enumerate(plan):
             rng = np.random.default_rng([seed, index])  # each tensor its own stream: order-independent
-            data = _make_tensor(gguf, rng, np_shape, weight_type, method)
+            data = _make_tensor(gguf, rng, np_shape, weight_type, method, name)
             writer.write_tensor_data(data if adjust is None else np.asarray(adjust(name, data), dtype=np.float32))
     return path
 
@@ -390,28 +418,29 @@ def _home() -> Path:
 
 
 def cached_path(shape: str | Shape, *, weight_type: str = "q4_0", cache_dir: str | os.PathLike[str] | None = None,
-                method: str = "fast", fim: Sequence[str] = ()) -> Path:
+                method: str = "fast", fim: Sequence[str] = (), rope: Rope | None = None) -> Path:
     """Where synthetic_model keeps the file for these arguments (it may not exist yet)."""
     s = _resolve_shape(shape)
     kinds = _fim_kinds(fim)
-    # (FIM tokens join the key only when asked for: the files without them keep their names)
-    key = repr((FORMAT_VERSION, asdict(s), weight_type, method) + ((("fim", kinds),) if kinds else ())).encode()
+    # (FIM tokens and a RoPE kind join the key only when asked for: the files without them keep their names)
+    key = repr((FORMAT_VERSION, asdict(s), weight_type, method) + ((("fim", kinds),) if kinds else ()) +
+               ((("rope", asdict(rope)),) if rope else ())).encode()
     digest = hashlib.sha256(key).hexdigest()[:10]
     folder = Path(cache_dir) if cache_dir is not None else _home() / "synthetic"
-    return folder / f"synthetic-{s.name}-{weight_type}{'-fim' if kinds else ''}-{digest}.gguf"
+    return folder / f"synthetic-{s.name}-{weight_type}{'-fim' if kinds else ''}{'-rope' if rope else ''}-{digest}.gguf"
 
 
 def synthetic_model(shape: str | Shape, *, weight_type: str = "q4_0",
                     cache_dir: str | os.PathLike[str] | None = None, method: str = "fast",
-                    fim: Sequence[str] = ()) -> Path:
+                    fim: Sequence[str] = (), rope: Rope | None = None) -> Path:
     """A cached random-weight GGUF of `shape`, written (atomically, seed 0) on first use.
 
     The cache folder is `cache_dir`, default $PYLLAMA90A_HOME/synthetic (~/.cache/pyllama90a/synthetic).
     """
-    path = cached_path(shape, weight_type=weight_type, cache_dir=cache_dir, method=method, fim=fim)
+    path = cached_path(shape, weight_type=weight_type, cache_dir=cache_dir, method=method, fim=fim, rope=rope)
     if path.is_file():
         return path
-    return write_synthetic(shape, path, weight_type=weight_type, seed=0, method=method, fim=fim)
+    return write_synthetic(shape, path, weight_type=weight_type, seed=0, method=method, fim=fim, rope=rope)
 
 
 def main(argv: list[str] | None = None) -> int:

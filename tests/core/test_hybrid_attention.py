@@ -17,7 +17,7 @@ import pyllama90a as pl
 from pyllama90a.core.model.attention_paths import AttentionPaths
 from pyllama90a.native._ffi import lib
 from pyllama90a.native.ggml import ggml_type
-from pyllama90a.tools.synthetic import Shape, synthetic_model
+from pyllama90a.tools.synthetic import Rope, Shape, synthetic_model
 from support.decode_paths import step_logits
 from support.gpu import on_gpu
 from support.graph_probe import phase_nodes
@@ -44,9 +44,10 @@ def _tokens() -> list[int]:
 
 
 def _model(shape: str, kv: str, flash_attn: str, n_ctx: int = 512, paths: AttentionPaths | None = None,
-           n_gpu_layers: int = -1) -> pl.Model:
-    return pl.Model(synthetic_model(FUSED_SHAPES[shape], weight_type="f16"), ctk=kv, ctv=kv, flash_attn=flash_attn,
-                    n_ctx=n_ctx, n_batch=128, n_ubatch=128, attention_paths=paths, n_gpu_layers=n_gpu_layers)
+           n_gpu_layers: int = -1, rope: Rope | None = None) -> pl.Model:
+    return pl.Model(synthetic_model(FUSED_SHAPES[shape], weight_type="f16", rope=rope), ctk=kv, ctv=kv,
+                    flash_attn=flash_attn, n_ctx=n_ctx, n_batch=128, n_ubatch=128, attention_paths=paths,
+                    n_gpu_layers=n_gpu_layers)
 
 
 def _ops(nodes) -> set[str]:
@@ -195,18 +196,39 @@ def test_cells_the_fused_decode_stores_are_read_as_the_caches_own(shape: str, kv
     scores), so only a reader of the other kind can tell: the CPU's FA-off decode loads the cache after 40
     fused steps over a 16-token prompt (most cells the fused path's) and must give the fused context's next
     logits (the bound of the test above). Each KV type's quantizer (32 lanes per block, 0017) is read back."""
+    _assert_the_cpu_reads_the_fused_stores(shape, kv, tmp_path)
+
+
+def _assert_the_cpu_reads_the_fused_stores(shape: str, kv: str, tmp_path: Path, rope: Rope | None = None) -> None:
     tokens = _tokens()
     prompt, steps, last = tokens[:16], tokens[16:56], tokens[56:57]
-    with _model(shape, kv, "hybrid", n_ctx=512, paths=AttentionPaths(fused_decode=True)) as fused:
+    with _model(shape, kv, "hybrid", n_ctx=512, paths=AttentionPaths(fused_decode=True), rope=rope) as fused:
         fused.eval(prompt)
         step_logits(fused, steps)
         fused.save_state(tmp_path / "fused.state")
         got = step_logits(fused, last)
-    with _model(shape, kv, "off", n_ctx=512, n_gpu_layers=0) as cpu:
+    with _model(shape, kv, "off", n_ctx=512, n_gpu_layers=0, rope=rope) as cpu:
         cpu.load_state(tmp_path / "fused.state")
         want = step_logits(cpu, last)
     spread = float(np.abs(want - want.mean(axis=-1, keepdims=True)).max())
     assert np.isfinite(got).all() and np.abs(got - want).max() <= 8e-3 * spread
+
+
+# RoPE kinds other than the synthetic llama's plain one: an EXAONE model's NEOX pairs (k, k + head_dim/2) with
+# Llama 3.1's frequency factors and YaRN scaling, and the factors alone
+ROPES = {"neox-ff-yarn": Rope(neox=True, freq_factors=True, yarn_factor=4.0), "ff": Rope(freq_factors=True)}
+
+
+@on_gpu
+@pytest.mark.parametrize("rope", ROPES)
+@pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
+def test_the_fused_decode_stores_are_read_back_under_other_rope_kinds(rope: str, kv: str, tmp_path: Path) -> None:
+    """The fused decode's stores and the CPU's reader agree on models with other RoPE kinds too (the CPU's FA-off
+    decode reads the cells back as in the test above). Patch 0043 (a candidate: benchmarks/device/candidates/)
+    applies RoPE in the K store in place of the ROPE node, with the model's pairs, factors and YaRN; a K row stored
+    without its RoPE, or with another kind's pairs or angles, is off by far more: on the CPU, after 57 tokens, the
+    factors move the same weights' logits by 0.72 of their spread, all three by 0.85 (AMD EPYC, 2026-12-06)."""
+    _assert_the_cpu_reads_the_fused_stores("hd128-kv8", kv, tmp_path, ROPES[rope])
 
 
 @on_gpu

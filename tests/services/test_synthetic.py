@@ -13,6 +13,7 @@ from pyllama90a.core.gguf.header import ArraySummary, read_header
 from pyllama90a.tools.synthetic import (
     FIM_TEXTS,
     SHAPES,
+    Rope,
     Shape,
     cached_path,
     file_size_estimate,
@@ -154,6 +155,30 @@ def test_fim_tokens(tmp_path):
         with pytest.raises(ValueError):
             write_synthetic("tiny", tmp_path / "bad.gguf", fim=bad)
     assert not (tmp_path / "bad.gguf").exists()
+
+
+def test_rope_kinds(tmp_path):
+    """rope=Rope(...): NEOX pairs (an EXAONE file), Llama 3.1's frequency factors (a rope_freqs tensor, the other
+    tensors' weights unchanged) and YaRN scaling; llama.cpp loads each, each changes the logits of the same weights,
+    and the plain files keep their cache names."""
+    kinds = {"neox": Rope(neox=True), "ff": Rope(freq_factors=True), "yarn": Rope(yarn_factor=4.0)}
+    paths = {name: write_synthetic("tiny", tmp_path / f"{name}.gguf", rope=rope) for name, rope in kinds.items()}
+    assert read_header(paths["neox"]).get("general.architecture") == "exaone"
+    ff = {t.name: t for t in read_header(paths["ff"]).tensors}["rope_freqs.weight"]
+    assert ff.shape == (TINY.head_dim // 2,)
+    yarn = read_header(paths["yarn"])
+    assert yarn.get("llama.rope.scaling.type") == "yarn" and yarn.get("llama.rope.scaling.factor") == 4.0
+    plain = write_synthetic("tiny", tmp_path / "plain.gguf")
+    tokens = list(range(1, 40))
+    logits = {}
+    for name, path in {"plain": plain, **paths}.items():
+        with pyllama90a.Model(path, n_ctx=N_CTX, flash_attn="off") as model:
+            logits[name] = model.logits(tokens)[-1]
+    for name in kinds:  # (the same weights and ops give the same logits bit for bit: any change is the RoPE's)
+        assert np.abs(logits[name] - logits["plain"]).max() > 1e-3, name
+    assert "rope" not in cached_path("tiny", cache_dir=tmp_path).name
+    assert cached_path("tiny", cache_dir=tmp_path, rope=kinds["ff"]) != cached_path("tiny", cache_dir=tmp_path,
+                                                                                     rope=kinds["yarn"])
 
 
 def test_failed_write_leaves_nothing(tmp_path):
