@@ -409,14 +409,18 @@ Result store_case(const Shape & s, ggml_type type, int n_tokens) {
             const unsigned char * got = got_cache + cell * row;
             const std::vector<float> g = to_float(type, got, n_embd), w = to_float(type, want.data(), n_embd);
             for (int b = 0; b < n_embd / 32; ++b) {
-                // the block's step: (max - min) / levels bounds it for every type
+                // the block's step: (max - min) / levels for the types with a minimum; the largest magnitude over
+                // half the levels for the symmetric ones (q8_0's d = amax/127, which (max - min)/255 undercounts
+                // where the block's values lean to one side: one code moved a step measured 1.1 steps)
                 float mn = INFINITY, mx = -INFINITY;
                 for (int i = 0; i < 32; ++i) {
                     mn = std::min(mn, w[b * 32 + i]);
                     mx = std::max(mx, w[b * 32 + i]);
                 }
-                const int levels = type == GGML_TYPE_Q8_0 ? 255 : type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 31 : 15;
-                const double step = std::max((double) (mx - mn) / levels, 1e-30);
+                const bool with_min = type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
+                const double half_levels = type == GGML_TYPE_Q8_0 ? 127 : type == GGML_TYPE_Q5_0 ? 16 : 8;
+                const double step = std::max(with_min ? (double) (mx - mn) / (type == GGML_TYPE_Q5_1 ? 31 : 15)
+                                                      : std::max(std::fabs(mn), std::fabs(mx)) / half_levels, 1e-30);
                 for (int i = 0; i < 32; ++i) {
                     const double dlt = std::fabs((double) g[b * 32 + i] - w[b * 32 + i]);
                     steps = worst(steps, dlt / step);
