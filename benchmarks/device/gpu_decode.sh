@@ -18,7 +18,8 @@
 #   calibrate  `python -m pyllama90a calibrate` on 8b-hd128: the full preset's depths up to 1K (up to 4K it ran
 #            past 280 s on an H100: 22 modes, 3 depths, then 36 quality steps of 1-5 s); CALIBRATE_S its timeout
 # TESTS_K / BATCHED_MODES / BATCHED_DEPTHS: the tests stage's -k, the batched stage's modes and depths in place of
-# the defaults; TESTS_SHIFT=0: the tests stage without its context-shift test; TESTS_VARIANT: its build.
+# the defaults; TESTS_SHIFT=0: the tests stage without its context-shift test. VARIANT: a build variants.sh made,
+# every stage run on it (setup.sh), its results in r/VARIANT/.
 # Carried (git-ignored): .device/llama.cpp-src.tar.gz, .whl/; .pkg/pkg.tgz.part-* (the package built by an
 # earlier call of the same native source: no build then, and no .device/ needed). DEADLINE_S: the call's budget (each stage's timeout
 # is cut to what is left). Results and logs: $OUT/results.tgz (+ $OUT/gpu_decode.log). The results folder stays
@@ -51,7 +52,8 @@ if [ -z "${SKIP_BUILD:-}" ] && [ -n "${SAVE_PKG:-}" ]; then  # the built package
     [ "$(stat -c %s /tmp/pkg.tgz)" -le $((58 * 1024 * 1024)) ] && split -b 15M /tmp/pkg.tgz "$OUT/pkg.tgz.part-"
 fi
 cd /tmp
-R=$RESULTS/r
+R=$RESULTS/r${VARIANT:+/$VARIANT}
+mkdir -p "$R"
 D=$REPO/benchmarks/device
 # ncu's counters of the attention kernels (all of FA's: with several KV streams FA over f16 runs its MMA kernel;
 # NCU_KERNELS: another regex of kernel names) in the capture ranges of SCRIPT (ncu_depths.py, ncu_batched.py) on
@@ -90,12 +92,8 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     echo "== stage $stage ($t s left) $(date -u +%T)"
     case $stage in
     tests)
-        # TESTS_VARIANT: a build variants.sh made (e.g. without-0040: the series without a candidate), tested in
-        # place of the installed package
-        log=$R/pytest${TESTS_VARIANT:+-$TESTS_VARIANT}.log
-        [ -z "${TESTS_VARIANT:-}" ] || [ -d "$VARIANTS_DIR/$TESTS_VARIANT" ] || { echo "no build $TESTS_VARIANT"; exit 1; }
-        tests_path=${TESTS_VARIANT:+$VARIANTS_DIR/$TESTS_VARIANT:}$PYTHONPATH
-        PYTHONPATH=$tests_path timeout "$(cap "${TESTS_S:-150}")" \
+        log=$R/pytest.log
+        timeout "$(cap "${TESTS_S:-150}")" \
             python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) \
@@ -104,7 +102,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
         # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2);
         # TESTS_SHIFT=0 leaves it out (a call that tests one kernel variant only)
         if [ "${TESTS_SHIFT:-1}" = 1 ]; then
-            PYTHONPATH=$tests_path timeout "$(cap 60)" \
+            timeout "$(cap 60)" \
                 python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
                 -k on_every_backend > "${log%.log}-context-shift.log" 2>&1
             echo "context shift tests rc=$?"; tail -3 "${log%.log}-context-shift.log"

@@ -28,6 +28,12 @@ if [ -z "${SKIP_BUILD:-}" ]; then  # (a call that carries the built package carr
         wait "$pid" || { echo "a synthetic model was not written: $OUT/synthetic-*.log"; exit 1; }
     done
 fi
+# VARIANT: a build variants.sh made (e.g. without-0043: the series without a candidate); what sources this runs
+# on it, ahead of the installed package (2026-12-06: a stage that named none measured the other build)
+if [ -n "${VARIANT:-}" ]; then
+    [ -d "$VARIANTS_DIR/$VARIANT" ] || { echo "no build $VARIANT in $VARIANTS_DIR"; exit 1; }
+    export PYTHONPATH=$VARIANTS_DIR/$VARIANT:$PYTHONPATH
+fi
 REPO=$PWD
 export PYTHONFAULTHANDLER=1
 # the image's pytest plugins load other C++ runtimes (torch, jax) into the process; llama.cpp's
