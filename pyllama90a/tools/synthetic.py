@@ -4,11 +4,12 @@
     path = synthetic_model("1b-hd64")          # cached in $PYLLAMA90A_HOME/synthetic, made on first use
     python -m pyllama90a.tools.synthetic 8b-hd128 --weight-type q4_0 [--out PATH]
 
-The files are llama-architecture GGUFs with a SentencePiece-style ("llama") vocabulary of made-up,
-distinct tokens; fim=("pre", "suf", "mid", ...) ends it with fill-in-the-middle control tokens, named in the
-metadata (tokenizer.ggml.fim_*_token_id) as a coder model's are. The weights are noise of about std 0.02
-(norms are 1.0), so activations stay sane and generation runs without NaN, but the text produced is
-meaningless: use them for speed and memory measurements and for checking that kernels run, never for quality.
+The files are llama-architecture GGUFs (EXAONE's for rope=Rope(neox=True): llama's tensors, NEOX RoPE) with a
+SentencePiece-style ("llama") vocabulary of made-up, distinct tokens; fim=("pre", "suf", "mid", ...) ends it with
+fill-in-the-middle control tokens, named in the metadata (tokenizer.ggml.fim_*_token_id) as a coder model's are.
+The weights are noise of about std 0.02 (norms are 1.0), so activations stay sane and generation runs without NaN,
+but the text produced is meaningless: use them for speed and memory measurements and for checking that kernels
+run, never for quality.
 
 The files are written with llama.cpp's `gguf` package (GGUFWriter), a dependency of pyllama90a.
 
@@ -37,6 +38,7 @@ __all__ = [
     "FIM_TEXTS",
     "SHAPES",
     "WEIGHT_TYPES",
+    "Rope",
     "Shape",
     "fim_token_ids",
     "import_gguf",
@@ -117,6 +119,11 @@ class Rope:
     neox: bool = False
     freq_factors: bool = False
     yarn_factor: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.yarn_factor, (int, float)) and not isinstance(self.yarn_factor, bool) and
+                (self.yarn_factor == 0 or 1 < self.yarn_factor < 1e6)):
+            raise ValueError(f"Rope: yarn_factor is 0 (none) or a context stretch above 1, got {self.yarn_factor!r}")
 
     @property
     def architecture(self) -> str:

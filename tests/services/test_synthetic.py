@@ -179,6 +179,9 @@ def test_rope_kinds(tmp_path):
     assert "rope" not in cached_path("tiny", cache_dir=tmp_path).name
     assert cached_path("tiny", cache_dir=tmp_path, rope=kinds["ff"]) != cached_path("tiny", cache_dir=tmp_path,
                                                                                      rope=kinds["yarn"])
+    for bad in (-1.0, 0.5, float("nan"), True, "4"):
+        with pytest.raises(ValueError, match="yarn_factor"):
+            Rope(yarn_factor=bad)
 
 
 def test_failed_write_leaves_nothing(tmp_path):
