@@ -141,16 +141,20 @@ constexpr int KV_SIZE = 1024;  // the test's n_ctx
 constexpr int N_KV    = 768;   // the cache view of a decode step there (llama.cpp pads n_kv to 256)
 constexpr int N_USED  = 607;   // 2 x 301 prompt tokens and the decode steps before the last
 
-// the fused kernel's cases: a device of cus CUs, a cache view of n_kv cells of which n_used are unmasked
+// the fused kernel's cases: a device of cus CUs, a cache view of n_kv cells of which n_used are unmasked; rotated:
+// over a rotated cache with the rotations folded (0015: the kernel rotates q and the output), else q and the output
+// as they are (fold_rotations off, or a cache llama.cpp does not rotate)
 struct AttnCase {
     const char * name;
     int cus, n_kv, n_used;
+    bool rotated = true;
 };
 const AttnCase ATTN_CASES[] = {
     {"q8", MI210_CUS, N_KV, N_USED},
     {"q8-4cu", 4, N_KV, N_USED},       // the split gives a block several tiles
     {"q8-1cu", 1, N_KV, N_USED},       // no split: one chunk of several tiles
     {"q8-short", MI210_CUS, 256, 151},  // the depth where a chat starts
+    {"q8-unrotated", MI210_CUS, N_KV, N_USED, false},
 };
 
 struct Ctx {
@@ -231,9 +235,10 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
     const float scale = 1.0f / sqrtf((float) D);
     ggml_tensor * dst = ggml_flash_attn_ext(c.ctx, q, k, v, mask, scale, 0.0f, 0.0f);
     dst->data = dev<float>(ggml_nelements(dst));
-    const int rot_q = D, rot_out = 64;  // llama.cpp's rotation sizes: K the largest power of 2 dividing D, V 64
-    int32_t mark = GGML_PYL_MARK_FUSED_DECODE | GGML_PYL_MARK_ROTATED |
-                   GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out));
+    // llama.cpp's rotation sizes: K the largest power of 2 dividing D, V 64
+    const int rot_q = a.rotated ? D : 0, rot_out = a.rotated ? 64 : 0;
+    const int32_t mark = GGML_PYL_MARK_FUSED_DECODE | (a.rotated ? GGML_PYL_MARK_ROTATED |
+                         GGML_PYL_ROT_SIZES(__builtin_ctz(rot_q), __builtin_ctz(rot_out)) : 0);
     ggml_pyl_set_mark(dst, mark);
     if (!ggml_cuda_pyl_attn_decode_supported(dst)) {
         res.detail = "not supported by the fused kernel";
@@ -255,7 +260,9 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
             qf[d] = scale * ((const float *) qc->data)[h * D + d];  // scaled in float, as the kernel
             qr[d] = qf[d];
         }
-        fwht(qr, 0, rot_q);
+        if (rot_q) {
+            fwht(qr, 0, rot_q);
+        }
         std::vector<double> qx = qr;  // exact
         for (int b = 0; b < D / 32; ++b) {  // 8 bits per 32 values: d = amax/127, code = round(x/d)
             float am = 0;
@@ -301,7 +308,7 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
             o[d] /= l;
             ox[d] /= lx;
         }
-        for (int p0 = 0; p0 < D; p0 += rot_out) {
+        for (int p0 = 0; rot_out && p0 < D; p0 += rot_out) {
             fwht(o, p0, rot_out);
             fwht(ox, p0, rot_out);
         }
