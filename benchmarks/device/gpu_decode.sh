@@ -92,20 +92,17 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     echo "== stage $stage ($t s left) $(date -u +%T)"
     case $stage in
     tests)
-        log=$R/pytest.log
-        timeout "$(cap "${TESTS_S:-150}")" \
-            python3 -m pytest -q -p no:cacheprovider \
+        timeout "$(cap "${TESTS_S:-150}")" python3 -m pytest -q -p no:cacheprovider \
             $(printf "$REPO/tests/%s " core/test_hybrid_attention.py core/test_attention_paths.py \
               native/test_vquant_cuda.py native/test_quantized_v_backend.py native/test_kq_cuda.py) \
-            -m "not model" ${TESTS_K:+-k "$TESTS_K"} > "$log" 2>&1
-        echo "tests rc=$?"; tail -3 "$log"; grep -E "FAILED|ERROR" "$log" | head -10
+            -m "not model" ${TESTS_K:+-k "$TESTS_K"} > "$R/pytest.log" 2>&1
+        echo "tests rc=$?"; tail -3 "$R/pytest.log"; grep -E "FAILED|ERROR" "$R/pytest.log" | head -10
         # context shift over the cells the fused decode reads (the synthetic model's case; the others need SmolLM2);
         # TESTS_SHIFT=0 leaves it out (a call that tests one kernel variant only)
         if [ "${TESTS_SHIFT:-1}" = 1 ]; then
-            timeout "$(cap 60)" \
-                python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
-                -k on_every_backend > "${log%.log}-context-shift.log" 2>&1
-            echo "context shift tests rc=$?"; tail -3 "${log%.log}-context-shift.log"
+            timeout "$(cap 60)" python3 -m pytest -q -p no:cacheprovider "$REPO/tests/core/test_context_shift.py" \
+                -k on_every_backend > "$R/pytest-context-shift.log" 2>&1
+            echo "context shift tests rc=$?"; tail -3 "$R/pytest-context-shift.log"
         fi ;;
     bench8b)
         timeout "$(cap "${BENCH8B_S:-280}")" python3 -m pyllama90a.bench --synthetic 8b-hd128 \
