@@ -17,6 +17,9 @@
 //   through ggml_cuda_pyl_set_rows_rot, K and V in one launch (0041), n tokens. Reference:
 //   the rows rotated in double, quantized by ggml's CPU quantizer. Error: the largest code difference in steps
 //   of the block's scale (rounding ties may move one code by one step), and the share of differing values.
+// - store-rope/<shape>/<type>/<rope>: the same, K's rows the view of a ROPE node that the launch applies itself
+//   (patch 0043), rope_norm's mode, or rope_neox's over half the channels with YaRN and frequency factors.
+//   Reference: RoPE in double (YaRN's ramp and scale; corr dims from ggml), then as above.
 // - outprod/<shape>/<type>: the non-flash decode's OUT_PROD over a quantized V (patch 0004's kernels: one token,
 //   KV chunks and their reduce), through ggml_cuda_out_prod. Reference: sum of p times ggml's dequantized V.
 // - selftest/...: our own small kernels, one right and two wrong on 64-wide wavefronts only (a group-of-32
@@ -346,7 +349,51 @@ struct Store {
     int N;
 };
 
-Result store_case(const Shape & s, ggml_type type, int n_tokens) {
+// a ROPE whose output K's store views (patch 0043): the launch applies it in place of the node
+struct RopeCase {
+    const char * name;
+    int mode;        // GGML_ROPE_TYPE_NORMAL or _NEOX
+    int dims_div;    // n_dims = D / dims_div (the rest pass through)
+    bool freq_factors;
+    float freq_scale, ext_factor;
+};
+const RopeCase ROPE_CASES[] = {
+    {"norm", GGML_ROPE_TYPE_NORMAL, 1, false, 1.0f, 0.0f},
+    {"neox-half-yarn-ff", GGML_ROPE_TYPE_NEOX, 2, true, 0.25f, 1.0f},
+};
+constexpr float ROPE_BASE = 10000.0f, ROPE_ATTN_FACTOR = 0.9f, ROPE_BETA_FAST = 32.0f, ROPE_BETA_SLOW = 1.0f;
+constexpr int ROPE_CTX_ORIG = 4096;
+
+// row t's values (heads of D) after RoPE at pos, in double: ggml's rope_yarn for each pair. The pair's angle
+// before YaRN is ggml-cuda's float one (pos times theta_scale^k, theta_scale a float): in double it moves by up to
+// ~3e-4 rad at 4.5K positions, which moves a few percent of the codes by a step
+std::vector<double> rope_ref(const RopeCase & rc, const std::vector<double> & x, int D, int pos, const float * ff) {
+    const int n_dims = D / rc.dims_div;
+    float corr[2];
+    ggml_rope_yarn_corr_dims(n_dims, ROPE_CTX_ORIG, ROPE_BASE, ROPE_BETA_FAST, ROPE_BETA_SLOW, corr);
+    const float theta_scale = powf(ROPE_BASE, -2.0f / n_dims);
+    std::vector<double> y = x;
+    for (size_t h = 0; h < x.size(); h += D) {
+        for (int k = 0; k < n_dims / 2; ++k) {
+            const double extrap = (double) (pos * powf(theta_scale, (float) k)) / (ff ? ff[k] : 1.0);
+            double theta = rc.freq_scale * extrap, mscale = ROPE_ATTN_FACTOR;
+            if (rc.ext_factor != 0.0f) {
+                const double ramp = 1.0 - std::min(1.0, std::max(0.0, (k - corr[0]) / std::max(0.001, (double) corr[1] - corr[0])));
+                const double mix = ramp * rc.ext_factor;
+                theta = theta * (1 - mix) + extrap * mix;
+                mscale *= 1.0 + 0.1 * std::log(1.0 / rc.freq_scale);
+            }
+            const size_t i0 = h + (rc.mode == GGML_ROPE_TYPE_NEOX ? k : 2 * k);
+            const size_t i1 = i0 + (rc.mode == GGML_ROPE_TYPE_NEOX ? n_dims / 2 : 1);
+            const double c = std::cos(theta) * mscale, sn = std::sin(theta) * mscale;
+            y[i0] = x[i0] * c - x[i1] * sn;
+            y[i1] = x[i0] * sn + x[i1] * c;
+        }
+    }
+    return y;
+}
+
+Result store_case(const Shape & s, ggml_type type, int n_tokens, const RopeCase * rc = nullptr) {
     Result res;
     std::mt19937_64 rng(99 + s.D * 3 + s.n_head_kv * 5 + (int) type + n_tokens);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -358,6 +405,21 @@ Result store_case(const Shape & s, ggml_type type, int n_tokens) {
     for (int t = 0; t < n_tokens; ++t) {
         ((int64_t *) idx->data)[t] = 600 + 3 * t;  // cells after a 600-cell prompt, not neighbours
     }
+    // positions far from each other and from 0 (the angles of the later pairs too)
+    ggml_tensor * pos = ggml_new_tensor_1d(c.ctx, GGML_TYPE_I32, n_tokens);
+    pos->data = dev<int32_t>(n_tokens);
+    for (int t = 0; t < n_tokens; ++t) {
+        ((int32_t *) pos->data)[t] = 600 + 977 * t;
+    }
+    ggml_tensor * ff = nullptr;
+    if (rc && rc->freq_factors) {
+        ff = ggml_new_tensor_1d(c.ctx, GGML_TYPE_F32, D / rc->dims_div / 2);
+        ff->data = dev<float>(ff->ne[0]);
+        for (int k = 0; k < ff->ne[0]; ++k) {
+            ((float *) ff->data)[k] = 1.0f + 0.37f * (float) (k % 5);
+        }
+    }
+    ggml_tensor * rope = nullptr;
     Store st[2];
     for (int kv = 0; kv < 2; ++kv) {
         Store & x = st[kv];
@@ -371,10 +433,17 @@ Result store_case(const Shape & s, ggml_type type, int n_tokens) {
         for (size_t i = 0; i < x.src.size(); ++i) {
             x.src[i] = ((float *) src->data)[i] = nd(rng) * (i % 97 == 0 ? 6.0f : 1.0f);
         }
-        x.node = ggml_set_rows(c.ctx, cache, src, idx);
+        ggml_tensor * rows = src;
+        if (rc && kv == 0) {  // K: the view of RoPE over src as [D, heads, tokens], as the graph's builder makes it
+            rope = ggml_rope_ext(c.ctx, ggml_reshape_3d(c.ctx, src, D, s.n_head_kv, n_tokens), pos, ff,
+                                 D / rc->dims_div, rc->mode, ROPE_CTX_ORIG, ROPE_BASE, rc->freq_scale, rc->ext_factor,
+                                 ROPE_ATTN_FACTOR, ROPE_BETA_FAST, ROPE_BETA_SLOW);
+            rows = ggml_view_2d(c.ctx, rope, n_embd, n_tokens, rope->nb[2], 0);
+        }
+        x.node = ggml_set_rows(c.ctx, cache, rows, idx);
         GGML_PYL_ROTATE_N(x.node) = x.N;
         ggml_pyl_set_mark(x.node, GGML_PYL_MARK_ROTATE_ROWS);
-        if (!ggml_cuda_pyl_set_rows_rot_supported(x.node)) {
+        if (!ggml_cuda_pyl_set_rows_rot_supported(x.node) || (rope && kv == 0 && !ggml_cuda_pyl_set_rows_rot_ropes(rope, x.node))) {
             res.detail = "not supported";
             return res;
         }
@@ -389,7 +458,7 @@ Result store_case(const Shape & s, ggml_type type, int n_tokens) {
             memset(x.data, 0x5a, row * KV_SIZE);
         }
         ggml_backend_cuda_context cctx(0);
-        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node, st[1].node);  // one launch, as the graph runs them (0041)
+        ggml_cuda_pyl_set_rows_rot(cctx, st[0].node, st[1].node, rope);  // one launch, as the graph runs them (0041)
         faults.insert(faults.end(), r.faults.begin(), r.faults.end());
         for (auto & x : st) {
             outs[pass].insert(outs[pass].end(), (unsigned char *) x.data, (unsigned char *) x.data + row * KV_SIZE);
@@ -406,6 +475,9 @@ Result store_case(const Shape & s, ggml_type type, int n_tokens) {
         base += row * KV_SIZE;
         for (int t = 0; t < n_tokens; ++t) {
             std::vector<double> v(x.src.begin() + (size_t) t * n_embd, x.src.begin() + (size_t) (t + 1) * n_embd);
+            if (rc && &x == &st[0]) {
+                v = rope_ref(*rc, v, D, ((int32_t *) pos->data)[t], ff ? (const float *) ff->data : nullptr);
+            }
             for (int p = 0; p < n_embd; p += x.N) {
                 fwht(v, p, x.N);
             }
@@ -712,6 +784,14 @@ int main(int argc, char ** argv) {
             for (int n : {1, 5}) {
                 add(std::string("store/") + s.name + "/" + ggml_type_name(t) + "/" + std::to_string(n),
                     [s, t, n] { return store_case(s, t, n); });
+            }
+        }
+    }
+    for (const RopeCase & rc : ROPE_CASES) {
+        for (const Shape & s : SHAPES) {
+            for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q8_0}) {
+                add(std::string("store-rope/") + s.name + "/" + ggml_type_name(t) + "/" + rc.name,
+                    [&rc, s, t] { return store_case(s, t, 5, &rc); });
             }
         }
     }
