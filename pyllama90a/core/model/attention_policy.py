@@ -10,8 +10,9 @@
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
 | CUDA               | q4_0/q4_0                       | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
 |                    |                                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
-|                    |                                 |                     | h100-8b-hd128-0039-0042: decode 0.97x / 1.04x / 1.24x   |
-|                    |                                 |                     | FA-on f16 at 0/8K/32K, 1.32x at 32 sequences of 8K;     |
+|                    |                                 |                     | h200-8b-hd128-0043-0045: decode 0.97x / 1.04x / 1.19x   |
+|                    |                                 |                     | FA-on f16 at 0/8K/32K, 1.10x at 32 sequences of 8K      |
+|                    |                                 |                     | (h100-8b-hd128-0039-0042: 1.24x, 1.32x);                |
 |                    |                                 |                     | FA-on q4_0: 0.64x f16's at 32K (H200)                   |
 | CUDA               | q8_0, q4_1, q5_0, q5_1 (K = V)  | hybrid, with the    | h100-8b-hd128-calibrate/calibration-full.md: decode     |
 |                    |                                 | fused decode kernel | 1.04-1.15x FA-on's and 1.10-1.25x FA-off's at depths 0  |
