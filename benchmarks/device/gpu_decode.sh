@@ -10,7 +10,8 @@
 #   ncu_batched  the same counters of one step of N = 1/8/32 sequences decoding together at 8K (ncu_batched.py)
 #   ncu_depth0  the same counters at depth 1 of every kernel a layer's attention is made of, the K/V stores too
 #            (ours rotate and quantize; FA-on f16's convert): what depth 0 costs beyond FA-on f16, kernel by kernel
-#   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh)
+#   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh); STEPS0_S its timeout (default
+#            170 s: on an H200, 2026-12-06, the three modes' ncu captures did not finish in 100)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched); BATCHED_S: its
 #            timeout (default 330 s)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
@@ -116,7 +117,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     steps0)
         (cd "$REPO" && OUT=$R SKIP_BUILD=1 DEPTH=0 STEPS=4 NCU_FLAGS="--clock-control none" \
             MODES="fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused" \
-            timeout "$(cap 100)" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
+            timeout "$(cap "${STEPS0_S:-170}")" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
         cat "$R"/kernel-times-8b-hd128-0.md ;;
     batched)
         timeout "$(cap "${BATCHED_S:-330}")" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
