@@ -37,6 +37,10 @@ DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
 
 
 def main(argv: list[str] | None = None) -> int:
+    # ggml's server loop never returns to Python, so Python's Ctrl-C handler would never run: let SIGINT end the
+    # process, from before its first line (a SIGINT after a line and before a later reset could be taken by
+    # Python's handler as the call into the loop began, and never acted on: a test's SIGINT hung it, 2026-12-06)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     parser = argparse.ArgumentParser(prog="python -m pyllama90a.worker", description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[2:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,8 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     # the refusals of what a client sent (patch 0022) are ggml warnings and errors: show them
     logging.basicConfig(stream=sys.stderr, format="pyllama90a.worker: %(message)s")
     set_native_log_level("WARNING")
-    # ggml's server loop never returns to Python, so Python's Ctrl-C handler would never run: let SIGINT end it
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
     serve(endpoint, devices, threads, cache, limits, secret)
     print(f"pyllama90a.worker: could not serve on {endpoint} (see above)", file=sys.stderr)
     return 1
