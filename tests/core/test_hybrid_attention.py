@@ -225,9 +225,9 @@ ROPES = {"neox-ff-yarn": Rope(neox=True, freq_factors=True, yarn_factor=4.0), "f
 def test_the_fused_decode_stores_are_read_back_under_other_rope_kinds(rope: str, kv: str, tmp_path: Path) -> None:
     """The fused decode's stores and the CPU's reader agree on models with other RoPE kinds too (the CPU's FA-off
     decode reads the cells back as in the test above). Patch 0043 applies RoPE in the K store in place of the ROPE
-    node, with the model's pairs, factors and YaRN; a K row stored
-    without its RoPE, or with another kind's pairs or angles, is off by far more: on the CPU, after 57 tokens, the
-    factors move the same weights' logits by 0.72 of their spread, all three by 0.85 (AMD EPYC, 2026-12-06)."""
+    node, with the model's pairs, factors and YaRN; a K row stored without its RoPE, or with another kind's pairs
+    or angles, is off by far more: on the CPU, after 57 tokens, the factors move the same weights' logits by 0.72
+    of their spread, all three by 0.85 (AMD EPYC, 2026-12-06)."""
     _assert_the_cpu_reads_the_fused_stores("hd128-kv8", kv, tmp_path, ROPES[rope])
 
 
