@@ -36,6 +36,7 @@ from ..core.model.memory_plan import MemoryPlanner
 from ..core.model.model import Model
 from ..native.batch import Batch
 from ..native.context import LLAMA_MAX_SEQ, MIN_CELLS_PER_SEQUENCE, ContextHandle
+from ..native.kv_types import block_size
 from .modes import Mode, add_source_arguments, model_file, parse_modes
 from .report import machine_name, write_results
 
@@ -76,12 +77,19 @@ def plan(model_path: Path, mode: Mode, n_seq: int, cells: int, n_gpu_layers: int
     return Plan(n_seq, p.cache.total_bytes, p.cache.compute_bytes, p.weights_bytes)
 
 
-def attention_path(mode: Mode, on_gpu: bool) -> str:
-    """The decode's attention path by llama-attn's rule (patches 0012/0013): with one token per KV stream, hybrid
-    with the fused kernel takes it for every N (grid z = the N streams); tests/core/test_hybrid_attention.py checks
-    that on the GPU for several streams."""
+def attention_path(mode: Mode, on_gpu: bool, n_seq: int) -> str:
+    """The decode's attention path at N sequences (one token each, a KV stream each). Hybrid with the fused kernel:
+    llama-attn's rule (patches 0012/0013) takes it for every N (grid z = the N streams; tests/core/
+    test_hybrid_attention.py checks that on the GPU for several streams). FA on: fattn.cu's rule on CUDA from compute
+    capability 8.9 (the bench's H100/H200) for GQA 2-4 (the synthetic shapes): the vector kernel over a quantized
+    cache at every N, over f16 only for one stream (it wants Q->ne[3] == 1); several f16 streams take the tensor-core
+    kernel (flash_attn_ext_f16, seen under ncu: benchmarks/results/h200-8b-hd128-batched/)."""
     if mode.flash_attn == "on":
-        return "flash attention (vector kernel on CUDA)" if on_gpu else "flash attention"
+        if not on_gpu:
+            return "flash attention"
+        quantized = block_size(mode.ctk) > 1 or block_size(mode.ctv) > 1
+        return ("flash attention (vector kernel on CUDA)" if quantized or n_seq == 1
+                else "flash attention (tensor-core kernel on CUDA)")
     if mode.flash_attn == "hybrid":
         if mode.attention_paths.fused_decode and on_gpu:
             return "fused decode kernel, N streams in one launch"
@@ -175,7 +183,7 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int
                     agg = [n * tg / t for t in times]
                     p = plans[n]
                     rows.append({"mode": str(mode), "depth": depth, "n_seq": n,
-                                 "path": attention_path(mode, on_gpu),
+                                 "path": attention_path(mode, on_gpu, n),
                                  "aggregate_tok_s": statistics.fmean(agg),
                                  "aggregate_tok_s_sd": statistics.stdev(agg) if len(agg) > 1 else 0.0,
                                  "per_sequence_tok_s": statistics.fmean(agg) / n, "samples": agg,

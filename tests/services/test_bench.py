@@ -148,6 +148,22 @@ def test_batched_bench_decodes_n_sequences_together_and_reports_memory(tmp_path:
     assert "| fa-off:q4_0/q4_0 | 40 | 3 |" in (tmp_path / "batched.md").read_text()
 
 
+def test_batched_bench_names_the_tensor_core_kernel_for_several_f16_streams_under_fa() -> None:
+    """fattn.cu (compute capability >= 8.9, GQA 4) runs its vector kernel over f16 for one stream only; N > 1 f16
+    streams take flash_attn_ext_f16 (ncu, benchmarks/results/h200-8b-hd128-batched/). The label said "vector
+    kernel" at every N."""
+    from pyllama90a.bench.batched import attention_path
+
+    f16, q4_0 = Mode.parse("fa-on:f16/f16"), Mode.parse("fa-on:q4_0/q4_0")
+    assert attention_path(f16, True, 1) == "flash attention (vector kernel on CUDA)"
+    assert attention_path(f16, True, 8) == "flash attention (tensor-core kernel on CUDA)"
+    assert attention_path(q4_0, True, 32) == "flash attention (vector kernel on CUDA)"
+    assert attention_path(Mode.parse("fa-on:f16/q8_0"), True, 8) == "flash attention (vector kernel on CUDA)"
+    assert attention_path(f16, False, 8) == "flash attention"
+    hybrid = Mode.parse("hybrid:q4_0/q4_0+fused")
+    assert attention_path(hybrid, True, 32) == "fused decode kernel, N streams in one launch"
+
+
 def test_batched_bench_measures_each_mode_at_its_own_budget_n(tmp_path: Path) -> None:
     # equal KV memory: a budget of 2.5 f16 sequences holds 2 of f16 and 8 of q4_0 (18/64 the bytes); each is decoded
     # at its own N and compared with the baseline at its own
