@@ -296,7 +296,7 @@ def _stream_prompts(n_vocab: int) -> tuple[list[list[int]], list[list[int]]]:
 
 @on_gpu
 @pytest.mark.parametrize("shape", ["hd128-kv8", "hd64-gqa2"])
-@pytest.mark.parametrize("kv", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("kv", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
 def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: str, kv: str) -> None:
     """N = 8 sequences, one token of each per step in one batch: every layer's attention of every step is one
     fused-kernel launch over the 8 KV streams (FLASH_ATTN_EXT marked FUSED_DECODE, grid z = the streams), and
@@ -311,7 +311,10 @@ def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: st
     non-flash difference came out at 8.8e-3 of the spread (both versions of then, bit-identical), above the 8e-3
     fitted on 301 cells. With 8 streams of 1.2K-1.8K cells the split makes chunks of 2 tiles or more (H200: 132
     multiprocessors), so 0024's later tiles run (their K and V loaded together; the first tile's before q is
-    prepared), and so do 0026's half2 sums (several tiles a block, each flushed to F32)."""
+    prepared), and so do 0026's half2 sums (several tiles a block, each flushed to F32). Every KV type: tiles of
+    128-256 cells a block, one lane a (cell, head) in K^T q, over each type's block layout (candidate 0046 copies
+    and reads the rows of q4_0, q4_1, q5_0 and q5_1 at head dim 128, and of q4_1 and q5_1 at 64, 8 bytes at a
+    time there: benchmarks/device/candidates/)."""
     path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
     prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
     together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=FUSED)
