@@ -77,19 +77,22 @@ def plan(model_path: Path, mode: Mode, n_seq: int, cells: int, n_gpu_layers: int
     return Plan(n_seq, p.cache.total_bytes, p.cache.compute_bytes, p.weights_bytes)
 
 
-def attention_path(mode: Mode, on_gpu: bool, n_seq: int) -> str:
-    """The decode's attention path at N sequences (one token each, a KV stream each). Hybrid with the fused kernel:
-    llama-attn's rule (patches 0012/0013) takes it for every N (grid z = the N streams; tests/core/
-    test_hybrid_attention.py checks that on the GPU for several streams). FA on: fattn.cu's rule on CUDA from compute
-    capability 8.9 (the bench's H100/H200) for GQA 2-4 (the synthetic shapes): the vector kernel over a quantized
-    cache at every N, over f16 only for one stream (it wants Q->ne[3] == 1); several f16 streams take the tensor-core
-    kernel (flash_attn_ext_f16, seen under ncu: benchmarks/results/h200-8b-hd128-batched/)."""
+def attention_path(mode: Mode, on_gpu: bool, n_seq: int, gqa: int) -> str:
+    """The decode's attention path at N sequences (one token each, a KV stream each) of a model whose KV heads serve
+    `gqa` query heads each. Hybrid with the fused kernel: llama-attn's rule (patches 0012/0013) takes it for every N
+    (grid z = the N streams; tests/core/test_hybrid_attention.py checks that on the GPU for several streams). FA on:
+    fattn.cu's rule on CUDA from compute capability 8.9 (the bench's H100/H200): the vector kernel over a quantized
+    cache at every N; over f16 with GQA (it groups query heads, then) for one stream only (Q->ne[3] == 1) and up to
+    4 query heads a KV head, the tensor-core kernel for several streams (flash_attn_ext_f16, seen under ncu:
+    benchmarks/results/h200-8b-hd128-batched/), and by depth past 4 (said so); without GQA the vector kernel."""
     if mode.flash_attn == "on":
         if not on_gpu:
             return "flash attention"
-        quantized = block_size(mode.ctk) > 1 or block_size(mode.ctv) > 1
-        return ("flash attention (vector kernel on CUDA)" if quantized or n_seq == 1
-                else "flash attention (tensor-core kernel on CUDA)")
+        if block_size(mode.ctk) > 1 or block_size(mode.ctv) > 1 or gqa == 1 or (n_seq == 1 and gqa <= 4):
+            return "flash attention (vector kernel on CUDA)"
+        if n_seq > 1:
+            return "flash attention (tensor-core kernel on CUDA)"
+        return "flash attention (vector or tensor-core kernel on CUDA, by depth)"
     if mode.flash_attn == "hybrid":
         if mode.attention_paths.fused_decode and on_gpu:
             return "fused decode kernel, N streams in one launch"
@@ -183,7 +186,7 @@ def run(model_path: Path, modes: list[Mode], depths: list[int], n_seqs: list[int
                     agg = [n * tg / t for t in times]
                     p = plans[n]
                     rows.append({"mode": str(mode), "depth": depth, "n_seq": n,
-                                 "path": attention_path(mode, on_gpu, n),
+                                 "path": attention_path(mode, on_gpu, n, context.model.gqa),
                                  "aggregate_tok_s": statistics.fmean(agg),
                                  "aggregate_tok_s_sd": statistics.stdev(agg) if len(agg) > 1 else 0.0,
                                  "per_sequence_tok_s": statistics.fmean(agg) / n, "samples": agg,

@@ -77,6 +77,8 @@ class ModelHandle:
         self._vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
         self.n_embd: int = lib.llama_model_n_embd(ptr)
+        # query heads a KV head shares (GQA; 1 where the model reports no KV heads, as an embedding model may)
+        self.gqa: int = lib.llama_model_n_head(ptr) // max(lib.llama_model_n_head_kv(ptr), 1) or 1
         self.n_ctx_train: int = lib.llama_model_n_ctx_train(ptr)
         self.weights_bytes: int = lib.llama_model_size(ptr)  # of all its tensors, wherever they are
         bos, eos = lib.llama_vocab_bos(self._vocab), lib.llama_vocab_eos(self._vocab)

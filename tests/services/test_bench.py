@@ -13,6 +13,7 @@ import pytest
 
 from pyllama90a.bench import depths
 from pyllama90a.bench.__main__ import main
+from pyllama90a.bench.batched import attention_path
 from pyllama90a.bench.depths import VARIANT_ENV, Mode
 from pyllama90a.core.model.model import Model
 from pyllama90a.tools.synthetic import synthetic_model
@@ -149,19 +150,20 @@ def test_batched_bench_decodes_n_sequences_together_and_reports_memory(tmp_path:
 
 
 def test_batched_bench_names_the_tensor_core_kernel_for_several_f16_streams_under_fa() -> None:
-    """fattn.cu (compute capability >= 8.9, GQA 4) runs its vector kernel over f16 for one stream only; N > 1 f16
-    streams take flash_attn_ext_f16 (ncu, benchmarks/results/h200-8b-hd128-batched/). The label said "vector
-    kernel" at every N."""
-    from pyllama90a.bench.batched import attention_path
-
+    """fattn.cu (compute capability >= 8.9) runs its vector kernel over f16 with GQA for one stream only; N > 1
+    f16 streams of a GQA model take flash_attn_ext_f16 (ncu, benchmarks/results/h200-8b-hd128-batched/). The label
+    said "vector kernel" at every N."""
     f16, q4_0 = Mode.parse("fa-on:f16/f16"), Mode.parse("fa-on:q4_0/q4_0")
-    assert attention_path(f16, True, 1) == "flash attention (vector kernel on CUDA)"
-    assert attention_path(f16, True, 8) == "flash attention (tensor-core kernel on CUDA)"
-    assert attention_path(q4_0, True, 32) == "flash attention (vector kernel on CUDA)"
-    assert attention_path(Mode.parse("fa-on:f16/q8_0"), True, 8) == "flash attention (vector kernel on CUDA)"
-    assert attention_path(f16, False, 8) == "flash attention"
+    vector, tensor_cores = "flash attention (vector kernel on CUDA)", "flash attention (tensor-core kernel on CUDA)"
+    assert attention_path(f16, True, 1, 4) == vector
+    assert attention_path(f16, True, 8, 4) == tensor_cores
+    assert attention_path(f16, True, 8, 1) == vector  # no GQA: fattn.cu's vector kernel at any N
+    assert "by depth" in attention_path(f16, True, 1, 8)
+    assert attention_path(q4_0, True, 32, 4) == vector
+    assert attention_path(Mode.parse("fa-on:f16/q8_0"), True, 8, 4) == vector
+    assert attention_path(f16, False, 8, 4) == "flash attention"
     hybrid = Mode.parse("hybrid:q4_0/q4_0+fused")
-    assert attention_path(hybrid, True, 32) == "fused decode kernel, N streams in one launch"
+    assert attention_path(hybrid, True, 32, 4) == "fused decode kernel, N streams in one launch"
 
 
 def test_batched_bench_measures_each_mode_at_its_own_budget_n(tmp_path: Path) -> None:
