@@ -78,13 +78,15 @@ def plan(model_path: Path, mode: Mode, n_seq: int, cells: int, n_gpu_layers: int
 
 
 def attention_path(mode: Mode, on_gpu: bool, n_seq: int, gqa: int) -> str:
-    """The decode's attention path at N sequences (one token each, a KV stream each) of a model whose KV heads serve
-    `gqa` query heads each. Hybrid with the fused kernel: llama-attn's rule (patches 0012/0013) takes it for every N
-    (grid z = the N streams; tests/core/test_hybrid_attention.py checks that on the GPU for several streams). FA on:
-    fattn.cu's rule on CUDA from compute capability 8.9 (the bench's H100/H200): the vector kernel over a quantized
-    cache at every N; over f16 with GQA (it groups query heads, then) for one stream only (Q->ne[3] == 1) and up to
-    4 query heads a KV head, the tensor-core kernel for several streams (flash_attn_ext_f16, seen under ncu:
-    benchmarks/results/h200-8b-hd128-batched/), and by depth past 4 (said so); without GQA the vector kernel."""
+    """The decode's attention path at N sequences (one token each, a KV stream each) of a model with `gqa` query
+    heads a KV head. Hybrid with the fused kernel: llama-attn's rule (patches 0012/0013) takes it for every N (grid
+    z = the N streams; tests/core/test_hybrid_attention.py checks that on the GPU). FA on: fattn.cu's rule on CUDA
+    from compute capability 8.9 (the bench's H100/H200):
+    - a quantized K or V, or no GQA: the vector kernel at every N;
+    - f16 with GQA: the vector kernel for one stream (it wants Q->ne[3] == 1) of up to 4 query heads a KV head, the
+      tensor-core kernel for several streams (flash_attn_ext_f16, seen under ncu:
+      benchmarks/results/h200-8b-hd128-batched/); one stream past 4 goes by the cache's length, which the label
+      says rather than guess."""
     if mode.flash_attn == "on":
         if not on_gpu:
             return "flash attention"
