@@ -312,9 +312,7 @@ def test_the_fused_kernel_decodes_many_sequences_as_the_non_flash_path(shape: st
     fitted on 301 cells. With 8 streams of 1.2K-1.8K cells the split makes chunks of 2 tiles or more (H200: 132
     multiprocessors), so 0024's later tiles run (their K and V loaded together; the first tile's before q is
     prepared), and so do 0026's half2 sums (several tiles a block, each flushed to F32). Every KV type: tiles of
-    128-256 cells a block, one lane a (cell, head) in K^T q, over each type's block layout (candidate 0046 copies
-    and reads the rows of q4_0, q4_1, q5_0 and q5_1 at head dim 128, and of q4_1 and q5_1 at 64, 8 bytes at a
-    time there: benchmarks/device/candidates/)."""
+    128-256 cells a block, one lane a (cell, head) in K^T q, over each type's block layout."""
     path = synthetic_model(FUSED_SHAPES[shape], weight_type="f16")
     prompts, steps = _stream_prompts(FUSED_SHAPES[shape].n_vocab)
     together, marks = decode_streams(path, prompts, steps, kv=kv, flash_attn="hybrid", paths=FUSED)
