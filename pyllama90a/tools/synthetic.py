@@ -135,6 +135,8 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("smollm-135m", n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=49152),
     Shape("1b-hd64", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192, n_vocab=32000),
     Shape("8b-hd128", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=32000),
+    # 7 query heads a KV head (Qwen2.5-7B's attention): the fused decode's 8-column instances, one column padded
+    Shape("7b-gqa7", n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944, n_vocab=32000),
 )}
 
 

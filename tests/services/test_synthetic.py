@@ -33,8 +33,9 @@ def tiny_path(tmp_path_factory):
 
 
 def test_shapes():
-    assert {"tiny", "smollm-135m", "1b-hd64", "8b-hd128"} <= set(SHAPES)
+    assert {"tiny", "smollm-135m", "1b-hd64", "8b-hd128", "7b-gqa7"} <= set(SHAPES)
     assert SHAPES["8b-hd128"].head_dim == 128 and SHAPES["1b-hd64"].head_dim == 64
+    assert SHAPES["7b-gqa7"].head_dim == 128 and SHAPES["7b-gqa7"].n_head // SHAPES["7b-gqa7"].n_head_kv == 7
     assert SHAPES["smollm-135m"].head_dim == 64 and TINY.head_dim == 64
     for shape in SHAPES.values():
         assert shape.n_embd == shape.n_head * shape.head_dim
