@@ -12,10 +12,11 @@ block's dynamic shared memory. The harness (benchmarks/hip/wave64/harness.cpp) l
 the installed pyllama90a (tensor sizes, ggml's CPU dequantize and quantize for the reference and the inputs).
 
   python3 benchmarks/hip/build_wave64.py [--out DIR] [--cxx clang++-19] [--src TREE] [--ggml-lib DIR]
-                                         [--mutate NAME] [--width 64|32] [--run [HARNESS ARGS...]]
+                                         [--mutate NAME] [--async-copies] [--width 64|32] [--run [HARNESS ARGS...]]
 
 --mutate applies one of MUTATIONS to the kernel text first (a known-wrong kernel: the harness must fail it);
 repeat it to apply several at once (each in its own kernel, so one build serves a case of each).
+--async-copies runs the CUDA path's cp.async tile loop in place of HIP's register path (ASYNC_COPIES).
 --width 32 builds the same runtime with 32-wide wavefronts (the NVIDIA control). Prints the binary's path.
 Needs clang++ >= 15 (`apt-get install -y clang-19`); exits 77 when none is installed.
 """
@@ -64,7 +65,29 @@ MUTATIONS = {
     # codes turned into half2 takes the other pair's bytes (values 2k, 2k+1 read from 2k+2, 2k+3 and back), on any
     # width
     "half2-pairs": ("pyl-attn-decode-impl.cuh", "k % 2 ? 0x4342u : 0x4140u", "k % 2 ? 0x4140u : 0x4342u"),
+    # not a wave64 bug but a control of --async-copies: the next tile copied into the stage this tile is read from
+    "async-stage": ("pyl-attn-decode-impl.cuh", "int * k_next = tiles_s + (stage ^ 1)*2*T*stride_w;",
+                    "int * k_next = tiles_s + stage*2*T*stride_w;"),
 }
+
+
+# The CUDA path's tile loop (patches 0031/0032: cp.async into two stages, the path an H100 or H200 runs) on the
+# harness, whose target is HIP: PYL_DEC_ASYNC on every target, each copy done when it is issued (one order the
+# cp.async semantics allow), and the host's async choice true. It checks the stages' indexing, the barriers'
+# placement (a copy into a stage still read is a race, which the lanes' two orders expose) and the mask loaded a
+# tile ahead, not the copies' asynchrony on a GPU. Each (old, new) must be once in its unit, as a mutation's.
+ASYNC_COPIES = (
+    ("pyl-attn-decode-impl.cuh", "#if defined(CP_ASYNC_AVAILABLE)\n#define PYL_DEC_ASYNC 1",
+     "#if 1  // wave64 harness: the async path, its copies done when issued\n#define PYL_DEC_ASYNC 1"),
+    ("pyl-attn-decode-impl.cuh",
+     'asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" : : "r"((unsigned int) __cvta_generic_to_shared(dst_s)), '
+     '"l"(src));',
+     "*dst_s = *(const int *) src;"),
+    ("pyl-attn-decode-impl.cuh", 'asm volatile("cp.async.commit_group;" : : : "memory");', ""),
+    ("pyl-attn-decode-impl.cuh", 'asm volatile("cp.async.wait_group %0;" : : "n"(pending) : "memory");', ""),
+    ("pyl-attn-decode-impl.cuh", "async     = cp_async_available(ggml_cuda_info().devices[ctx.device].cc);",
+     "async     = true;"),
+)
 
 
 def log(msg: str) -> None:
@@ -101,28 +124,30 @@ def to_host_cxx(text: str) -> str:
     return EXTERN_SHARED.sub(r"\1 * \2 = (\1 *) ::wave64::dynamic_shared();", text)
 
 
-def rewrite_tree(cuda: Path, out: Path, mutations: list[str]) -> None:
-    """ggml-cuda's headers and our units, rewritten, into out/ggml-cuda (the include path's first folder)."""
+def rewrite_tree(cuda: Path, out: Path, mutations: list[str], async_copies: bool = False) -> None:
+    """ggml-cuda's headers and our units, rewritten, into out/ggml-cuda (the include path's first folder);
+    async_copies: with ASYNC_COPIES."""
     dst = out / "ggml-cuda"
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "vendors").mkdir(exist_ok=True)
     files = [*cuda.glob("*.cuh"), *(cuda / "vendors").glob("*.h"), *(cuda / u for u in UNITS)]
+    edits = [(f"mutation {m}", *MUTATIONS[m]) for m in mutations]
+    edits += [(f"async copies {i}", *e) for i, e in enumerate(ASYNC_COPIES if async_copies else ())]
     mutated: set[str] = set()
     for p in files:
         text = to_host_cxx(p.read_text())
-        for mutation in mutations:
-            unit, old, new = MUTATIONS[mutation]
+        for what, unit, old, new in edits:
             if p.name == unit:
                 if text.count(old) != 1:
-                    raise RuntimeError(f"mutation {mutation}: its text is not once in {unit}")
+                    raise RuntimeError(f"{what}: its text is not once in {unit}")
                 text = text.replace(old, new)
-                mutated.add(mutation)
+                mutated.add(what)
         target = dst / p.relative_to(cuda)
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
-    missing = sorted(set(mutations) - mutated)
+    missing = sorted({what for what, *_ in edits} - mutated)
     if missing:
-        raise RuntimeError(f"mutations {missing}: their units are not in {cuda}")
+        raise RuntimeError(f"{missing}: their units are not in {cuda}")
 
 
 def defines() -> list[str]:
@@ -143,10 +168,10 @@ def build(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mutations = sorted(set(args.mutate or ()))
-    name = f"wave64-harness-w{args.width}" + "".join(f"-{m}" for m in mutations) + \
-        ("" if args.opt == "1" else f"-O{args.opt}")
+    name = f"wave64-harness-w{args.width}" + ("-async" if args.async_copies else "") + \
+        "".join(f"-{m}" for m in mutations) + ("" if args.opt == "1" else f"-O{args.opt}")
     src_dir = out / (name + "-src")
-    rewrite_tree(tree / "ggml" / "src" / "ggml-cuda", src_dir, mutations)
+    rewrite_tree(tree / "ggml" / "src" / "ggml-cuda", src_dir, mutations, args.async_copies)
     harness = src_dir / "harness.cpp"  # its kernels are HIP text too
     text = to_host_cxx((WAVE64 / "harness.cpp").read_text())
     if not harness.exists() or harness.read_text() != text:
@@ -220,6 +245,8 @@ def main() -> int:
     ap.add_argument("--src", help="the patched llama.cpp tree (default: vendor/prepare_source.py's)")
     ap.add_argument("--ggml-lib", help="the folder of libggml-base.so (default: the installed pyllama90a's)")
     ap.add_argument("--mutate", choices=sorted(MUTATIONS), action="append")
+    ap.add_argument("--async-copies", action="store_true",
+                    help="the CUDA path's cp.async tile loop, each copy done when issued (ASYNC_COPIES)")
     ap.add_argument("--width", type=int, choices=(32, 64), default=64)
     ap.add_argument("--opt", default="1", choices=("0", "1", "2"))
     ap.add_argument("--markdown", help="run every case and write their tables to this file")

@@ -100,3 +100,34 @@ def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutated_binary: Path, m
                          text=True, timeout=1800)
     # a FAIL line, or the guard page after the source rows stops the run (the store then reads past them)
     assert run.returncode != 0 and ", 0 failed" not in run.stdout, run.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def async_results(tmp_path_factory) -> dict[str, dict]:
+    """The attention cases through the CUDA path's tile loop (cp.async into two stages, what an H100 or H200 runs),
+    its copies done when issued: -O0, a faster compile (these 125 cases run in seconds)."""
+    binary = _build("--async-copies", "--opt", "0")
+    report = tmp_path_factory.mktemp("wave64-async") / "cases.jsonl"
+    run = subprocess.run([str(binary), "--filter", "attn/", "--json", str(report)], capture_output=True, text=True,
+                         timeout=1800)
+    rows = [json.loads(line) for line in report.read_text().splitlines()]
+    assert rows, run.stdout[-4000:] + run.stderr[-4000:]
+    return {r["case"]: r for r in rows}
+
+
+def test_the_cuda_tile_loop_runs_every_attention_case_within_its_bound(async_results: dict[str, dict]) -> None:
+    """The stages' indexing and the barriers of the async path (patches 0031, 0032), which no HIP build runs: the
+    multi-tile cases (q8-4cu, q8-1cu) walk several tiles through both stages, run in both lane orders."""
+    assert len(async_results) == 125
+    failed = [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in async_results.values()
+              if not r["ok"]]
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.slow
+def test_the_cuda_tile_loop_copying_into_the_stage_it_reads_fails() -> None:
+    """The control of the test above: the next tile copied into the stage this tile is read from must fail."""
+    binary = _build("--async-copies", "--mutate", "async-stage", "--opt", "0")
+    run = subprocess.run([str(binary), "--filter", "attn/q8-1cu/hd128-kv8/q4_0"], capture_output=True, text=True,
+                         timeout=1800)
+    assert run.returncode != 0 and "1 cases, 1 failed" in run.stdout, run.stdout[-3000:]
