@@ -5,7 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the tests' support package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "core"))  # where the layout moved it
 from test_hybrid_attention import FUSED_SHAPES, N_PROMPT, _tokens
 
 import pyllama90a as pl
