@@ -45,14 +45,21 @@ def _build(*extra: str) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, dict]:
-    binary = _build()
-    report = tmp_path_factory.mktemp("wave64") / "cases.jsonl"
-    run = subprocess.run([str(binary), "--json", str(report)], capture_output=True, text=True, timeout=3600)
+def _run_cases(binary: Path, report: Path, *args: str) -> dict[str, dict]:
+    """The harness's cases (those --filter names in args, else all) by name, from its JSON report."""
+    run = subprocess.run([str(binary), *args, "--json", str(report)], capture_output=True, text=True, timeout=3600)
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert rows, run.stdout[-4000:] + run.stderr[-4000:]
     return {r["case"]: r for r in rows}
+
+
+def _failures(rows: list[dict]) -> list[str]:
+    return [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in rows if not r["ok"]]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict]:
+    return _run_cases(_build(), tmp_path_factory.mktemp("wave64") / "cases.jsonl")
 
 
 def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dict[str, dict]) -> None:
@@ -64,8 +71,7 @@ def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dic
     # kinds; 5 shapes x 6 types for OUT_PROD (0030 removed the serial-store cases, 0036 the F32-q ones)
     outprod = [r for name, r in results.items() if name.startswith("outprod/")]
     assert len(attn) == 125 and len(stores) == 50 + 20 and len(outprod) == 30
-    failed = [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in attn + stores + outprod
-              if not r["ok"]]
+    failed = _failures(attn + stores + outprod)
     assert not failed, "\n".join(failed)
 
 
@@ -106,21 +112,15 @@ def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutated_binary: Path, m
 def async_results(tmp_path_factory) -> dict[str, dict]:
     """The attention cases through the CUDA path's tile loop (cp.async into two stages, what an H100 or H200 runs),
     its copies done when issued: -O0, a faster compile (these 125 cases run in seconds)."""
-    binary = _build("--async-copies", "--opt", "0")
-    report = tmp_path_factory.mktemp("wave64-async") / "cases.jsonl"
-    run = subprocess.run([str(binary), "--filter", "attn/", "--json", str(report)], capture_output=True, text=True,
-                         timeout=1800)
-    rows = [json.loads(line) for line in report.read_text().splitlines()]
-    assert rows, run.stdout[-4000:] + run.stderr[-4000:]
-    return {r["case"]: r for r in rows}
+    return _run_cases(_build("--async-copies", "--opt", "0"), tmp_path_factory.mktemp("wave64-async") / "cases.jsonl",
+                      "--filter", "attn/")
 
 
 def test_the_cuda_tile_loop_runs_every_attention_case_within_its_bound(async_results: dict[str, dict]) -> None:
     """The stages' indexing and the barriers of the async path (patches 0031, 0032), which no HIP build runs: the
     multi-tile cases (q8-4cu, q8-1cu) walk several tiles through both stages, run in both lane orders."""
     assert len(async_results) == 125
-    failed = [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in async_results.values()
-              if not r["ok"]]
+    failed = _failures(list(async_results.values()))
     assert not failed, "\n".join(failed)
 
 
