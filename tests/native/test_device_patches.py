@@ -8,37 +8,37 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from support.vendor_scripts import vendor_module
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ROOT / "benchmarks" / "device"
 EXPERIMENTS = sorted((DEVICE / "experiments").glob("*.patch"))
 CANDIDATES = sorted((DEVICE / "candidates").glob("*.patch"))  # numbered: the order a call applies them in
+patch_report = vendor_module("patch_report")
 
 
 @pytest.fixture(scope="module")
 def prepared() -> Path:
     """llama.cpp's source with vendor/patches/ applied (the build's; prepared again if absent)."""
-    out = subprocess.run([sys.executable, str(ROOT / "vendor" / "prepare_source.py")], capture_output=True,
-                         text=True, timeout=1800)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return Path(out.stdout.strip().splitlines()[-1])
+    return vendor_module("prepare_source").prepare()
 
 
 def _apply_in_order(prepared: Path, patches: list[Path], work: Path) -> None:
-    """The files the patches touch, copied from the prepared tree into work/, then each patch applied in turn."""
-    touched = {m for p in patches for m in re.findall(r"^\+\+\+ b/(\S+)", p.read_text(), re.M)}
-    for rel in touched:
+    """The files the patches touch, copied from the prepared tree into work/, then each patch applied in turn by
+    patch_report (GNU patch, as the build applies vendor/patches/). Every hunk must apply without fuzz: the
+    device's variants.sh applies experiments with git apply, which takes offsets and no fuzz."""
+    for rel in {f.path for p in patches for f in patch_report.parse_patch(p)}:
         if (prepared / rel).is_file():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(prepared / rel, work / rel)
     for p in patches:
-        run = subprocess.run(["git", "apply", str(p)], cwd=work, capture_output=True, text=True, timeout=60)
-        assert run.returncode == 0, f"{p.name} does not apply on the series:\n{run.stderr}"
+        bad = [f"{r.path} #{r.number} {r.status} {r.detail}" for r in patch_report.apply_patch(work, p)
+               if r.status not in ("clean", "offset")]
+        assert not bad, f"{p.name} does not apply on the series: " + "; ".join(bad)
 
 
 def test_the_device_has_experiments() -> None:

@@ -2,7 +2,6 @@
 and on a copy of it that one hunk no longer fits."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -10,22 +9,11 @@ from pathlib import Path
 
 import pytest
 
-VENDOR = Path(__file__).resolve().parents[2] / "vendor"
+from support.vendor_scripts import VENDOR, vendor_module
+
 REPORT = VENDOR / "patch_report.py"
-
-
-def _module(name: str):
-    """A vendor/ script as a module (vendor/ is no package: its scripts are run by CMake and by hand)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, VENDOR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-prepare_source = _module("prepare_source")
-patch_report = _module("patch_report")
+prepare_source = vendor_module("prepare_source")
+patch_report = vendor_module("patch_report")
 PIN = prepare_source.load_pin()
 
 
