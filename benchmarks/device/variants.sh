@@ -80,7 +80,8 @@ done
 
 cd /tmp
 # each variant's tables, FA-on f16 beside it in each: N = 1 / 8 / 32 sequences at 8K (bench batched), then one
-# sequence at depths 0 / 2K / 8K / 32K
+# sequence at depths 0 / 2K / 8K / 32K. Back here, variants_table.py puts a call's runs side by side from their JSON
+# (results.tgz's r/: --runs this call's, --vs A:B each build against another with the runs' spread)
 DEFAULT_BENCH='python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 --depths 8192 --tg 16 --reps 3
     --modes hybrid:q4_0/q4_0+fused fa-on:f16/f16 --out $R/batched-$RUN > $R/batched-$RUN.log 2>&1;
     cat $R/batched-$RUN/batched.md;
