@@ -2,7 +2,6 @@
 (vendor/ck_fmha_codegen.py), yields the small instance set the dispatch needs and the sources CMake compiles."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import re
 from pathlib import Path
@@ -11,11 +10,9 @@ import pytest
 
 from support.ck_dispatch import parse_api, trait_parameters
 from support.ck_tree import ck_root  # noqa: F401  (fixture)
+from support.repo_scripts import script_module
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("ck_fmha_codegen", REPO / "vendor" / "ck_fmha_codegen.py")
-codegen = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(codegen)
+codegen = script_module("ck_fmha_codegen")
 
 KERNEL_NAME = re.compile(
     r"fmha_fwd_d(?P<hdim>\d+)_(?P<dtype>\w+?)_(?P<mode>batch|group)_b\w+?_"

@@ -10,7 +10,6 @@ Skipped, with the reason, where no such toolchain is installed.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from support.ck_tree import ck_root  # noqa: F401  (fixture)
+from support.repo_scripts import script_module
 
 pytestmark = pytest.mark.hip  # (the test tier: tests/conftest.py)
 
@@ -66,9 +66,7 @@ def toolchain() -> tuple[list[str], Path]:
 
 @pytest.fixture(scope="module")
 def generated(ck_root: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    spec = importlib.util.spec_from_file_location("ck_fmha_codegen", REPO / "vendor" / "ck_fmha_codegen.py")
-    codegen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(codegen)
+    codegen = script_module("ck_fmha_codegen")
     return codegen.generate(ck_root, tmp_path_factory.mktemp("ck_gen"))
 
 

@@ -3,7 +3,6 @@ verdicts keep ineligible FLASH_ATTN_EXT nodes on ggml's kernels; its strides for
 are the expected ones; and every argument set it produces reaches a compiled CK instance."""
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from support.ck_dispatch import namespace, parse_api, select, trait_parameters
 from support.ck_fa_graph import Shape, build
 from support.ck_mapping import Mapping, ck_mapping, ggml_ctx, struct_fields  # noqa: F401  (fixtures)
 from support.ck_tree import ck_root, fmha_dir  # noqa: F401  (fixtures)
+from support.repo_scripts import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,9 +130,7 @@ def test_verdicts_keep_ineligible_nodes_on_ggml(ck_mapping: Mapping, ggml_ctx):
 
 @pytest.fixture(scope="module")
 def dispatcher(ck_root: Path, tmp_path_factory: pytest.TempPathFactory):
-    spec = importlib.util.spec_from_file_location("ck_fmha_codegen", REPO / "vendor" / "ck_fmha_codegen.py")
-    codegen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(codegen)
+    codegen = script_module("ck_fmha_codegen")
     out = tmp_path_factory.mktemp("ck_fmha_dispatch")
     codegen.generate(ck_root, out)
     return parse_api((out / "fmha_fwd_api.cpp").read_text())

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from support.vendor_scripts import vendor_module
+from support.repo_scripts import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ROOT / "benchmarks" / "device"
 EXPERIMENTS = sorted((DEVICE / "experiments").glob("*.patch"))
 CANDIDATES = sorted((DEVICE / "candidates").glob("*.patch"))  # numbered: the order a call applies them in
-patch_report = vendor_module("patch_report")
+patch_report = script_module("patch_report")
 
 
 @pytest.fixture(scope="module")
 def prepared() -> Path:
     """llama.cpp's source with vendor/patches/ applied (the build's; prepared again if absent)."""
-    return vendor_module("prepare_source").prepare()
+    return script_module("prepare_source").prepare()
 
 
 def _apply_in_order(prepared: Path, patches: list[Path], work: Path) -> None:

@@ -9,29 +9,20 @@ toolchain): the units run one at a time.
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hip" / "compile_gfx90a.py"
+from support.repo_scripts import script_module
+
 NO_HIPCC = ("hipcc not installed (apt-get install -y hipcc libamdhip64-dev rocm-device-libs): "
             "the gfx90a compile of our HIP kernels cannot run here")
 
 pytestmark = [pytest.mark.hip, pytest.mark.skipif(shutil.which("hipcc") is None, reason=NO_HIPCC)]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("compile_gfx90a", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["compile_gfx90a"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cg = _load()
+cg = script_module("compile_gfx90a", Path("benchmarks") / "hip")
 
 NEW_CLANG = next((c for c in ("clang++-21", "clang++-20", "clang++-19", "clang++-18", "clang++-17")
                   if shutil.which(c)), None)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from support.vendor_scripts import VENDOR, vendor_module
+from support.repo_scripts import VENDOR, script_module
 
 REPORT = VENDOR / "patch_report.py"
-prepare_source = vendor_module("prepare_source")
-patch_report = vendor_module("patch_report")
+prepare_source = script_module("prepare_source")
+patch_report = script_module("patch_report")
 PIN = prepare_source.load_pin()
 
 

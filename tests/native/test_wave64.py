@@ -11,7 +11,6 @@ mutation the last test needs (seconds; each mutates its own kernel, so one build
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,20 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from support.repo_scripts import script_module
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "hip" / "build_wave64.py"
 
 pytestmark = pytest.mark.hip
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("build_wave64", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bw = _load()
+bw = script_module("build_wave64", Path("benchmarks") / "hip")
 
 
 def _build(*extra: str) -> Path:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from support.vendor_scripts import vendor_module
+from support.repo_scripts import script_module
 
 CALL2 = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100-8b-hd128-0048-0051" / "call2"
-variants_table = vendor_module("variants_table", Path("benchmarks") / "device")
+variants_table = script_module("variants_table", Path("benchmarks") / "device")
 
 
 def test_the_tables_give_each_run_s_rates_and_ratios_as_the_readme_quotes() -> None:

@@ -7,7 +7,6 @@ this way the tests exercise the very source file the HIP build compiles, without
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ import cffi
 import pytest
 
 from pyllama90a.native._ffi import ffi as native_ffi
+from support.repo_scripts import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 CK_FA_SRC = REPO / "src" / "ck_fa"
@@ -52,10 +52,7 @@ def struct_fields(header: str, name: str) -> list[tuple[str, str]]:
 
 def llama_cpp_source() -> Path:
     """The patched llama.cpp tree the package was built from (for ggml.h)."""
-    spec = importlib.util.spec_from_file_location("prepare_source", REPO / "vendor" / "prepare_source.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.prepare()
+    return script_module("prepare_source").prepare()
 
 
 def build_library(out_dir: Path) -> Path:

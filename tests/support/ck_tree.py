@@ -2,23 +2,16 @@
 pinned sdist cannot be fetched (no index reachable), never on a wrong digest or a broken tree."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-VENDOR = Path(__file__).resolve().parents[2] / "vendor"
+from support.repo_scripts import script_module
 
 
 def prepare_ck_module():
-    """vendor/prepare_ck.py as a module (vendor/ is no package: scripts run by CMake)."""
-    if "prepare_ck" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("prepare_ck", VENDOR / "prepare_ck.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["prepare_ck"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["prepare_ck"]
+    """vendor/prepare_ck.py as a module."""
+    return script_module("prepare_ck")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""vendor/'s scripts (and benchmarks/'s) as modules: neither folder is a package (CMake and people run their
-scripts), and tests call their functions."""
+"""The repository's scripts as modules: vendor/ and benchmarks/ are no packages (CMake and people run their
+scripts), and tests call their functions. One loader for all of them."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VENDOR = ROOT / "vendor"
 
 
-def vendor_module(name: str, folder: Path = Path("vendor")):
+def script_module(name: str, folder: Path = Path("vendor")):
     """<folder>/<name>.py (folder relative to the repository), loaded once and registered in sys.modules (its
     dataclasses need that)."""
     if name not in sys.modules:
