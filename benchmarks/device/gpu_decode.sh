@@ -59,6 +59,10 @@ cd /tmp
 R=$RESULTS/r${VARIANT:+/$VARIANT}
 mkdir -p "$R"
 D=$REPO/benchmarks/device
+# a fresh machine's first use of the 8B model writes it (~1-2 min): before ncu, not under its timeout
+model_8b() {
+    timeout "$(cap 200)" python3 -c "from pyllama90a.tools.synthetic import synthetic_model as m; m('8b-hd128')"
+}
 # ncu's counters of the attention kernels (all of FA's: with several KV streams FA over f16 runs its MMA kernel;
 # NCU_KERNELS: another regex of kernel names) in the capture ranges of SCRIPT (ncu_depths.py, ncu_batched.py) on
 # 8b-hd128, one process per mode of NCU_MODES (NCU_S seconds at most each), summarized by ncu_summary.py into
@@ -70,8 +74,7 @@ ncu_stage() {
     # the instructions executed and the issue slots' use: whether a kernel is bound by its instruction count
     local issue='smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active'
     shift 3
-    # a fresh machine's first use of the model writes it (~1-2 min for 8B): not under ncu's timeout
-    timeout "$(cap 200)" python3 -c "from pyllama90a.tools.synthetic import synthetic_model as m; m('8b-hd128')"
+    model_8b
     # the fused kernel first: its counters are the question, FA's the reference (on 2026-12-06 the stage's time ran
     # out during the second mode, which was then ours)
     for mode in ${NCU_MODES:-hybrid:q4_0/q4_0+fused fa-on:f16/f16}; do
@@ -118,7 +121,7 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     ncu_batched) NCU_S=${NCU_S:-150} ncu_stage batched N=1,8,32 ncu_batched.py 8192 1 8 32 ;;
     ncu_depth0) NCU_KERNELS='pyl_attn_decode|flash_attn_|set_rows' ncu_stage depth0 0 ncu_depths.py 0 ;;
     ncu_source)
-        timeout "$(cap 200)" python3 -c "from pyllama90a.tools.synthetic import synthetic_model as m; m('8b-hd128')"
+        model_8b
         # the attention kernel alone (its reduce, k_pyl_attn_decode_reduce, is another kernel); one launch: layer 0
         timeout "$(cap "${NCU_S:-150}")" ncu --clock-control none --profile-from-start off --launch-count 1 \
             --kernel-name regex:'k_pyl_attn_decode(<|$)' --import-source yes --section SourceCounters \
@@ -126,10 +129,11 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             python3 "$D/ncu_batched.py" 8b-hd128 hybrid:q4_0/q4_0+fused 8192 32 > "$R/ncu-source.log" 2>&1
         echo "ncu_source rc=$?"
         # the report (MBs) stays on the machine; its source page, every instruction with its line, comes back
-        ncu --import "$R/ncu-source-n32.ncu-rep" --page source --csv --print-source cuda,sass \
-            > "$R/ncu-source-n32.csv" 2>> "$R/ncu-source.log" \
-            || ncu --import "$R/ncu-source-n32.ncu-rep" --page source --csv --print-source sass \
-            > "$R/ncu-source-n32.csv" 2>> "$R/ncu-source.log"
+        # (SASS alone where this ncu does not print the two together)
+        for view in cuda,sass sass; do
+            ncu --import "$R/ncu-source-n32.ncu-rep" --page source --csv --print-source "$view" \
+                > "$R/ncu-source-n32.csv" 2>> "$R/ncu-source.log" && break
+        done
         mv "$R/ncu-source-n32.ncu-rep" /tmp/ 2>/dev/null
         echo "ncu_source: $(wc -l < "$R/ncu-source-n32.csv") lines"; head -c 600 "$R/ncu-source-n32.csv"; echo ;;
     steps0)
