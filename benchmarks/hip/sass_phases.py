@@ -13,12 +13,17 @@ phase is the run of kernel lines between two markers of the header. For every in
 (ptxas), the static instruction count of each phase, and each loop inside a tile (a backward branch): the line and
 phase of its branch, its body. Executed counts follow from the trip counts of the launch shape (see the results
 README that quotes them).
+With --stalls, ncu's source page of one launch of an instance (gpu_decode.sh's ncu_source stage: every SASS
+instruction with its PC samples by stall reason) is summed by the same phases: which phase a tile's warps wait in, and
+on what. Its instructions are matched to this compile's by offset and opcode, so the two must be the same code (same
+nvcc, same source, same flags; -lineinfo leaves the code as it is).
 nvdisasm is not in nvcc 13.0's install here: the pip package nvidia-cuda-nvdisasm ships it. cuBLAS's header,
 which ggml-cuda's common header includes and the kernels never use, is replaced by a stub of the few names.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import re
 import subprocess
 import sys
@@ -111,6 +116,61 @@ def instructions(sass: str, function: str) -> list[tuple[str, str, int]]:
     return out
 
 
+def mangled_of(csv_function: str) -> str:
+    """The mangled name's prefix of the instance ncu's source page names, e.g.
+    "void k_pyl_attn_decode<(ggml_type)2, (int)128, (int)4, (bool)0>(...)"."""
+    m = re.search(r"k_pyl_attn_decode<\(ggml_type\)(\d+), \(int\)(\d+), \(int\)(\d+), \(bool\)(\d)>", csv_function)
+    if not m:
+        raise SystemExit(f"sass_phases: not an instance of k_pyl_attn_decode: {csv_function[:120]}")
+    return f"_Z17k_pyl_attn_decodeIL9ggml_type{m[1]}ELi{m[2]}ELi{m[3]}ELb{m[4]}E"
+
+
+def opcode(text: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", text.strip()).split()[0]
+
+
+def stall_table(page: Path, sass: str, starts: list[tuple[int, str]]) -> str:
+    """ncu's source page (CSV) of one instance, summed by phase: samples, their share, the instructions the warps
+    executed, and the three stall reasons with the most samples."""
+    rows = list(csv.reader(page.open(newline="")))
+    function = next(r[1] for r in rows if r[:1] == ["Function Name"])
+    header = next(r for r in rows if r[:3] == ["Line No", "Source", "Address"])
+    col = {name: i for i, name in enumerate(header)}
+    reasons = [n for n in header if n.startswith("stall_") and not n.endswith("(Not Issued)")]
+    by_address = {int(r[2], 16): r for r in rows if len(r) > 3 and r[2].startswith("0x")}  # inlined lines repeat
+    prefix = mangled_of(function)
+    names = [f for f in re.findall(r"^\.text\.(\w+):", sass, flags=re.M) if f.startswith(prefix)]
+    if len(names) != 1:
+        raise SystemExit(f"sass_phases: {len(names)} compiled functions match {prefix}: narrow --dim/--ncols/--type")
+    code = instructions(sass, names[0])
+    base = min(by_address)
+    if len(by_address) != len(code):
+        raise SystemExit(f"sass_phases: the page has {len(by_address)} instructions, this compile {len(code)}: "
+                         "not the same code")
+    totals: dict[str, Counter] = {}
+    for address, row in by_address.items():
+        i = (address - base) // 16
+        if opcode(row[3]) != opcode(code[i][1]):
+            raise SystemExit(f"sass_phases: instruction {i} is {row[3].strip()} on the page, {code[i][1]} here")
+        t = totals.setdefault(phase_of(code[i][2], starts), Counter())
+        t["samples"] += int(row[col["Warp Stall Sampling (All Samples)"]] or 0)
+        t["executed"] += int(row[col["Instructions Executed"]] or 0)
+        for reason in reasons:
+            t[reason] += int(row[col[reason]] or 0)
+    everything = sum(t["samples"] for t in totals.values()) or 1
+    out = [f"{function.split('>(')[0]}>: {everything} samples",
+           "| phase | samples | share | warp instructions executed | top stall reasons (share of the phase) |",
+           "|---|---:|---:|---:|---|"]
+    for name in ["helpers", *(p for _, p in starts)]:
+        if name not in totals:
+            continue
+        t = totals[name]
+        top = sorted(reasons, key=lambda r: -t[r])[:3]
+        out.append(f"| {name} | {t['samples']} | {100 * t['samples'] / everything:.1f} % | {t['executed']} | "
+                   + ", ".join(f"{r[len('stall_'):]} {100 * t[r] / max(t['samples'], 1):.0f} %" for r in top) + " |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvdisasm", required=True, help="nvdisasm (the pip package nvidia-cuda-nvdisasm ships it)")
@@ -119,6 +179,7 @@ def main() -> int:
     ap.add_argument("--type", default="q4_0", choices=sorted(TYPES))
     ap.add_argument("--dim", type=int, default=128, choices=(64, 128, 256))
     ap.add_argument("--ncols", type=int, default=4, choices=(1, 2, 4, 8))
+    ap.add_argument("--stalls", type=Path, help="ncu's source page (CSV) of a launch of this instance: summed by phase")
     args = ap.parse_args()
     tree = Path(args.src) if args.src else compile_gfx90a.prepared_tree()
     cuda = tree / CUDA_DIR
@@ -149,6 +210,9 @@ def main() -> int:
             header.unlink()
         sass = subprocess.run([args.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True,
                               text=True).stdout
+    if args.stalls:
+        print(stall_table(args.stalls, sass, starts))
+        return 0
     regs = {m[0]: f"{m[2]} registers, {m[1]}" for m in
             re.findall(r"Compiling entry function '(\w+)'.*?(\d+ bytes spill stores), \d+ bytes spill loads"
                        r"\nptxas info\s+: Used (\d+) registers", ptxas, flags=re.S)}
