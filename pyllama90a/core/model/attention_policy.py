@@ -13,7 +13,9 @@
 |                    |                                 |                     | h200-8b-hd128-0043-0045: decode 0.97x / 1.04x / 1.19x   |
 |                    |                                 |                     | FA-on f16 at 0/8K/32K, 1.10x at 32 sequences of 8K      |
 |                    |                                 |                     | (H100, h100-8b-hd128-0048-0051: 1.26x, 1.35x);          |
-|                    |                                 |                     | FA-on q4_0: 0.64x f16's at 32K (H200)                   |
+|                    |                                 |                     | FA-on q4_0: 0.64x f16's at 32K (H200); 0.30-0.86x       |
+|                    |                                 |                     | hybrid's at 1-32 sequences of 2K-32K, 7b-gqa7 included  |
+|                    |                                 |                     | (H100, h100-8b-hd128-0052)                              |
 | CUDA               | q8_0, q4_1, q5_0, q5_1 (K = V)  | hybrid, with the    | h100-8b-hd128-calibrate/calibration-full.md: decode     |
 |                    |                                 | fused decode kernel | 1.04-1.15x FA-on's and 1.10-1.25x FA-off's at depths 0  |
 |                    |                                 |                     | and 1024, prefill 0.98-1.02x FA-on's (H100)             |
