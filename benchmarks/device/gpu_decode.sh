@@ -15,8 +15,9 @@
 #            (cuda,sass) in r/ncu-source-n32.csv; NCU_S its timeout (default 150 s)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh); STEPS0_S its timeout (default
 #            170 s: on an H200, 2026-12-06, the three modes' ncu captures did not finish in 100)
-#   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched); BATCHED_S: its
-#            timeout (default 330 s)
+#   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched; a card too
+#            small for that: three quarters of its memory, an H100's 64 GB); BATCHED_S: its timeout (default 330 s).
+#            What does not fit the card's free memory is skipped and reported (the bench's default limit)
 #   bench1b  1b-hd64 (head dim 64) single-sequence decode, q4_0 and q8_0
 #   server   bench server, 8 and 32 clients, 8b-hd128: FA-on f16 against auto (hybrid + fused) q4_0
 #   calibrate  `python -m pyllama90a calibrate` on 8b-hd128: the full preset's depths up to 1K (up to 4K it ran
@@ -142,8 +143,10 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
             timeout "$(cap "${STEPS0_S:-170}")" bash benchmarks/device/profile_decode.sh > /dev/null 2>&1); echo "steps0 rc=$?"
         cat "$R"/kernel-times-8b-hd128-0.md ;;
     batched)
+        budget=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 |
+                 awk '{ gb = int($1 * 1.048576 / 1000 * 0.75); print (gb < 100 ? gb : 100) }')  # MiB -> GB
         timeout "$(cap "${BATCHED_S:-330}")" python3 -m pyllama90a.bench batched --synthetic 8b-hd128 --n-seq 1 8 32 \
-            --depths ${BATCHED_DEPTHS:-2048 8192 32768} --tg 16 --reps 2 --memory-limit-gib 128 --kv-budget-gb 100 --budget-depth 8192 \
+            --depths ${BATCHED_DEPTHS:-2048 8192 32768} --tg 16 --reps 2 --kv-budget-gb "$budget" --budget-depth 8192 \
             ${BATCHED_EXTRA:---measure-budget} --modes ${BATCHED_MODES:-fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused} \
             --out "$R/8b-hd128-batched" > "$R/batched.log" 2>&1
         echo "batched rc=$?"; cat "$R/8b-hd128-batched/batched.md" ;;

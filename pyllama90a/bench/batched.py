@@ -36,6 +36,7 @@ from ..core.model.memory_plan import MemoryPlanner
 from ..core.model.model import Model
 from ..native.batch import Batch
 from ..native.context import LLAMA_MAX_SEQ, MIN_CELLS_PER_SEQUENCE, ContextHandle
+from ..native.devices import device_memory, local_offload_devices
 from ..native.kv_types import block_size
 from .modes import Mode, add_source_arguments, model_file, parse_modes
 from .report import machine_name, write_results
@@ -145,6 +146,15 @@ def decode_steps(context: ContextHandle, batch: Batch, tokens: list[int], depth:
     return elapsed
 
 
+def default_memory_limit(n_gpu_layers: int) -> float | None:
+    """Without --memory-limit-gib: where layers go to GPUs, their free memory now, less 1 GiB each (the CUDA
+    runtime's own buffers, beyond the plan), so that a context this machine cannot hold is skipped and reported, not
+    tried: one that failed to allocate ended the whole bench (the H200's 100 GB of KV on an H100, 2026-12-07). On
+    the CPU none: the plan's bytes are the system's to page."""
+    gpus = local_offload_devices() if n_gpu_layers != 0 else []
+    return float(sum(device_memory(dev)[0] - 2**30 for dev in gpus)) if gpus else None
+
+
 def budget_n_seq(model_path: Path, mode: Mode, depth: int, budget_bytes: float, n_gpu_layers: int) -> dict[str, Any]:
     """The largest N whose KV cache at `depth` fits `budget_bytes`, from one sequence's planned KV bytes."""
     one = plan(model_path, mode, 1, cells_per_sequence(depth, 0), n_gpu_layers)
@@ -223,7 +233,10 @@ def markdown(result: dict[str, Any]) -> str:
              f"Model: `{Path(result['model']).name}`, tg {result['tg']} steps, {result['reps']} reps (mean ± sd), "
              f"baseline `{result['baseline']}`, {result['date']}  ",
              "Each step decodes one token of each of N sequences at depth D (a KV stream each); KV + compute "
-             "from plan_memory at N sequences of that depth.", "",
+             "from plan_memory at N sequences of that depth. "
+             + (f"An N whose planned weights + KV + compute exceed {result['memory_limit_bytes'] / 2**30:.1f} GiB "
+                f"({result['memory_limit_source']}) is skipped." if result.get("memory_limit_bytes") is not None
+                else "No memory limit: every N is tried."), "",
              "| mode | depth | N | aggregate tok/s | vs baseline | per-sequence tok/s | KV MiB | compute MiB | path |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(result["rows"], key=lambda r: (r["depth"], r["n_seq"], result["modes"].index(r["mode"]))):
@@ -260,7 +273,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--n-gpu-layers", type=int, default=-1)
-    ap.add_argument("--memory-limit-gib", type=float, help="skip an N whose planned weights + KV + compute exceed it")
+    ap.add_argument("--memory-limit-gib", type=float, help="skip an N whose planned weights + KV + compute exceed it "
+                    "(default: on a GPU, its free memory less 1 GiB; on the CPU, no limit)")
     ap.add_argument("--kv-budget-gb", type=float, help="report the largest N whose KV fits this many GB (1e9 bytes)")
     ap.add_argument("--budget-depth", type=int, default=8192, help="the depth of --kv-budget-gb's sequences")
     ap.add_argument("--measure-budget", action="store_true", help="also decode at each mode's budget N")
@@ -277,9 +291,13 @@ def main(argv: list[str]) -> int:
     budget = [budget_n_seq(model_path, m, args.budget_depth, args.kv_budget_gb * 1e9, args.n_gpu_layers)
               for m in modes] if args.kv_budget_gb is not None else []
     extra = {(b["mode"], b["depth"]): b["n_seq"] for b in budget} if args.measure_budget else {}
-    limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib is not None else None
+    if args.memory_limit_gib is not None:
+        limit, source = args.memory_limit_gib * 2**30, "--memory-limit-gib"
+    else:
+        limit, source = default_memory_limit(args.n_gpu_layers), "the GPUs' free memory less 1 GiB each"
     result = run(model_path, modes, sorted(set(args.depths)), sorted(set(args.n_seq)), args.tg, args.reps, args.threads,
                  args.n_gpu_layers, limit, extra, plan_only=args.plan_only)
+    result["memory_limit_source"] = source if limit is not None else None
     result["budget"] = budget
     add_ratios(result, baseline)
     table = markdown(result)

@@ -19,6 +19,13 @@ def device_label(dev: CData) -> str:
     return f"{device_name(dev)} ({ffi.string(lib.ggml_backend_dev_description(dev)).decode()})"
 
 
+def device_memory(dev: CData) -> tuple[int, int]:
+    """(free, total) bytes of a device as its backend reports them: a GPU's own memory, the CPU's the system's."""
+    free, total = ffi.new("size_t *"), ffi.new("size_t *")
+    lib.ggml_backend_dev_memory(dev, free, total)
+    return int(free[0]), int(total[0])
+
+
 def _all() -> list[CData]:
     return [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
 

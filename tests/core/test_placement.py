@@ -8,7 +8,7 @@ import re
 import pytest
 
 import pyllama90a as pl
-from pyllama90a.native.devices import local_offload_devices
+from pyllama90a.native.devices import device_memory, local_offload_devices
 from pyllama90a.native.placement import Placement
 
 N_LOCAL = len(local_offload_devices())  # 0 on the CPU-only machine
@@ -66,3 +66,17 @@ def test_batch_engine_checks_placement_too(model_path):
     with pytest.raises(pl.InvalidArgumentError) as e:
         pl.BatchEngine(model_path, parallel=1, n_ctx=512, split_mode="rows")
     assert e.value.param == "split_mode"
+
+
+def test_a_device_s_memory_is_what_its_backend_reports() -> None:
+    """The CPU device reports the system's memory (ggml's CPU backend: the physical pages), which psutil reads too;
+    each GPU its own, free at most total."""
+    import psutil
+
+    from pyllama90a.native._ffi import lib
+
+    free, total = device_memory(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
+    assert total == pytest.approx(psutil.virtual_memory().total, rel=0.01) and 0 < free <= total
+    for dev in local_offload_devices():
+        free, total = device_memory(dev)
+        assert 0 < free <= total

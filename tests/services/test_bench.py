@@ -194,6 +194,28 @@ def test_batched_bench_skips_what_does_not_fit_the_memory_limit(tmp_path: Path) 
                  "--modes", "fa-off:f16/f16", "--memory-limit-gib", "0.0001", "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "batched.json").read_text())["rows"]
     assert row["skipped"] == "does not fit" and row["planned_bytes"] > 0.0001 * 2**30
+    assert "exceed 0.0 GiB (--memory-limit-gib) is skipped" in (tmp_path / "batched.md").read_text()
+
+
+def test_batched_bench_limits_itself_to_the_gpus_free_memory_unless_told(tmp_path: Path) -> None:
+    """Without --memory-limit-gib a GPU's free memory bounds what is tried (the H200's 100 GB of KV on an H100
+    failed to allocate and ended the bench, 2026-12-07); the CPU has no limit."""
+    from pyllama90a.bench.batched import default_memory_limit
+    from pyllama90a.native.devices import device_memory, local_offload_devices
+
+    gpus = local_offload_devices()
+    limit = default_memory_limit(-1)
+    if gpus:
+        assert 0 < limit <= sum(device_memory(d)[1] for d in gpus)
+    else:
+        assert limit is None
+    assert default_memory_limit(0) is None  # no layers on a GPU: nothing of the plan is the GPU's
+    assert main(["batched", "--synthetic", "tiny", "--n-seq", "1", "--depths", "0", "--modes", "fa-off:f16/f16",
+                 "--plan-only", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "batched.json").read_text())
+    assert result["memory_limit_bytes"] == (pytest.approx(limit, rel=0.05) if gpus else None)
+    assert ("the GPUs' free memory less 1 GiB each" if gpus else "No memory limit: every N is tried.") in (
+        tmp_path / "batched.md").read_text()
 
 
 def test_batched_bench_plan_only_decodes_nothing(tmp_path: Path) -> None:
