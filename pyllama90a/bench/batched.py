@@ -229,14 +229,15 @@ def add_ratios(result: dict[str, Any], baseline: str) -> None:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    limit = result.get("memory_limit_bytes")
+    skipped = (f"An N whose planned weights + KV + compute exceed {limit / 2**30:.1f} GiB "
+               f"({result.get('memory_limit_source') or '--memory-limit-gib'}) is skipped." if limit is not None
+               else "No memory limit: every N is tried.")
     lines = [f"Machine: {result['machine']}  ",
              f"Model: `{Path(result['model']).name}`, tg {result['tg']} steps, {result['reps']} reps (mean ± sd), "
              f"baseline `{result['baseline']}`, {result['date']}  ",
              "Each step decodes one token of each of N sequences at depth D (a KV stream each); KV + compute "
-             "from plan_memory at N sequences of that depth. "
-             + (f"An N whose planned weights + KV + compute exceed {result['memory_limit_bytes'] / 2**30:.1f} GiB "
-                f"({result['memory_limit_source']}) is skipped." if result.get("memory_limit_bytes") is not None
-                else "No memory limit: every N is tried."), "",
+             f"from plan_memory at N sequences of that depth. {skipped}", "",
              "| mode | depth | N | aggregate tok/s | vs baseline | per-sequence tok/s | KV MiB | compute MiB | path |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(result["rows"], key=lambda r: (r["depth"], r["n_seq"], result["modes"].index(r["mode"]))):
