@@ -11,8 +11,9 @@
 #   ncu_depth0  the same counters at depth 1 of every kernel a layer's attention is made of, the K/V stores too
 #            (ours rotate and quantize; FA-on f16's convert): what depth 0 costs beyond FA-on f16, kernel by kernel
 #   ncu_source  where the fused kernel's warps stall, per instruction and source line: ncu's PC sampling
-#            (SourceCounters) of one attention launch in the step of 32 sequences at 8K, as the source page's CSV
-#            (cuda,sass) in r/ncu-source-n32.csv; NCU_S its timeout (default 150 s)
+#            (SourceCounters) of one attention launch at each depth:N of NCU_SOURCE_POINTS (default 32 sequences
+#            of 8K, one of 32K, one of 2K), the source page's CSV (cuda,sass) in r/ncu-source-dDEPTH-nN.csv, for
+#            benchmarks/hip/sass_phases.py --stalls; NCU_S the timeout of each (default 150 s)
 #   steps0   per-kernel GPU time of a whole decode step at depth 0 (profile_decode.sh); STEPS0_S its timeout (default
 #            170 s: on an H200, 2026-12-06, the three modes' ncu captures did not finish in 100)
 #   batched  N = 1/8/32 sequences at 2K/8K/32K, and each mode's N at 100 GB of KV at 8K (bench batched; a card too
@@ -123,20 +124,24 @@ for stage in ${STAGES:-tests bench8b ncu steps0 batched bench1b}; do
     ncu_depth0) NCU_KERNELS='pyl_attn_decode|flash_attn_|set_rows' ncu_stage depth0 0 ncu_depths.py 0 ;;
     ncu_source)
         model_8b
-        # the attention kernel alone (its reduce, k_pyl_attn_decode_reduce, is another kernel); one launch: layer 0
-        timeout "$(cap "${NCU_S:-150}")" ncu --clock-control none --profile-from-start off --launch-count 1 \
-            --kernel-name regex:'k_pyl_attn_decode(<|$)' --import-source yes --section SourceCounters \
-            --section WarpStateStats -f -o "$R/ncu-source-n32" \
-            python3 "$D/ncu_batched.py" 8b-hd128 hybrid:q4_0/q4_0+fused 8192 32 > "$R/ncu-source.log" 2>&1
-        echo "ncu_source rc=$?"
-        # the report (MBs) stays on the machine; its source page, every instruction with its line, comes back
-        # (SASS alone where this ncu does not print the two together)
-        for view in cuda,sass sass; do
-            ncu --import "$R/ncu-source-n32.ncu-rep" --page source --csv --print-source "$view" \
-                > "$R/ncu-source-n32.csv" 2>> "$R/ncu-source.log" && break
-        done
-        mv "$R/ncu-source-n32.ncu-rep" /tmp/ 2>/dev/null
-        echo "ncu_source: $(wc -l < "$R/ncu-source-n32.csv") lines"; head -c 600 "$R/ncu-source-n32.csv"; echo ;;
+        # the issue-bound tiles of many sequences (2026-12-07: V^T p 36 % of the samples at 32 of 8K), one
+        # sequence's long chunks, and the short cache's 32-cell tiles (several lanes a K row), each its own page
+        for point in ${NCU_SOURCE_POINTS:-8192:32 32768:1 2048:1}; do
+            page="$R/ncu-source-d${point%:*}-n${point#*:}"
+            # the attention kernel alone (its reduce, k_pyl_attn_decode_reduce, is another kernel); one launch: layer 0
+            timeout "$(cap "${NCU_S:-150}")" ncu --clock-control none --profile-from-start off --launch-count 1 \
+                --kernel-name regex:'k_pyl_attn_decode(<|$)' --import-source yes --section SourceCounters \
+                --section WarpStateStats -f -o "$page" \
+                python3 "$D/ncu_batched.py" 8b-hd128 hybrid:q4_0/q4_0+fused "${point%:*}" "${point#*:}" > "$page.log" 2>&1
+            echo "ncu_source $point rc=$?"
+            # the report (MBs) stays on the machine; its source page, every instruction with its line, comes back
+            # (SASS alone where this ncu does not print the two together)
+            for view in cuda,sass sass; do
+                ncu --import "$page.ncu-rep" --page source --csv --print-source "$view" > "$page.csv" 2>> "$page.log" && break
+            done
+            mv "$page.ncu-rep" /tmp/ 2>/dev/null
+            echo "ncu_source $point: $(wc -l < "$page.csv") lines"; head -c 300 "$page.csv"; echo
+        done ;;
     steps0)
         (cd "$REPO" && OUT=$R SKIP_BUILD=1 DEPTH=0 STEPS=4 NCU_FLAGS="--clock-control none" \
             MODES="fa-on:f16/f16 fa-on:q4_0/q4_0 hybrid:q4_0/q4_0+fused" \
