@@ -229,9 +229,9 @@ def add_ratios(result: dict[str, Any], baseline: str) -> None:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    limit = result.get("memory_limit_bytes")
+    limit = result["memory_limit_bytes"]
     skipped = (f"An N whose planned weights + KV + compute exceed {limit / 2**30:.1f} GiB "
-               f"({result.get('memory_limit_source') or '--memory-limit-gib'}) is skipped." if limit is not None
+               f"({result['memory_limit_source']}) is skipped." if limit is not None
                else "No memory limit: every N is tried.")
     lines = [f"Machine: {result['machine']}  ",
              f"Model: `{Path(result['model']).name}`, tg {result['tg']} steps, {result['reps']} reps (mean ± sd), "
