@@ -44,7 +44,7 @@ PHASES = (("before the tiles", "static __global__ void k_pyl_attn_decode("),
           ("K/V copies", "for (int kv0 = c_begin; kv0 < c_end; kv0 += T"),
           ("K^T q", "// K^T q on the tensor cores:|// K^T q: a thread per (cell, KV head)"),
           ("softmax", "__syncthreads();  // scores written"),
-          ("V^T p", "const float alpha = alpha_s[vh*ncols + g];"),
+          ("V^T p", "// V^T p on the tensor cores:|const float alpha = alpha_s[vh*ncols + g];"),
           ("epilogue", "// the R cell subsets' sums into q_s"))
 TILE_PHASES = ("K/V copies", "K^T q", "softmax", "V^T p")
 CUBLAS_STUB = """#pragma once
