@@ -146,6 +146,9 @@ def decode_steps(context: ContextHandle, batch: Batch, tokens: list[int], depth:
     return elapsed
 
 
+DEFAULT_LIMIT_SOURCE = "the GPUs' free memory less 1 GiB each"  # what default_memory_limit reads, for the table
+
+
 def default_memory_limit(n_gpu_layers: int) -> float | None:
     """Without --memory-limit-gib: where layers go to GPUs, their free memory now, less 1 GiB each (the CUDA
     runtime's own buffers, beyond the plan), so that a context this machine cannot hold is skipped and reported, not
@@ -295,7 +298,7 @@ def main(argv: list[str]) -> int:
     if args.memory_limit_gib is not None:
         limit, source = args.memory_limit_gib * 2**30, "--memory-limit-gib"
     else:
-        limit, source = default_memory_limit(args.n_gpu_layers), "the GPUs' free memory less 1 GiB each"
+        limit, source = default_memory_limit(args.n_gpu_layers), DEFAULT_LIMIT_SOURCE
     result = run(model_path, modes, sorted(set(args.depths)), sorted(set(args.n_seq)), args.tg, args.reps, args.threads,
                  args.n_gpu_layers, limit, extra, plan_only=args.plan_only)
     result["memory_limit_source"] = source if limit is not None else None
