@@ -68,14 +68,22 @@ MUTATIONS = {
     # not a wave64 bug but a control of --async-copies: the next tile copied into the stage this tile is read from
     "async-stage": ("pyl-attn-decode-impl.cuh", "int * k_next = tiles_s + (stage ^ 1)*2*T*stride_w;",
                     "int * k_next = tiles_s + stage*2*T*stride_w;"),
+    # not a wave64 bug but a control of --async-copies' MMAs (patch 0053): V^T p's sums of a block's two halves of
+    # 16 values written to each other's places
+    "mma-halves": ("pyl-attn-decode-impl.cuh",
+                   "return 32*ib + 4*(i % 8) + 2*(i / 8) + h;\n    } else {\n"
+                   "        return 32*ib + 16*h + 2*(i % 8) + i / 8;",
+                   "return 32*ib + 4*(i % 8) + 2*(i / 8) + 1 - h;\n    } else {\n"
+                   "        return 32*ib + 16*(1 - h) + 2*(i % 8) + i / 8;"),
 }
 
 
 # The CUDA path's tile loop (patches 0031/0032: cp.async into two stages, the path an H100 or H200 runs) on the
 # harness, whose target is HIP: PYL_DEC_ASYNC on every target, each copy done when it is issued (one order the
-# cp.async semantics allow), and the host's async choice true. It checks the stages' indexing, the barriers'
-# placement (a copy into a stage still read is a race, which the lanes' two orders expose) and the mask loaded a
-# tile ahead, not the copies' asynchrony on a GPU. Each (old, new) must be once in its unit, as a mutation's.
+# cp.async semantics allow), the host's async choice true, and V^T p's MMAs there (patch 0053) emulated. It checks
+# the stages' indexing, the barriers' placement (a copy into a stage still read is a race, which the lanes' two
+# orders expose), the mask loaded a tile ahead and the MMAs' fragments, not the copies' asynchrony on a GPU. Each
+# (old, new) must be once in its unit, as a mutation's.
 ASYNC_COPIES = (
     ("pyl-attn-decode-impl.cuh", "#if defined(CP_ASYNC_AVAILABLE)\n#define PYL_DEC_ASYNC 1",
      "#if 1  // wave64 harness: the async path, its copies done when issued\n#define PYL_DEC_ASYNC 1"),
@@ -87,6 +95,14 @@ ASYNC_COPIES = (
     ("pyl-attn-decode-impl.cuh", 'asm volatile("cp.async.wait_group %0;" : : "n"(pending) : "memory");', ""),
     ("pyl-attn-decode-impl.cuh", "async     = cp_async_available(ggml_cuda_info().devices[ctx.device].cc);",
      "async     = true;"),
+    # V^T p on tensor cores where the kernel copies by cp.async (patch 0053): each MMA emulated (wave64_mma.h)
+    ("pyl-attn-decode-impl.cuh", "#if defined(CP_ASYNC_AVAILABLE)\n#define PYL_DEC_MMA 1",
+     '#if 1  // wave64 harness: the MMAs emulated\n#include "wave64_mma.h"\n#define PYL_DEC_MMA 1'),
+    ("pyl-attn-decode-impl.cuh",
+     'asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
+     '{%0, %1, %2, %3};"\n        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
+     '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));',
+     "wave64_mma_m16n8k16_f32_f16(c, a, b);"),
 )
 
 

@@ -112,7 +112,8 @@ def async_results(tmp_path_factory) -> dict[str, dict]:
 
 def test_the_cuda_tile_loop_runs_every_attention_case_within_its_bound(async_results: dict[str, dict]) -> None:
     """The stages' indexing and the barriers of the async path (patches 0031, 0032), which no HIP build runs: the
-    multi-tile cases (q8-4cu, q8-1cu) walk several tiles through both stages, run in both lane orders."""
+    multi-tile cases (q8-4cu, q8-1cu) walk several tiles through both stages, run in both lane orders. Its V^T p
+    for q4_0 and q8_0 is patch 0053's MMAs, each emulated as PTX's fragment layouts say (wave64_mma.h)."""
     assert len(async_results) == 125
     failed = _failures(list(async_results.values()))
     assert not failed, "\n".join(failed)
@@ -125,3 +126,14 @@ def test_the_cuda_tile_loop_copying_into_the_stage_it_reads_fails() -> None:
     run = subprocess.run([str(binary), "--filter", "attn/q8-1cu/hd128-kv8/q4_0"], capture_output=True, text=True,
                          timeout=1800)
     assert run.returncode != 0 and "1 cases, 1 failed" in run.stdout, run.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_the_cuda_tile_loop_with_the_mma_halves_swapped_fails() -> None:
+    """The control of the MMAs' emulation: V^T p's sums of a block's two halves written to each other's places
+    must fail the q4_0 and q8_0 cases, which run the MMAs, and no other type's."""
+    binary = _build("--async-copies", "--mutate", "mma-halves", "--opt", "0")
+    run = subprocess.run([str(binary), "--filter", "attn/q8-1cu/hd128-kv8/"], capture_output=True, text=True,
+                         timeout=1800)
+    failed = sorted(line.split()[1] for line in run.stdout.splitlines() if line.startswith("FAIL"))
+    assert failed == ["attn/q8-1cu/hd128-kv8/q4_0", "attn/q8-1cu/hd128-kv8/q8_0"], run.stdout[-3000:]
