@@ -113,7 +113,8 @@ def async_results(tmp_path_factory) -> dict[str, dict]:
 def test_the_cuda_tile_loop_runs_every_attention_case_within_its_bound(async_results: dict[str, dict]) -> None:
     """The stages' indexing and the barriers of the async path (patches 0031, 0032), which no HIP build runs: the
     multi-tile cases (q8-4cu, q8-1cu) walk several tiles through both stages, run in both lane orders. Its V^T p
-    for q4_0 and q8_0 is patch 0053's MMAs, each emulated as PTX's fragment layouts say (wave64_mma.h)."""
+    for q4_0 and q8_0 at head dim 128 is patch 0053's MMAs, each emulated as PTX's fragment layouts say
+    (wave64_mma.h)."""
     assert len(async_results) == 125
     failed = _failures(list(async_results.values()))
     assert not failed, "\n".join(failed)
