@@ -16,8 +16,9 @@
 |                    |                                 |                     | FA-on q4_0: 0.64x f16's at 32K (H200); 0.30-0.86x       |
 |                    |                                 |                     | hybrid's at 1-32 sequences of 2K-32K, 7b-gqa7 included  |
 |                    |                                 |                     | (H100, h100-8b-hd128-0052); at equal KV memory (64 GB   |
-|                    |                                 |                     | at 8K) hybrid decodes 1.78x FA-on f16's tok/s and       |
-|                    |                                 |                     | FA-on q4_0 0.50x (H100, h100-8b-hd128-0053)             |
+|                    |                                 |                     | at 8K) hybrid decodes 1.75x FA-on f16's tok/s with      |
+|                    |                                 |                     | patch 0053 (1.78x before it), FA-on q4_0 0.50x (H100,   |
+|                    |                                 |                     | h100-8b-hd128-0053)                                     |
 | CUDA               | q8_0, q4_1, q5_0, q5_1 (K = V)  | hybrid, with the    | h100-8b-hd128-calibrate/calibration-full.md: decode     |
 |                    |                                 | fused decode kernel | 1.04-1.15x FA-on's and 1.10-1.25x FA-off's at depths 0  |
 |                    |                                 |                     | and 1024, prefill 0.98-1.02x FA-on's (H100)             |
