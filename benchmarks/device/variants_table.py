@@ -64,12 +64,17 @@ def tables(results: Path, ours: str, reference: str, versus: list[str], only: li
     out = []
     if batched:
         n_seqs = sorted(next(iter(batched.values()))["n_seqs"])
-        out += [f"| run | {' | '.join(f'N = {n}' for n in n_seqs)} | N = {n_seqs[-1]} vs {reference} |",
-                "|---|" + "---:|" * (len(n_seqs) + 1)]
+        # a sweep of N for our mode alone (a kernel change past one wave) has no reference: no ratio column
+        with_reference = all(n_seqs[-1] in batched_rates(data, reference) for data in batched.values())
+        ratio_head = [f"N = {n_seqs[-1]} vs {reference}"] if with_reference else []
+        out += [f"| {' | '.join(['run'] + [f'N = {n}' for n in n_seqs] + ratio_head)} |",
+                "|---|" + "---:|" * (len(n_seqs) + len(ratio_head))]
         for run, data in batched.items():
             ours_n, ref_n = batched_rates(data, ours), batched_rates(data, reference)
             cells = [f"{ours_n[n][0]:.1f} ± {ours_n[n][1]:.1f}" for n in n_seqs]
-            out.append(f"| {run} | {' | '.join(cells)} | {ours_n[n_seqs[-1]][0] / ref_n[n_seqs[-1]][0]:.3f}x |")
+            if with_reference:
+                cells.append(f"{ours_n[n_seqs[-1]][0] / ref_n[n_seqs[-1]][0]:.3f}x")
+            out.append(f"| {run} | {' | '.join(cells)} |")
         out.append("")
     if single:
         depths = next(iter(single.values()))["depths"]

@@ -39,3 +39,16 @@ def test_runs_limits_the_tables_to_one_call_s_runs_and_refuses_a_run_that_is_not
     assert "| all-run3 |" in text and "without-0048" not in text
     with pytest.raises(SystemExit, match="no batched run all-run4"):
         variants_table.tables(CALL2, variants_table.OURS, variants_table.REFERENCE, [], ["all-run4"])
+
+
+SWEEP = CALL2.parents[1] / "h200-8b-hd128-0054" / "calls"
+
+
+def test_a_sweep_of_our_mode_alone_has_no_ratio_column_and_compares_its_builds() -> None:
+    # patch 0054's N sweep (an NVIDIA H200): hybrid q4_0 only, 8 sequence counts, both builds in both orders
+    text = variants_table.tables(SWEEP, variants_table.OURS, variants_table.REFERENCE, ["all:without-0054"])
+    header = text.splitlines()[0]
+    assert header.startswith("| run | N = 64 |") and header.endswith("| N = 205 |") and " vs " not in header
+    assert "| without-0054 | 2896.0 ± 7.2 | 2807.5 ± 14.3 | 2183.8 ± 9.8 |" in text
+    # 67 sequences: 2591.0 / 2588.8 against 2183.8 / 2179.2 tok/s
+    assert "N = 67 +18.7 % (spread 0.1 % / 0.2 %)" in text

@@ -10,15 +10,15 @@
 |                    |                                 |                     | prefills 1.2-3.4x faster than FA-off, decodes 0.91-1.10x|
 | CUDA               | q4_0/q4_0                       | hybrid, with the    | benchmarks/results/h200-8b-hd128-hybrid: prefill 0.99x  |
 |                    |                                 | fused decode kernel | FA-on's at 0/8K/32K, FA's compute buffer;               |
-|                    |                                 |                     | h200-8b-hd128-0043-0045: decode 0.97x / 1.04x / 1.19x   |
-|                    |                                 |                     | FA-on f16 at 0/8K/32K, 1.10x at 32 sequences of 8K      |
-|                    |                                 |                     | (H100, h100-8b-hd128-0048-0051: 1.26x, 1.35x);          |
-|                    |                                 |                     | FA-on q4_0: 0.64x f16's at 32K (H200); 0.30-0.86x       |
-|                    |                                 |                     | hybrid's at 1-32 sequences of 2K-32K, 7b-gqa7 included  |
-|                    |                                 |                     | (H100, h100-8b-hd128-0052); at equal KV memory (64 GB   |
-|                    |                                 |                     | at 8K) hybrid decodes 1.75x FA-on f16's tok/s with      |
-|                    |                                 |                     | patch 0053 (1.78x before it), FA-on q4_0 0.50x (H100,   |
-|                    |                                 |                     | h100-8b-hd128-0053)                                     |
+|                    |                                 |                     | h200-8b-hd128-0054 (the series through 0054, H200):     |
+|                    |                                 |                     | decode 0.99x / 0.99x / 1.05x / 1.21x FA-on f16 at       |
+|                    |                                 |                     | 0/2K/8K/32K, 1.15x at 32 sequences of 8K, 1.42x at      |
+|                    |                                 |                     | equal KV memory (100 GB at 8K: 256 sequences, the       |
+|                    |                                 |                     | most llama.cpp takes, against f16's 90); H100           |
+|                    |                                 |                     | (h100-8b-hd128-0053): 1.38x at 32 sequences, 1.75x      |
+|                    |                                 |                     | at equal KV memory (64 GB). FA-on q4_0: 0.63x f16's     |
+|                    |                                 |                     | at 32K (H200); 0.30-0.86x hybrid's at 1-32 sequences    |
+|                    |                                 |                     | of 2K-32K, 7b-gqa7 included (H100, h100-8b-hd128-0052)  |
 | CUDA               | q8_0, q4_1, q5_0, q5_1 (K = V)  | hybrid, with the    | h100-8b-hd128-calibrate/calibration-full.md: decode     |
 |                    |                                 | fused decode kernel | 1.04-1.15x FA-on's and 1.10-1.25x FA-off's at depths 0  |
 |                    |                                 |                     | and 1024, prefill 0.98-1.02x FA-on's (H100)             |
