@@ -59,12 +59,13 @@ def results(tmp_path_factory) -> dict[str, dict]:
 def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dict[str, dict]) -> None:
     attn = [r for name, r in results.items() if name.startswith("attn/")]
     stores = [r for name, r in results.items() if name.startswith(("store/", "store-rope/"))]
-    # 5 kernel cases (q8 with 0024's tiles and 0026's V^T p in half2 on an MI210, on 4 CUs and on 1: several tiles
-    # per block; a 256-cell cache, 151 used; an unrotated cache) x 5 shapes x 5 cache types; the K/V stores x 5
+    # 6 kernel cases (q8 with 0024's tiles and 0026's V^T p in half2 on an MI210, on 4 CUs and on 1: several tiles
+    # per block; a 256-cell cache, 151 used; an unrotated cache; 9 sequences on 4 CUs, past one wave) x 5 shapes x
+    # 5 cache types; the K/V stores x 5
     # shapes x 5 types x 1 and 5 tokens, and with K's RoPE in the launch (0043) x 5 shapes x 2 types x 2 RoPE
     # kinds; 5 shapes x 6 types for OUT_PROD (0030 removed the serial-store cases, 0036 the F32-q ones)
     outprod = [r for name, r in results.items() if name.startswith("outprod/")]
-    assert len(attn) == 125 and len(stores) == 50 + 20 and len(outprod) == 30
+    assert len(attn) == 150 and len(stores) == 50 + 20 and len(outprod) == 30
     failed = _failures(attn + stores + outprod)
     assert not failed, "\n".join(failed)
 
@@ -105,7 +106,7 @@ def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutated_binary: Path, m
 @pytest.fixture(scope="module")
 def async_results(tmp_path_factory) -> dict[str, dict]:
     """The attention cases through the CUDA path's tile loop (cp.async into two stages, what an H100 or H200 runs),
-    its copies done when issued: -O0, a faster compile (these 125 cases run in seconds)."""
+    its copies done when issued: -O0, a faster compile (these 150 cases run in seconds)."""
     return _run_cases(_build("--async-copies", "--opt", "0"), tmp_path_factory.mktemp("wave64-async") / "cases.jsonl",
                       "--filter", "attn/")
 
@@ -115,7 +116,7 @@ def test_the_cuda_tile_loop_runs_every_attention_case_within_its_bound(async_res
     multi-tile cases (q8-4cu, q8-1cu) walk several tiles through both stages, run in both lane orders. Its V^T p
     for q4_0 and q8_0 at head dim 128 is patch 0053's MMAs, each emulated as PTX's fragment layouts say
     (wave64_mma.h)."""
-    assert len(async_results) == 125
+    assert len(async_results) == 150
     failed = _failures(list(async_results.values()))
     assert not failed, "\n".join(failed)
 

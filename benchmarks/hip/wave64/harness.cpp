@@ -7,7 +7,8 @@
 //   ggml_cuda_pyl_attn_decode, its shape and split chosen by the real host code for an MI210 (104 CUs): one
 //   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
 //   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce); q8-short: a 256-cell
-//   view with 151 unmasked, fewer than one tile of one KV head holds (ATTN_CASES). q8's V^T p is in
+//   view with 151 unmasked, fewer than one tile of one KV head holds; q8-9seq-4cu: 9 sequences, a KV stream each
+//   with its own mask, past one wave of blocks (ATTN_CASES). q8's V^T p is in
 //   half2 (patch 0026: p in half, summed in half over a tile, in F32 across tiles), so its bound allows for
 //   half's rounding.
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8, scores
@@ -151,6 +152,7 @@ struct AttnCase {
     const char * name;
     int cus, n_kv, n_used;
     bool rotated = true;
+    int n_seq = 1;  // sequences decoding together, a KV stream each (sequence s uses n_used - 37*s cells)
 };
 const AttnCase ATTN_CASES[] = {
     {"q8", MI210_CUS, N_KV, N_USED},
@@ -158,6 +160,9 @@ const AttnCase ATTN_CASES[] = {
     {"q8-1cu", 1, N_KV, N_USED},       // no split: one chunk of several tiles
     {"q8-short", MI210_CUS, 256, 151},  // the depth where a chat starts
     {"q8-unrotated", MI210_CUS, N_KV, N_USED, false},
+    // 9 sequences, a KV stream each, on 4 CUs (8 blocks a wave): past one wave, the host's layout there (0054: one
+    // chunk length for all; candidate 0055: the first 8 sequences whole, gridDim.x of them a grid row, the 9th split)
+    {"q8-9seq-4cu", 4, N_KV, N_USED, true, 9},
 };
 
 struct Ctx {
@@ -170,14 +175,15 @@ struct Ctx {
 };
 
 // a quantized cache [n_embd_gqa, KV_SIZE] with rows 0..N_KV-1 from normal values (per-head scales vary)
-void * make_cache(ggml_type type, int n_embd, std::mt19937_64 & rng, std::vector<float> * src_out = nullptr) {
+void * make_cache(ggml_type type, int n_embd, std::mt19937_64 & rng, std::vector<float> * src_out = nullptr,
+                  int n_streams = 1) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> src((size_t) n_embd * KV_SIZE);
+    std::vector<float> src((size_t) n_embd * KV_SIZE * n_streams);
     for (size_t i = 0; i < src.size(); ++i) {
         src[i] = nd(rng) * (1.0f + 0.5f * (float) ((i % n_embd) / 64 % 3));
     }
-    void * data = wave64::device_alloc(ggml_row_size(type, n_embd) * KV_SIZE);
-    ggml_quantize_chunk(type, src.data(), data, 0, KV_SIZE, n_embd, nullptr);
+    void * data = wave64::device_alloc(ggml_row_size(type, n_embd) * KV_SIZE * n_streams);
+    ggml_quantize_chunk(type, src.data(), data, 0, (int64_t) KV_SIZE * n_streams, n_embd, nullptr);
     if (src_out) {
         *src_out = std::move(src);
     }
@@ -211,29 +217,32 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
     } cus_of_case(a.cus);
     std::mt19937_64 rng(1234 + s.D * 7 + s.n_head * 13 + (int) type);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    const int D = s.D, n_embd = D * s.n_head_kv, G = s.n_head / s.n_head_kv;
+    const int D = s.D, n_embd = D * s.n_head_kv, G = s.n_head / s.n_head_kv, n_seq = a.n_seq;
+    const auto used_of = [&](int seq) { return n_used - 37 * seq; };  // each stream's mask its own
     Ctx c;
-    void * kdata = make_cache(type, n_embd, rng);
-    void * vdata = make_cache(type, n_embd, rng);
+    void * kdata = make_cache(type, n_embd, rng, nullptr, n_seq);
+    void * vdata = make_cache(type, n_embd, rng, nullptr, n_seq);
     const size_t row = ggml_row_size(type, n_embd), rd = ggml_row_size(type, D);
-    ggml_tensor * kc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
-    ggml_tensor * vc = ggml_new_tensor_2d(c.ctx, type, n_embd, KV_SIZE);
+    ggml_tensor * kc = ggml_new_tensor_3d(c.ctx, type, n_embd, KV_SIZE, n_seq);
+    ggml_tensor * vc = ggml_new_tensor_3d(c.ctx, type, n_embd, KV_SIZE, n_seq);
     kc->data = kdata;
     vc->data = vdata;
-    ggml_tensor * k = ggml_view_4d(c.ctx, kc, D, n_kv, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
-    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, n_kv, s.n_head_kv, 1, row, rd, row * KV_SIZE, 0);
-    ggml_tensor * qc = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F32, D, s.n_head);
-    qc->data = dev<float>((size_t) D * s.n_head);
-    for (int i = 0; i < D * s.n_head; ++i) {
+    ggml_tensor * k = ggml_view_4d(c.ctx, kc, D, n_kv, s.n_head_kv, n_seq, row, rd, row * KV_SIZE, 0);
+    ggml_tensor * v = ggml_view_4d(c.ctx, vc, D, n_kv, s.n_head_kv, n_seq, row, rd, row * KV_SIZE, 0);
+    ggml_tensor * qc = ggml_new_tensor_3d(c.ctx, GGML_TYPE_F32, D, s.n_head, n_seq);
+    qc->data = dev<float>((size_t) D * s.n_head * n_seq);
+    for (int i = 0; i < D * s.n_head * n_seq; ++i) {
         ((float *) qc->data)[i] = nd(rng);
     }
-    // q as build_attn_mha permutes it: [D, 1 token, n_head, 1]
-    ggml_tensor * q = ggml_view_4d(c.ctx, qc, D, 1, s.n_head, 1, (size_t) D * s.n_head * 4, (size_t) D * 4,
+    // q as build_attn_mha permutes it: [D, 1 token, n_head, n_seq]
+    ggml_tensor * q = ggml_view_4d(c.ctx, qc, D, 1, s.n_head, n_seq, (size_t) D * s.n_head * 4, (size_t) D * 4,
                                    (size_t) D * s.n_head * 4, 0);
-    ggml_tensor * mask = ggml_new_tensor_2d(c.ctx, GGML_TYPE_F16, n_kv, 1);
-    mask->data = dev<ggml_fp16_t>(n_kv);
-    for (int j = 0; j < n_kv; ++j) {
-        ((ggml_fp16_t *) mask->data)[j] = ggml_fp32_to_fp16(j < n_used ? 0.0f : -INFINITY);
+    ggml_tensor * mask = ggml_new_tensor_4d(c.ctx, GGML_TYPE_F16, n_kv, 1, 1, n_seq);
+    mask->data = dev<ggml_fp16_t>((size_t) n_kv * n_seq);
+    for (int seq = 0; seq < n_seq; ++seq) {
+        for (int j = 0; j < n_kv; ++j) {
+            ((ggml_fp16_t *) mask->data)[seq * n_kv + j] = ggml_fp32_to_fp16(j < used_of(seq) ? 0.0f : -INFINITY);
+        }
     }
     const float scale = 1.0f / sqrtf((float) D);
     ggml_tensor * dst = ggml_flash_attn_ext(c.ctx, q, k, v, mask, scale, 0.0f, 0.0f);
@@ -253,14 +262,17 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
     const AttnOut rev = run_attn(dst, true);
     const long long blocks = wave64::rt().blocks - blocks0, launches = wave64::rt().launches - launches0;
 
-    // reference: per query head h (KV head h / G)
+    // reference: per sequence and query head h (KV head h / G of the sequence's stream)
     double err = 0, amax = 0, err_exact = 0;
-    for (int h = 0; h < s.n_head; ++h) {
+    for (int hs = 0; hs < s.n_head * n_seq; ++hs) {
+        const int h = hs % s.n_head, seq = hs / s.n_head, used = used_of(seq);
         const int hk = h / G;
+        const char * kstream = (const char *) kdata + (size_t) seq * KV_SIZE * row;
+        const char * vstream = (const char *) vdata + (size_t) seq * KV_SIZE * row;
         std::vector<double> qr(D);
         std::vector<float> qf(D);
         for (int d = 0; d < D; ++d) {
-            qf[d] = scale * ((const float *) qc->data)[h * D + d];  // scaled in float, as the kernel
+            qf[d] = scale * ((const float *) qc->data)[hs * D + d];  // scaled in float, as the kernel
             qr[d] = qf[d];
         }
         if (rot_q) {
@@ -280,11 +292,11 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
         std::vector<double> sc(n_kv), scx(n_kv);
         double mx = -INFINITY, mxx = -INFINITY;
         for (int j = 0; j < n_kv; ++j) {
-            if (j >= n_used) {
+            if (j >= used) {
                 sc[j] = scx[j] = -INFINITY;
                 continue;
             }
-            const std::vector<float> kr = to_float(type, (const char *) kdata + j * row + hk * rd, D);
+            const std::vector<float> kr = to_float(type, kstream + j * row + hk * rd, D);
             double dot = 0, dotx = 0;
             for (int d = 0; d < D; ++d) {
                 dot += qr[d] * kr[d];
@@ -297,8 +309,8 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
         }
         std::vector<double> o(D, 0.0), ox(D, 0.0);
         double l = 0, lx = 0;
-        for (int j = 0; j < n_used; ++j) {
-            const std::vector<float> vr = to_float(type, (const char *) vdata + j * row + hk * rd, D);
+        for (int j = 0; j < used; ++j) {
+            const std::vector<float> vr = to_float(type, vstream + j * row + hk * rd, D);
             const double p = std::exp(sc[j] - mx), px = std::exp(scx[j] - mxx);
             l += p;
             lx += px;
@@ -316,7 +328,7 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
             fwht(ox, p0, rot_out);
         }
         for (int d = 0; d < D; ++d) {
-            const double got = fwd.out[h * D + d];  // dst [D, n_head]
+            const double got = fwd.out[hs * D + d];  // dst [D, n_head, 1, n_seq]
             err = worst(err, std::fabs(got - o[d]));
             err_exact = worst(err_exact, std::fabs(got - ox[d]));
             amax = std::max(amax, std::fabs(o[d]));
