@@ -23,7 +23,9 @@ def _family(lines: list[str], name: str, kind: str, help_text: str, samples: lis
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+    """A sample as Prometheus reads it, exactly: a counter of seconds keeps its last digits as it grows (6
+    significant digits lost 0.1 ms a scrape past 10 s, and a rate over two scrapes twice that)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _llama_server_families(lines: list[str], stats: EngineStats, seconds: Mapping[str, float]) -> None:

@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
+from pyllama90a.server import metrics
 from pyllama90a.server.__main__ import parse_args
 from pyllama90a.tools.server_process import ServerProcess
 
@@ -323,6 +324,14 @@ def _metrics(http) -> dict[str, float]:
         if name.startswith("llamacpp:"):
             assert f"# TYPE {name} " in text and f"# HELP {name} " in text
     return values
+
+
+def test_a_metric_sample_reads_back_as_the_value_it_was() -> None:
+    """Samples are exact: a seconds counter past 10 s (a server's predicted time) read back as it was, so that
+    the difference of two scrapes is the time between them (at 6 significant digits test_llama_server_metric_names
+    saw 62.1 ms for a request of 62.16 ms, 2026-12-07)."""
+    for value in (12.345678901234, 0.06216481800220208, 1e-7, 3.0, 123456789.25):
+        assert float(metrics._number(value)) == value
 
 
 def test_llama_server_metric_names(http) -> None:
