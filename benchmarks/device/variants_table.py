@@ -64,13 +64,13 @@ def tables(results: Path, ours: str, reference: str, versus: list[str], only: li
     out = []
     if batched:
         n_seqs = sorted(next(iter(batched.values()))["n_seqs"])
+        rates = {run: (batched_rates(data, ours), batched_rates(data, reference)) for run, data in batched.items()}
         # a sweep of N for our mode alone (a kernel change past one wave) has no reference: no ratio column
-        with_reference = all(n_seqs[-1] in batched_rates(data, reference) for data in batched.values())
+        with_reference = all(n_seqs[-1] in ref_n for _, ref_n in rates.values())
         ratio_head = [f"N = {n_seqs[-1]} vs {reference}"] if with_reference else []
         out += [f"| {' | '.join(['run'] + [f'N = {n}' for n in n_seqs] + ratio_head)} |",
                 "|---|" + "---:|" * (len(n_seqs) + len(ratio_head))]
-        for run, data in batched.items():
-            ours_n, ref_n = batched_rates(data, ours), batched_rates(data, reference)
+        for run, (ours_n, ref_n) in rates.items():
             cells = [f"{ours_n[n][0]:.1f} ± {ours_n[n][1]:.1f}" for n in n_seqs]
             if with_reference:
                 cells.append(f"{ours_n[n_seqs[-1]][0] / ref_n[n_seqs[-1]][0]:.3f}x")
