@@ -61,9 +61,9 @@ def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dic
     stores = [r for name, r in results.items() if name.startswith(("store/", "store-rope/"))]
     # 6 kernel cases (q8 with 0024's tiles and 0026's V^T p in half2 on an MI210, on 4 CUs and on 1: several tiles
     # per block; a 256-cell cache, 151 used; an unrotated cache; 9 sequences on 4 CUs, past one wave) x 5 shapes x
-    # 5 cache types; the K/V stores x 5
-    # shapes x 5 types x 1 and 5 tokens, and with K's RoPE in the launch (0043) x 5 shapes x 2 types x 2 RoPE
-    # kinds; 5 shapes x 6 types for OUT_PROD (0030 removed the serial-store cases, 0036 the F32-q ones)
+    # 5 cache types; the K/V stores x 5 shapes x 5 types x 1 and 5 tokens, and with K's RoPE in the launch (0043) x
+    # 5 shapes x 2 types x 2 RoPE kinds; 5 shapes x 6 types for OUT_PROD (0030 removed the serial-store cases, 0036
+    # the F32-q ones)
     outprod = [r for name, r in results.items() if name.startswith("outprod/")]
     assert len(attn) == 150 and len(stores) == 50 + 20 and len(outprod) == 30
     failed = _failures(attn + stores + outprod)

@@ -8,9 +8,8 @@
 //   token over 768 cells of which 607 are unmasked. q8-4cu and q8-1cu: q8 on a device of 4 and
 //   1 CUs, whose splits give a block several tiles (with and without the split-KV reduce); q8-short: a 256-cell
 //   view with 151 unmasked, fewer than one tile of one KV head holds; q8-9seq-4cu: 9 sequences, a KV stream each
-//   with its own mask, past one wave of blocks (ATTN_CASES). q8's V^T p is in
-//   half2 (patch 0026: p in half, summed in half over a tile, in F32 across tiles), so its bound allows for
-//   half's rounding.
+//   with its own mask, past one wave of blocks (ATTN_CASES). q8's V^T p is in half2 (patch 0026: p in half,
+//   summed in half over a tile, in F32 across tiles), so its bound allows for half's rounding.
 //   Reference: q scaled and rotated, rounded to 8 bits per 32 values as the kernel's q8, scores
 //   against ggml's dequantized K plus the mask, softmax, V, the output rotated. Error: max |got - want| over
 //   max |want|.
