@@ -159,8 +159,8 @@ const AttnCase ATTN_CASES[] = {
     {"q8-1cu", 1, N_KV, N_USED},       // no split: one chunk of several tiles
     {"q8-short", MI210_CUS, 256, 151},  // the depth where a chat starts
     {"q8-unrotated", MI210_CUS, N_KV, N_USED, false},
-    // 9 sequences, a KV stream each, on 4 CUs (8 blocks a wave): past one wave, the host's layout there (0054: one
-    // chunk length for all; candidate 0055: the first 8 sequences whole, gridDim.x of them a grid row, the 9th split)
+    // 9 sequences, a KV stream each, on 4 CUs (8 blocks a wave): past one wave, the host's layout there (0055: the
+    // first 8 sequences whole in a launch of their own, the 9th split in a second launch and its reduce)
     {"q8-9seq-4cu", 4, N_KV, N_USED, true, 9},
 };
 
@@ -344,6 +344,7 @@ Result attn_case(const AttnCase & a, const Shape & s, ggml_type type) {
     res.pass = std::isfinite(res.error) && res.error <= res.bound && same && faults.empty();
     char buf[256];
     snprintf(buf, sizeof(buf), "%s, %lld blocks, error vs F32-q reference %.2e%s%s%s",
+             launches == 3 ? "whole sequences, then split KV + reduce" :
              launches == 2 ? "split KV + reduce" : "one chunk per head group", blocks, err_exact / amax,
              same ? "" : ", forward and reversed lane orders differ", faults.empty() ? "" : ", fault: ",
              faults.empty() ? "" : faults[0].c_str());
