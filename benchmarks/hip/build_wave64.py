@@ -68,6 +68,10 @@ MUTATIONS = {
     # not a wave64 bug but a control of --async-copies: the next tile copied into the stage this tile is read from
     "async-stage": ("pyl-attn-decode-impl.cuh", "int * k_next = tiles_s + (stage ^ 1)*2*T*stride_w;",
                     "int * k_next = tiles_s + stage*2*T*stride_w;"),
+    # not a wave64 bug but a control of the multi-sequence cases (patch 0055): the split launch's reduce writes the
+    # split sequences' outputs over the first whole sequences' (its dst not offset past them)
+    "split-dst": ("pyl-attn-decode-impl.cuh", "(float *) ((char *) dst->data + whole_seqs*dst->nb[3]), rot_out,",
+                  "(float *) dst->data, rot_out,"),
     # not a wave64 bug but a control of --async-copies' MMAs (patch 0053): V^T p's sums of a block's two halves of
     # 16 values written to each other's places
     "mma-halves": ("pyl-attn-decode-impl.cuh",
