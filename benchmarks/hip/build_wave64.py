@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -219,6 +220,29 @@ def build(args: argparse.Namespace) -> Path:
     return out / name
 
 
+def run_cases(binary: Path, *args: str, jobs: int | None = None) -> tuple[int, list[dict], str]:
+    """The harness's cases (all, or those of args' --filter) in `jobs` processes at once (default: this process's
+    CPUs), each every jobs-th case (--shard): the harness runs one case after another on one CPU, and at -O0 the
+    CUDA tile loop's 150 cases took ~150 s (2026-12-07). Returns the worst exit status, every case's JSON row in the
+    harness's order (shard i ran cases i, i + jobs, ...) and the processes' output, shard after shard."""
+    jobs = max(1, jobs or len(os.sched_getaffinity(0)))
+    with tempfile.TemporaryDirectory(prefix="wave64-run-") as tmp:
+        reports = [Path(tmp) / f"shard{i}.jsonl" for i in range(jobs)]
+        logs = [report.with_suffix(".log") for report in reports]
+        procs = []
+        for i, (report, log_path) in enumerate(zip(reports, logs, strict=True)):
+            with log_path.open("w") as log_file:  # a file, not a pipe: no shard waits on a full pipe
+                procs.append(subprocess.Popen([str(binary), *args, "--shard", f"{i}/{jobs}", "--json", str(report)],
+                                              stdout=log_file, stderr=subprocess.STDOUT))
+        for proc in procs:
+            proc.wait(timeout=3600)
+        outputs = [log_path.read_text(errors="replace") for log_path in logs]
+        shards = [[json.loads(line) for line in report.read_text().splitlines()] if report.is_file() else []
+                  for report in reports]
+    rows = [shard[k] for k in range(max(map(len, shards))) for shard in shards if k < len(shard)]
+    return max(proc.returncode for proc in procs), rows, "".join(outputs)
+
+
 def render_markdown(rows: list[dict]) -> str:
     """The harness's cases as tables: one row per kernel version (or store variant) and shape, one column per
     cache type, each cell the case's error against the CPU reference and ok/FAIL."""
@@ -275,9 +299,9 @@ def main() -> int:
     binary = build(args)
     print(binary)
     if args.markdown:
-        report = Path(args.markdown).with_suffix(".jsonl")
-        rc = subprocess.run([str(binary), "--json", str(report)]).returncode
-        rows = [json.loads(line) for line in report.read_text().splitlines()]
+        rc, rows, output = run_cases(binary)
+        print(output, end="")
+        Path(args.markdown).with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         Path(args.markdown).write_text(render_markdown(rows) + "\n")
         return rc
     if args.run is not None:

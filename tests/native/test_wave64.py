@@ -5,13 +5,13 @@ benchmarks/hip/build_wave64.py compiles the patched ggml-cuda sources of the fus
 benchmarks/hip/wave64/include/wave64.h, whose wavefronts are 64 lanes wide, and the harness runs every
 fused-kernel case of tests/core/test_hybrid_attention.py (its head dims, GQA groups, cache types, kernel versions,
 the K/V store) against a double-precision reference over ggml's CPU decoding of the cache. Skipped, with the
-command that installs it, where no clang++ is installed. Two builds per session, cached in build/wave64 until
-the sources change: the harness at -O1 (about 3 minutes on 2 cores, with its run), and one -O0 harness with every
-mutation the last test needs (seconds; each mutates its own kernel, so one build serves them all).
+command that installs it, where no clang++ is installed. Builds are cached in build/wave64 until the sources
+change: the harness at -O1 and the CUDA tile loop's at -O0, compiled at once (a compiler process each), their
+cases run in a process a CPU (build_wave64.run_cases); then one -O0 harness with every mutation the lane test needs
+(each mutates its own kernel, so one build serves them all), and one a control of the tile loop.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,21 +29,30 @@ pytestmark = pytest.mark.hip
 bw = script_module("build_wave64", Path("benchmarks") / "hip")
 
 
-def _build(*extra: str) -> Path:
+def _start_build(*extra: str) -> subprocess.Popen:
+    """build_wave64.py compiling a harness in the background (one compiler process: the other CPU stays free)."""
     if bw.find_clang(None) is None:
         pytest.skip(bw.NO_CLANG)
-    out = subprocess.run([sys.executable, str(SCRIPT), *extra], capture_output=True, text=True, timeout=3600)
-    if out.returncode == bw.SKIP:
-        pytest.skip(out.stderr.strip().splitlines()[-1])
-    assert out.returncode == 0, out.stderr[-4000:]
-    return Path(out.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, str(SCRIPT), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
-def _run_cases(binary: Path, report: Path, *args: str) -> dict[str, dict]:
-    """The harness's cases (those --filter names in args, else all) by name, from its JSON report."""
-    run = subprocess.run([str(binary), *args, "--json", str(report)], capture_output=True, text=True, timeout=3600)
-    rows = [json.loads(line) for line in report.read_text().splitlines()]
-    assert rows, run.stdout[-4000:] + run.stderr[-4000:]
+def _finish_build(proc: subprocess.Popen) -> Path:
+    stdout, stderr = proc.communicate(timeout=3600)
+    if proc.returncode == bw.SKIP:
+        pytest.skip(stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, stderr[-4000:]
+    return Path(stdout.strip().splitlines()[-1])
+
+
+def _build(*extra: str) -> Path:
+    return _finish_build(_start_build(*extra))
+
+
+def _run_cases(binary: Path, *args: str) -> dict[str, dict]:
+    """The harness's cases (those --filter names in args, else all) by name, in a process a CPU."""
+    _, rows, output = bw.run_cases(binary, *args)
+    assert rows, output[-4000:]
     return {r["case"]: r for r in rows}
 
 
@@ -52,8 +61,15 @@ def _failures(rows: list[dict]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, dict]:
-    return _run_cases(_build(), tmp_path_factory.mktemp("wave64") / "cases.jsonl")
+def builds() -> dict[str, subprocess.Popen]:
+    """The two harnesses the cases run on, the HIP path at -O1 and the CUDA tile loop at -O0 (-O0: a faster compile;
+    its 150 cases run in a minute or two), compiled at once: one compiler process each."""
+    return {"hip": _start_build(), "async": _start_build("--async-copies", "--opt", "0")}
+
+
+@pytest.fixture(scope="module")
+def results(builds: dict[str, subprocess.Popen]) -> dict[str, dict]:
+    return _run_cases(_finish_build(builds["hip"]))
 
 
 def test_every_fused_kernel_case_runs_under_wave64_within_its_bound(results: dict[str, dict]) -> None:
@@ -104,11 +120,10 @@ def test_a_fused_kernel_mutated_to_assume_32_lanes_fails(mutated_binary: Path, m
 
 
 @pytest.fixture(scope="module")
-def async_results(tmp_path_factory) -> dict[str, dict]:
+def async_results(builds: dict[str, subprocess.Popen]) -> dict[str, dict]:
     """The attention cases through the CUDA path's tile loop (cp.async into two stages, what an H100 or H200 runs),
-    its copies done when issued: -O0, a faster compile (these 150 cases run in seconds)."""
-    return _run_cases(_build("--async-copies", "--opt", "0"), tmp_path_factory.mktemp("wave64-async") / "cases.jsonl",
-                      "--filter", "attn/")
+    its copies done when issued."""
+    return _run_cases(_finish_build(builds["async"]), "--filter", "attn/")
 
 
 def test_the_cuda_tile_loop_runs_every_attention_case_within_its_bound(async_results: dict[str, dict]) -> None:

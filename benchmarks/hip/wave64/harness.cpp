@@ -752,20 +752,29 @@ Result selftest_broadcast(bool wrong) {
 
 int main(int argc, char ** argv) {
     std::string filter, json;
+    int shard = 0, shards = 1;  // --shard I/N: every Nth of the matching cases from the Ith, for N processes at once
+    const auto usage = [&] {
+        fprintf(stderr, "usage: %s [--filter SUBSTRING] [--shard I/N] [--json FILE]\n", argv[0]);
+        return 2;
+    };
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
             filter = argv[++i];
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             json = argv[++i];
+        } else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &shard, &shards) != 2 || shards < 1 || shard < 0 || shard >= shards) {
+                return usage();
+            }
         } else {
-            fprintf(stderr, "usage: %s [--filter SUBSTRING] [--json FILE]\n", argv[0]);
-            return 2;
+            return usage();
         }
     }
     std::vector<std::function<Result()>> cases;
     std::vector<std::string> names;  // a case's one name: what --filter matches, what the output says
+    int matched = 0;
     auto add = [&](std::string name, std::function<Result()> f) {
-        if (filter.empty() || name.find(filter) != std::string::npos) {
+        if ((filter.empty() || name.find(filter) != std::string::npos) && matched++ % shards == shard) {
             names.push_back(name);
             cases.push_back(std::move(f));
         }
