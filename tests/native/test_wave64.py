@@ -30,7 +30,8 @@ bw = script_module("build_wave64", Path("benchmarks") / "hip")
 
 
 def _start_build(*extra: str) -> subprocess.Popen:
-    """build_wave64.py compiling a harness in the background (one compiler process: the other CPU stays free)."""
+    """build_wave64.py compiling a harness in the background (one compiler process: the other CPU stays free). Its
+    output, a few lines (12 KB of compiler errors at most), waits in the pipes until _finish_build reads it."""
     if bw.find_clang(None) is None:
         pytest.skip(bw.NO_CLANG)
     return subprocess.Popen([sys.executable, str(SCRIPT), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
