@@ -8,7 +8,8 @@ the K/V store) against a double-precision reference over ggml's CPU decoding of 
 command that installs it, where no clang++ is installed. Builds are cached in build/wave64 until the sources
 change: the harness at -O1 and the CUDA tile loop's at -O0, compiled at once (a compiler process each), their
 cases run in a process a CPU (build_wave64.run_cases); then one -O0 harness with every mutation the lane test needs
-(each mutates its own kernel, so one build serves them all), and one a control of the tile loop.
+(each mutates its own kernel, so one build serves them all), and one for each control: the tile loop's stage,
+its MMAs' halves, the outputs of the sequences past one wave (patch 0055).
 """
 from __future__ import annotations
 
@@ -155,3 +156,23 @@ def test_the_cuda_tile_loop_with_the_mma_halves_swapped_fails() -> None:
                          timeout=1800)
     failed = sorted(line.split()[1] for line in run.stdout.splitlines() if line.startswith("FAIL"))
     assert failed == ["attn/q8-1cu/hd128-kv8/q4_0", "attn/q8-1cu/hd128-kv8/q8_0"], run.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_the_sequences_past_one_wave_with_the_split_outputs_misplaced_fail() -> None:
+    """The control of the 9-sequence case (patch 0055: 8 sequences whole in one launch, the 9th split in a second
+    and its reduce): the reduce writing the split sequence's output at the first whole one's place must fail the
+    shapes that take that layout (hd128-gqa4, every type) and not one whose chunks cover every sequence alike
+    (hd64-gqa2 q4_0: 18 blocks, one chunk a head group, no reduce)."""
+    binary = _build("--mutate", "split-dst", "--opt", "0")
+
+    def run(case: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(binary), "--filter", f"attn/q8-9seq-4cu/{case}"], capture_output=True, text=True,
+                              timeout=1800)
+
+    mixed = run("hd128-gqa4/")
+    failed = sorted(line.split()[1] for line in mixed.stdout.splitlines() if line.startswith("FAIL"))
+    assert failed == [f"attn/q8-9seq-4cu/hd128-gqa4/{t}" for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")], \
+        mixed.stdout[-3000:]
+    uniform = run("hd64-gqa2/q4_0")
+    assert uniform.returncode == 0 and "one chunk per head group" in uniform.stdout, uniform.stdout[-3000:]
