@@ -223,8 +223,9 @@ def build(args: argparse.Namespace) -> Path:
 def run_cases(binary: Path, *args: str, jobs: int | None = None) -> tuple[int, list[dict], str]:
     """The harness's cases (all, or those of args' --filter) in `jobs` processes at once (default: this process's
     CPUs), each every jobs-th case (--shard): the harness runs one case after another on one CPU, and at -O0 the
-    CUDA tile loop's 150 cases took ~150 s (2026-12-07). Returns the worst exit status, every case's JSON row in the
-    harness's order (shard i ran cases i, i + jobs, ...) and the processes' output, shard after shard."""
+    CUDA tile loop's 150 cases took ~150 s (2026-12-07, AMD EPYC, 2 vCPUs). Returns the worst exit status, every
+    case's JSON row in the harness's order (shard i ran cases i, i + jobs, ...) and the processes' output, shard
+    after shard."""
     jobs = max(1, jobs or len(os.sched_getaffinity(0)))
     with tempfile.TemporaryDirectory(prefix="wave64-run-") as tmp:
         reports = [Path(tmp) / f"shard{i}.jsonl" for i in range(jobs)]

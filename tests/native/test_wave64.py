@@ -58,6 +58,11 @@ def _run_cases(binary: Path, *args: str) -> dict[str, dict]:
     return {r["case"]: r for r in rows}
 
 
+def _failed(rows: dict[str, dict]) -> list[str]:
+    """The names of the cases that failed, sorted."""
+    return sorted(name for name, r in rows.items() if not r["ok"])
+
+
 def _failures(rows: list[dict]) -> list[str]:
     return [f"{r['case']}: {r['error']:.3e} > {r['bound']:.1e} {r['detail']}" for r in rows if not r["ok"]]
 
@@ -151,11 +156,9 @@ def test_the_cuda_tile_loop_copying_into_the_stage_it_reads_fails() -> None:
 def test_the_cuda_tile_loop_with_the_mma_halves_swapped_fails() -> None:
     """The control of the MMAs' emulation: V^T p's sums of a block's two halves written to each other's places
     must fail the q4_0 and q8_0 cases, which run the MMAs, and no other type's."""
-    binary = _build("--async-copies", "--mutate", "mma-halves", "--opt", "0")
-    run = subprocess.run([str(binary), "--filter", "attn/q8-1cu/hd128-kv8/"], capture_output=True, text=True,
-                         timeout=1800)
-    failed = sorted(line.split()[1] for line in run.stdout.splitlines() if line.startswith("FAIL"))
-    assert failed == ["attn/q8-1cu/hd128-kv8/q4_0", "attn/q8-1cu/hd128-kv8/q8_0"], run.stdout[-3000:]
+    rows = _run_cases(_build("--async-copies", "--mutate", "mma-halves", "--opt", "0"), "--filter",
+                      "attn/q8-1cu/hd128-kv8/")
+    assert _failed(rows) == ["attn/q8-1cu/hd128-kv8/q4_0", "attn/q8-1cu/hd128-kv8/q8_0"], _failures(list(rows.values()))
 
 
 @pytest.mark.slow
@@ -165,14 +168,8 @@ def test_the_sequences_past_one_wave_with_the_split_outputs_misplaced_fail() -> 
     shapes that take that layout (hd128-gqa4, every type) and not one whose chunks cover every sequence alike
     (hd64-gqa2 q4_0: 18 blocks, one chunk a head group, no reduce)."""
     binary = _build("--mutate", "split-dst", "--opt", "0")
-
-    def run(case: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(binary), "--filter", f"attn/q8-9seq-4cu/{case}"], capture_output=True, text=True,
-                              timeout=1800)
-
-    mixed = run("hd128-gqa4/")
-    failed = sorted(line.split()[1] for line in mixed.stdout.splitlines() if line.startswith("FAIL"))
-    assert failed == [f"attn/q8-9seq-4cu/hd128-gqa4/{t}" for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")], \
-        mixed.stdout[-3000:]
-    uniform = run("hd64-gqa2/q4_0")
-    assert uniform.returncode == 0 and "one chunk per head group" in uniform.stdout, uniform.stdout[-3000:]
+    mixed = _run_cases(binary, "--filter", "attn/q8-9seq-4cu/hd128-gqa4/")
+    assert _failed(mixed) == [f"attn/q8-9seq-4cu/hd128-gqa4/{t}" for t in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")], \
+        _failures(list(mixed.values()))
+    uniform = _run_cases(binary, "--filter", "attn/q8-9seq-4cu/hd64-gqa2/q4_0")["attn/q8-9seq-4cu/hd64-gqa2/q4_0"]
+    assert uniform["ok"] and "one chunk per head group" in uniform["detail"], uniform
